@@ -1,0 +1,73 @@
+#include "arch/hparams.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+
+namespace nitro {
+
+namespace {
+
+/// Some keys (head_count_kv in models with per-layer attention) may be arrays; take the maximum.
+int64_t int_or_array_max(const GgufMetadata& m, const std::string& key, int64_t fallback) {
+    const GgufValue* v = m.find(key);
+    if (!v) return fallback;
+    if (gguf_value_type(*v) == GgufType::ARRAY) {
+        const GgufArray* a = m.get_array(key);
+        int64_t best = fallback;
+        bool any = false;
+        std::visit(
+            [&](const auto& vec) {
+                using E = typename std::decay_t<decltype(vec)>::value_type;
+                if constexpr (std::is_integral_v<E> && !std::is_same_v<E, bool>)
+                    for (auto x : vec) { best = any ? std::max<int64_t>(best, x) : x; any = true; }
+                else fail("{}: metadata key '{}' is an array of non-integers", m.source, key);
+            },
+            a->data);
+        return best;
+    }
+    return *m.get_int(key);
+}
+
+}  // namespace
+
+ModelHparams read_hparams(const GgufMetadata& m) {
+    ModelHparams h;
+    auto arch = m.get_string("general.architecture");
+    if (!arch) fail("{}: metadata key 'general.architecture' is missing", m.source);
+    h.arch = *arch;
+    h.name = m.get_string("general.name").value_or("");
+    const std::string a = h.arch + ".";
+    auto req = [&](const std::string& k) {
+        auto v = m.get_int(a + k);
+        if (!v) fail("{}: metadata key '{}' is missing (required for architecture '{}')", m.source, a + k, h.arch);
+        if (*v <= 0) fail("{}: metadata key '{}' = {} must be positive", m.source, a + k, *v);
+        return *v;
+    };
+    h.n_layer = req("block_count");
+    h.n_embd = req("embedding_length");
+    h.n_head = int_or_array_max(m, a + "attention.head_count", 0);
+    if (h.n_head <= 0) fail("{}: metadata key '{}attention.head_count' is missing or not positive", m.source, a);
+    h.n_head_kv = int_or_array_max(m, a + "attention.head_count_kv", h.n_head);
+    h.head_dim = m.get_int(a + "attention.key_length").value_or(h.n_embd / h.n_head);
+    h.head_dim_v = m.get_int(a + "attention.value_length").value_or(h.head_dim);
+    h.n_ff = int_or_array_max(m, a + "feed_forward_length", 0);
+    h.n_expert = m.get_int(a + "expert_count").value_or(0);
+    h.n_expert_used = m.get_int(a + "expert_used_count").value_or(0);
+    h.n_expert_shared = m.get_int(a + "expert_shared_count").value_or(0);
+    h.n_ff_exp = m.get_int(a + "expert_feed_forward_length").value_or(0);
+    h.n_ff_shexp = m.get_int(a + "expert_shared_feed_forward_length").value_or(0);
+    h.n_ctx_train = m.get_int(a + "context_length").value_or(0);
+    h.sliding_window = m.get_int(a + "attention.sliding_window").value_or(0);
+    h.rms_eps = m.get_float(a + "attention.layer_norm_rms_epsilon").value_or(0);
+    h.rope_freq_base = m.get_float(a + "rope.freq_base").value_or(10000.0);
+    h.rope_dim = m.get_int(a + "rope.dimension_count").value_or(h.head_dim);
+    h.rope_scaling = m.get_string(a + "rope.scaling.type").value_or("");
+    h.rope_scaling_factor = m.get_float(a + "rope.scaling.factor").value_or(0);
+    h.rope_orig_ctx = m.get_int(a + "rope.scaling.original_context_length").value_or(0);
+    if (h.n_expert < 0 || h.n_expert_used < 0 || h.n_expert_used > h.n_expert)
+        fail("{}: expert_used_count = {} with expert_count = {} is inconsistent", m.source, h.n_expert_used, h.n_expert);
+    return h;
+}
+
+}  // namespace nitro

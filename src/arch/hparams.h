@@ -1,0 +1,43 @@
+// Hyperparameters read from GGUF metadata under llama.cpp's key names
+// (src/llama-arch.cpp LLM_KV_NAMES: "%s.block_count", "%s.expert_count", ...).
+// Nothing is hard-coded per model: a missing required key is a clear load error.
+#pragma once
+
+#include "gguf/gguf.h"
+
+#include <cstdint>
+#include <string>
+
+namespace nitro {
+
+/// Model shape and settings. Absent optional values are 0 / empty.
+struct ModelHparams {
+    std::string arch;             ///< general.architecture ("gpt-oss", "qwen3moe", ...)
+    std::string name;             ///< general.name
+    int64_t n_layer = 0;          ///< {arch}.block_count
+    int64_t n_embd = 0;           ///< {arch}.embedding_length
+    int64_t n_head = 0;           ///< {arch}.attention.head_count
+    int64_t n_head_kv = 0;        ///< {arch}.attention.head_count_kv (defaults to n_head)
+    int64_t head_dim = 0;         ///< {arch}.attention.key_length (defaults to n_embd / n_head)
+    int64_t head_dim_v = 0;       ///< {arch}.attention.value_length (defaults to head_dim)
+    int64_t n_ff = 0;             ///< {arch}.feed_forward_length (dense FFN width)
+    int64_t n_expert = 0;         ///< {arch}.expert_count (0 = dense model)
+    int64_t n_expert_used = 0;    ///< {arch}.expert_used_count
+    int64_t n_expert_shared = 0;  ///< {arch}.expert_shared_count
+    int64_t n_ff_exp = 0;         ///< {arch}.expert_feed_forward_length
+    int64_t n_ff_shexp = 0;       ///< {arch}.expert_shared_feed_forward_length
+    int64_t n_ctx_train = 0;      ///< {arch}.context_length, tokens
+    int64_t sliding_window = 0;   ///< {arch}.attention.sliding_window, tokens (0 = none)
+    double rms_eps = 0;           ///< {arch}.attention.layer_norm_rms_epsilon
+    double rope_freq_base = 0;    ///< {arch}.rope.freq_base (10000 when absent)
+    int64_t rope_dim = 0;         ///< {arch}.rope.dimension_count (defaults to head_dim)
+    std::string rope_scaling;     ///< {arch}.rope.scaling.type ("none", "linear", "yarn")
+    double rope_scaling_factor = 0;       ///< {arch}.rope.scaling.factor
+    int64_t rope_orig_ctx = 0;            ///< {arch}.rope.scaling.original_context_length
+};
+
+/// Reads the hyperparameters. Throws nitro::Error naming the file and key when general.architecture
+/// or {arch}.block_count / embedding_length / attention.head_count is missing or mistyped.
+ModelHparams read_hparams(const GgufMetadata& meta);
+
+}  // namespace nitro

@@ -1,0 +1,16 @@
+// Subcommands of the `nitro` binary. Each file src/cli/cmd_NAME.cpp adds one subcommand to the
+// app and runs it; main.cpp wires them up and turns nitro::Error into a clean message + exit 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace nitro::cli {
+
+/// A subcommand registers its options and returns the action to run when it is selected.
+using Action = std::function<int()>;
+
+Action add_inspect(CLI::App& app);
+
+}  // namespace nitro::cli

@@ -1,0 +1,36 @@
+// nitro: the command-line front end. `nitro --help` lists the subcommands.
+#include "cli/commands.h"
+#include "core/error.h"
+
+#include <cstdio>
+#include <map>
+
+int main(int argc, char** argv) {
+    CLI::App app{"nitro: Mixture-of-Experts inference for models larger than the GPU"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "nitro 0.1.0");
+    std::map<CLI::App*, nitro::cli::Action> actions;
+    auto add = [&](auto fn) {
+        const size_t before = app.get_subcommands({}).size();
+        nitro::cli::Action a = fn(app);
+        actions[app.get_subcommands({}).at(before)] = std::move(a);
+    };
+    add(nitro::cli::add_inspect);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    try {
+        for (auto& [sub, action] : actions)
+            if (sub->parsed()) return action();
+    } catch (const nitro::Error& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc&) {
+        std::fprintf(stderr, "error: out of memory\n");
+        return 1;
+    }
+    return 0;
+}
