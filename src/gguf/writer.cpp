@@ -109,7 +109,8 @@ void GgufWriter::open(const std::string& path) {
     f_ = std::fopen(tmp_path_.c_str(), "wb");
     if (!f_) fail("cannot create '{}': {}", tmp_path_, std::strerror(errno));
     std::vector<uint8_t> h;
-    h.insert(h.end(), {'G', 'G', 'U', 'F'});
+    h.reserve(1 << 16);
+    put<uint32_t>(h, 0x46554747u);  // "GGUF" little-endian
     put<uint32_t>(h, 3);
     put<uint64_t>(h, tensors_.size());
     put<uint64_t>(h, meta_.entries().size());
