@@ -8,6 +8,9 @@ namespace nitro {
 
 namespace {
 
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxExperts = 65536;
+
 /// Some keys (head_count_kv in models with per-layer attention) may be arrays; take the maximum.
 int64_t int_or_array_max(const GgufMetadata& m, const std::string& key, int64_t fallback) {
     const GgufValue* v = m.find(key);
@@ -65,6 +68,10 @@ ModelHparams read_hparams(const GgufMetadata& m) {
     h.rope_scaling = m.get_string(a + "rope.scaling.type").value_or("");
     h.rope_scaling_factor = m.get_float(a + "rope.scaling.factor").value_or(0);
     h.rope_orig_ctx = m.get_int(a + "rope.scaling.original_context_length").value_or(0);
+    // Bounds well above any real model (llama.cpp: LLAMA_MAX_LAYERS 512, experts up to 512) that
+    // stop a corrupt header from driving huge allocations.
+    if (h.n_layer > kMaxLayers) fail("{}: {}block_count = {} exceeds the maximum of {}", m.source, a, h.n_layer, kMaxLayers);
+    if (h.n_expert > kMaxExperts) fail("{}: {}expert_count = {} exceeds the maximum of {}", m.source, a, h.n_expert, kMaxExperts);
     if (h.n_expert < 0 || h.n_expert_used < 0 || h.n_expert_used > h.n_expert)
         fail("{}: expert_used_count = {} with expert_count = {} is inconsistent", m.source, h.n_expert_used, h.n_expert);
     return h;

@@ -84,7 +84,7 @@ ModelSummary summarize_model(const GgufModel& model) {
         s.bytes_by_category[c] += t.n_bytes;
         if (c == TensorCategory::RoutedExperts) {
             const int layer = tensor_layer(t.name);
-            if (layer < 0 || (s.hparams_error.empty() && layer >= s.hp.n_layer))
+            if (layer < 0 || layer >= 4096 || (s.hparams_error.empty() && layer >= s.hp.n_layer))
                 fail("{}: expert tensor '{}' names layer {}, but the model has {} layers", model.path(), t.name,
                      layer, s.hp.n_layer);
             if (static_cast<size_t>(layer) >= s.expert_bytes_per_layer.size())

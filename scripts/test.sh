@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): set up, build, a bounded fuzz run of the GGUF reader, then
+# every CPU test with ctest. Tests labelled `cuda` need a GPU and are skipped here; run them on a
+# GPU machine with `ctest --test-dir build-cuda -L cuda`.
+# Tests read the shared reference data from ../shared (override with NITRO_SHARED_DIR=...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shared="${NITRO_SHARED_DIR:-$(cd .. && pwd)/shared}"
+NITRO_CMAKE_ARGS="-DNITRO_SHARED_DIR=$shared ${NITRO_CMAKE_ARGS:-}" bash scripts/setup.sh
+
+# Fuzz smoke: the GGUF reader under libFuzzer + ASan/UBSan for FUZZ_SECONDS (default 30).
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNITRO_FUZZ=ON -DNITRO_TESTS=OFF -DNITRO_BENCH=OFF >/dev/null
+cmake --build build-fuzz -j"$(nproc)" --target fuzz_gguf
+corpus="$(mktemp -d)"
+cp tests/fuzz/corpus/* "$corpus"/
+echo "fuzz: fuzz_gguf for ${FUZZ_SECONDS:-30} s"
+(cd "$corpus" && "$OLDPWD"/build-fuzz/tests/fuzz/fuzz_gguf -max_total_time="${FUZZ_SECONDS:-30}" \
+     -rss_limit_mb=2048 -print_final_stats=0 . 2>&1 | tail -n 3)
+rm -rf "$corpus"
+
+ctest --test-dir build --output-on-failure -LE cuda -j"$(nproc)"

@@ -1,0 +1,113 @@
+// Tensor tables of the supported architectures.
+#include "arch/arch.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+namespace nitro {
+
+namespace {
+
+std::string blk(int64_t il, const char* suffix) { return fmt::format("blk.{}.{}", il, suffix); }
+
+/// gpt-oss (llama.cpp LLM_ARCH_OPENAI_MOE): biased attention with sinks, router with bias,
+/// experts with biases. Shapes from llama-model.cpp (case LLM_ARCH_OPENAI_MOE).
+std::vector<TensorSpec> gptoss_tensors(const ModelHparams& hp, int64_t n_vocab) {
+    const int64_t E = hp.n_embd, q = hp.n_head * hp.head_dim, k = hp.n_head_kv * hp.head_dim,
+                  v = hp.n_head_kv * hp.head_dim_v, o = hp.n_head * hp.head_dim_v, F = hp.n_ff_exp,
+                  X = hp.n_expert;
+    std::vector<TensorSpec> t;
+    t.push_back({"token_embd.weight", {E, n_vocab}, TensorKind::Embedding, E});
+    t.push_back({"output_norm.weight", {E}, TensorKind::Norm, E});
+    t.push_back({"output.weight", {E, n_vocab}, TensorKind::Output, E});
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        t.push_back({blk(il, "attn_norm.weight"), {E}, TensorKind::Norm, E});
+        t.push_back({blk(il, "post_attention_norm.weight"), {E}, TensorKind::Norm, E});
+        t.push_back({blk(il, "attn_q.weight"), {E, q}, TensorKind::Matrix, E});
+        t.push_back({blk(il, "attn_q.bias"), {q}, TensorKind::Bias, E});
+        t.push_back({blk(il, "attn_k.weight"), {E, k}, TensorKind::Matrix, E});
+        t.push_back({blk(il, "attn_k.bias"), {k}, TensorKind::Bias, E});
+        t.push_back({blk(il, "attn_v.weight"), {E, v}, TensorKind::Matrix, E});
+        t.push_back({blk(il, "attn_v.bias"), {v}, TensorKind::Bias, E});
+        t.push_back({blk(il, "attn_output.weight"), {o, E}, TensorKind::Matrix, o});
+        t.push_back({blk(il, "attn_output.bias"), {E}, TensorKind::Bias, o});
+        t.push_back({blk(il, "attn_sinks.weight"), {hp.n_head}, TensorKind::Sinks, 1});
+        t.push_back({blk(il, "ffn_gate_inp.weight"), {E, X}, TensorKind::Router, E});
+        t.push_back({blk(il, "ffn_gate_inp.bias"), {X}, TensorKind::RouterBias, E});
+        t.push_back({blk(il, "ffn_gate_exps.weight"), {E, F, X}, TensorKind::Expert, E});
+        t.push_back({blk(il, "ffn_gate_exps.bias"), {F, X}, TensorKind::ExpertBias, E});
+        t.push_back({blk(il, "ffn_down_exps.weight"), {F, E, X}, TensorKind::Expert, F});
+        t.push_back({blk(il, "ffn_down_exps.bias"), {E, X}, TensorKind::ExpertBias, F});
+        t.push_back({blk(il, "ffn_up_exps.weight"), {E, F, X}, TensorKind::Expert, E});
+        t.push_back({blk(il, "ffn_up_exps.bias"), {F, X}, TensorKind::ExpertBias, E});
+    }
+    return t;
+}
+
+/// qwen3moe (llama.cpp LLM_ARCH_QWEN3MOE): per-head q/k RMSNorm, no biases, output tied to
+/// token_embd when output.weight is absent.
+std::vector<TensorSpec> qwen3moe_tensors(const ModelHparams& hp, int64_t n_vocab) {
+    const int64_t E = hp.n_embd, q = hp.n_head * hp.head_dim, k = hp.n_head_kv * hp.head_dim,
+                  v = hp.n_head_kv * hp.head_dim_v, o = hp.n_head * hp.head_dim_v, F = hp.n_ff_exp,
+                  X = hp.n_expert;
+    std::vector<TensorSpec> t;
+    t.push_back({"token_embd.weight", {E, n_vocab}, TensorKind::Embedding, E});
+    t.push_back({"output_norm.weight", {E}, TensorKind::Norm, E});
+    t.push_back({"output.weight", {E, n_vocab}, TensorKind::Output, E, /*required=*/false});
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        t.push_back({blk(il, "attn_norm.weight"), {E}, TensorKind::Norm, E});
+        t.push_back({blk(il, "attn_q.weight"), {E, q}, TensorKind::Matrix, E});
+        t.push_back({blk(il, "attn_q_norm.weight"), {hp.head_dim}, TensorKind::Norm, hp.head_dim});
+        t.push_back({blk(il, "attn_k.weight"), {E, k}, TensorKind::Matrix, E});
+        t.push_back({blk(il, "attn_k_norm.weight"), {hp.head_dim}, TensorKind::Norm, hp.head_dim});
+        t.push_back({blk(il, "attn_v.weight"), {E, v}, TensorKind::Matrix, E});
+        t.push_back({blk(il, "attn_output.weight"), {o, E}, TensorKind::Matrix, o});
+        t.push_back({blk(il, "ffn_norm.weight"), {E}, TensorKind::Norm, E});
+        t.push_back({blk(il, "ffn_gate_inp.weight"), {E, X}, TensorKind::Router, E});
+        t.push_back({blk(il, "ffn_gate_exps.weight"), {E, F, X}, TensorKind::Expert, E});
+        t.push_back({blk(il, "ffn_down_exps.weight"), {F, E, X}, TensorKind::Expert, F});
+        t.push_back({blk(il, "ffn_up_exps.weight"), {E, F, X}, TensorKind::Expert, E});
+    }
+    return t;
+}
+
+const ArchInfo kArchs[] = {
+    {"gpt-oss", gptoss_tensors},
+    {"qwen3moe", qwen3moe_tensors},
+};
+
+}  // namespace
+
+const ArchInfo* find_arch(std::string_view name) {
+    for (const auto& a : kArchs)
+        if (a.name == name) return &a;
+    return nullptr;
+}
+
+std::string known_arch_names() {
+    std::string s;
+    for (const auto& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
+    return s;
+}
+
+void validate_model_tensors(const GgufModel& model, const ModelHparams& hp, int64_t n_vocab) {
+    const ArchInfo* arch = find_arch(hp.arch);
+    if (!arch) fail("{}: architecture '{}' is not supported (known: {})", model.path(), hp.arch, known_arch_names());
+    for (const auto& spec : arch->tensors(hp, n_vocab)) {
+        const GgufTensorInfo* t = model.find(spec.name);
+        if (!t) {
+            if (spec.required) fail("{}: required tensor '{}' is missing", model.path(), spec.name);
+            continue;
+        }
+        bool ok = t->n_dims == static_cast<int>(spec.ne.size());
+        for (size_t d = 0; ok && d < spec.ne.size(); ++d) ok = t->ne[d] == spec.ne[d];
+        if (!ok) {
+            std::string want = "[";
+            for (size_t d = 0; d < spec.ne.size(); ++d) want += (d ? ", " : "") + std::to_string(spec.ne[d]);
+            fail("{}: tensor '{}' has shape {}, expected {} for this model's hyperparameters", model.path(),
+                 spec.name, t->shape_string(), want + "]");
+        }
+    }
+}
+
+}  // namespace nitro

@@ -1,0 +1,355 @@
+#include "arch/synth.h"
+
+#include "arch/arch.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "gguf/writer.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace nitro {
+
+namespace {
+
+/// splitmix64: a small, fast, well-mixed generator; every tensor gets its own stream seeded from
+/// (seed, name), so a tensor's values do not depend on the order or chunking of generation.
+struct Rng {
+    uint64_t s;
+    uint64_t next() {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+    /// Standard normal (Box-Muller; the second value is dropped for simplicity of the stream).
+    float normal() {
+        double u1 = uniform();
+        if (u1 < 1e-300) u1 = 1e-300;
+        return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * uniform()));
+    }
+};
+
+uint64_t name_hash(const std::string& s, uint64_t seed) {
+    uint64_t h = 1469598103934665603ull ^ seed;  // FNV-1a
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    return h;
+}
+
+/// Target standard deviation of a tensor's values (scales as in ../shared/fixtures/README.md:
+/// gain / sqrt(fan_in) for projections, 1 + 0.1 N(0,1) for norms).
+double target_std(const TensorSpec& s) {
+    const double inv = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(s.fan_in, 1)));
+    switch (s.kind) {
+        case TensorKind::Embedding: return 1.0;
+        case TensorKind::Output: return 3.0 * inv;
+        case TensorKind::Norm: return 0.1;
+        case TensorKind::Matrix: return inv;
+        case TensorKind::Bias: case TensorKind::RouterBias: case TensorKind::ExpertBias: return 0.02;
+        case TensorKind::Router: return 2.0 * inv;
+        case TensorKind::Sinks: return 1.0;
+        case TensorKind::Expert: return inv;
+    }
+    return inv;
+}
+
+GgmlType default_type(TensorKind k, GgmlType expert_type) {
+    switch (k) {
+        case TensorKind::Embedding: case TensorKind::Output: return GgmlType::Q8_0;
+        case TensorKind::Matrix: return GgmlType::F16;
+        case TensorKind::Expert: return expert_type;
+        default: return GgmlType::F32;
+    }
+}
+
+/// llama.cpp's general.file_type (enum llama_ftype) for a model whose experts are `t`.
+uint32_t file_type_for(GgmlType t) {
+    switch (t) {
+        case GgmlType::F32: return 0;
+        case GgmlType::F16: return 1;
+        case GgmlType::Q4_0: return 2;
+        case GgmlType::Q4_1: return 3;
+        case GgmlType::Q8_0: return 7;
+        case GgmlType::Q5_0: return 8;
+        case GgmlType::Q5_1: return 9;
+        case GgmlType::Q2_K: return 10;
+        case GgmlType::Q3_K: return 12;
+        case GgmlType::Q4_K: return 15;
+        case GgmlType::Q5_K: return 17;
+        case GgmlType::Q6_K: return 18;
+        case GgmlType::IQ4_NL: return 25;
+        case GgmlType::IQ4_XS: return 30;
+        case GgmlType::BF16: return 32;
+        case GgmlType::MXFP4: return 38;
+        default: return 0;
+    }
+}
+
+/// Fills `out` with `n_rows` rows of tensor data of type `t`, row length `ne0`.
+/// MXFP4, Q8_0 and Q4_0 are written as random codes with a scale chosen for the target std
+/// (fast enough for 60 GB models); other quantized types quantize Gaussian floats.
+void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const TensorSpec& spec, Rng& rng, std::vector<uint8_t>& out,
+               std::vector<float>& scratch) {
+    const double sd = target_std(spec);
+    const size_t rb = row_size(t, ne0);
+    out.resize(rb * static_cast<size_t>(n_rows));
+    uint8_t* p = out.data();
+    const int64_t n = ne0 * n_rows;
+    auto gaussian = [&](float* dst, int64_t count) {
+        for (int64_t i = 0; i < count; ++i) {
+            const float g = rng.normal() * static_cast<float>(sd);
+            dst[i] = spec.kind == TensorKind::Norm ? 1.0f + g : g;
+        }
+    };
+    switch (t) {
+        case GgmlType::F32: gaussian(reinterpret_cast<float*>(p), n); return;
+        case GgmlType::F16:
+        case GgmlType::BF16: {
+            scratch.resize(static_cast<size_t>(n));
+            gaussian(scratch.data(), n);
+            auto* h = reinterpret_cast<uint16_t*>(p);
+            for (int64_t i = 0; i < n; ++i) h[i] = t == GgmlType::F16 ? f32_to_fp16(scratch[i]) : f32_to_bf16(scratch[i]);
+            return;
+        }
+        case GgmlType::MXFP4: {
+            // Block: 1 E8M0 byte + 16 bytes of E2M1 codes. Uniform random codes of ggml's doubled
+            // table {0,1,2,3,4,6,8,12} with random signs have rms 5.85 * 2^(e-128).
+            const int e = std::clamp(static_cast<int>(std::lround(128 + std::log2(sd / 5.85))), 1, 254);
+            for (int64_t b = 0; b < n / 32; ++b, p += 17) {
+                p[0] = static_cast<uint8_t>(e);
+                uint64_t r0 = rng.next(), r1 = rng.next();
+                std::memcpy(p + 1, &r0, 8);
+                std::memcpy(p + 9, &r1, 8);
+            }
+            return;
+        }
+        case GgmlType::Q8_0: {
+            // Block: fp16 scale + 32 int8 codes uniform in [-127, 127] (rms 73.3).
+            const uint16_t d = f32_to_fp16(static_cast<float>(sd / 73.3));
+            for (int64_t b = 0; b < n / 32; ++b, p += 34) {
+                std::memcpy(p, &d, 2);
+                for (int i = 0; i < 32; ++i) p[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(rng.next() % 255 - 127));
+            }
+            return;
+        }
+        case GgmlType::Q4_0: {
+            // Block: fp16 scale + 16 bytes of 4-bit codes (value = code - 8, rms 4.64).
+            const uint16_t d = f32_to_fp16(static_cast<float>(sd / 4.64));
+            for (int64_t b = 0; b < n / 32; ++b, p += 18) {
+                std::memcpy(p, &d, 2);
+                uint64_t r0 = rng.next(), r1 = rng.next();
+                std::memcpy(p + 2, &r0, 8);
+                std::memcpy(p + 10, &r1, 8);
+            }
+            return;
+        }
+        default: {
+            scratch.resize(static_cast<size_t>(ne0));
+            for (int64_t r = 0; r < n_rows; ++r) {
+                gaussian(scratch.data(), ne0);
+                quantize(t, scratch.data(), p + r * rb, ne0);
+            }
+            return;
+        }
+    }
+}
+
+/// GPT-2 byte-level BPE maps each byte to a printable code point (bytes_to_unicode in
+/// openai/gpt-2 encoder.py): printable Latin-1 bytes map to themselves, others to U+0100 + k.
+std::vector<std::string> byte_tokens() {
+    std::vector<std::string> out(256);
+    int k = 0;
+    for (int b = 0; b < 256; ++b) {
+        const bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+        const uint32_t cp = printable ? static_cast<uint32_t>(b) : 0x100u + static_cast<uint32_t>(k++);
+        std::string s;
+        if (cp < 0x80) s += static_cast<char>(cp);
+        else {
+            s += static_cast<char>(0xc0 | (cp >> 6));
+            s += static_cast<char>(0x80 | (cp & 0x3f));
+        }
+        out[static_cast<size_t>(b)] = s;
+    }
+    return out;
+}
+
+std::shared_ptr<GgufArray> string_array(std::vector<std::string> v) {
+    auto a = std::make_shared<GgufArray>();
+    a->type = GgufType::STRING;
+    a->data = std::move(v);
+    return a;
+}
+
+/// A byte-level vocabulary (256 byte tokens, no merges) plus the architecture's special tokens,
+/// padded with unused [PAD] tokens to `n_vocab` when that is larger. Returns the vocabulary size.
+int64_t write_minimal_vocab(GgufMetadata& m, const std::string& arch, int64_t n_vocab) {
+    std::vector<std::string> tokens = byte_tokens();
+    std::vector<int32_t> types(256, 1);  // NORMAL
+    std::vector<std::string> specials;
+    if (arch == "gpt-oss")
+        specials = {"<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
+                    "<|start|>", "<|end|>", "<|message|>", "<|call|>"};
+    else
+        specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>"};
+    for (const auto& s : specials) {
+        tokens.push_back(s);
+        types.push_back(s.front() == '<' && s[1] == '|' ? 3 : 4);  // CONTROL / USER_DEFINED
+    }
+    for (int64_t i = static_cast<int64_t>(tokens.size()); i < n_vocab; ++i) {
+        tokens.push_back("[PAD" + std::to_string(i) + "]");
+        types.push_back(5);  // UNUSED
+    }
+    const auto id = [&](const std::string& s) {
+        for (size_t i = 0; i < tokens.size(); ++i)
+            if (tokens[i] == s) return static_cast<uint32_t>(i);
+        return 0u;
+    };
+    const int64_t size = static_cast<int64_t>(tokens.size());
+    m.set("tokenizer.ggml.model", std::string("gpt2"));
+    m.set("tokenizer.ggml.pre", std::string(arch == "gpt-oss" ? "gpt-4o" : "qwen2"));
+    m.set("tokenizer.ggml.tokens", string_array(std::move(tokens)));
+    auto ta = std::make_shared<GgufArray>();
+    ta->type = GgufType::INT32;
+    ta->data = std::move(types);
+    m.set("tokenizer.ggml.token_type", ta);
+    m.set("tokenizer.ggml.merges", string_array({}));
+    if (arch == "gpt-oss") {
+        m.set("tokenizer.ggml.bos_token_id", id("<|startoftext|>"));
+        m.set("tokenizer.ggml.eos_token_id", id("<|return|>"));
+        m.set("tokenizer.ggml.padding_token_id", id("<|endoftext|>"));
+    } else {
+        m.set("tokenizer.ggml.bos_token_id", id("<|endoftext|>"));
+        m.set("tokenizer.ggml.eos_token_id", id("<|im_end|>"));
+        m.set("tokenizer.ggml.padding_token_id", id("<|endoftext|>"));
+        m.set("tokenizer.ggml.add_bos_token", false);
+    }
+    return size;
+}
+
+}  // namespace
+
+ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab) {
+    ModelHparams h;
+    h.arch = arch;
+    h.name = "synth-" + preset;
+    if (arch == "gpt-oss") {
+        // openai/gpt-oss-20b and -120b config.json; tiny keeps the structure at toy width.
+        h.n_embd = 2880; h.n_head = 64; h.n_head_kv = 8; h.head_dim = 64; h.n_expert_used = 4;
+        h.n_ff_exp = 2880; h.n_ff = 2880; h.sliding_window = 128; h.n_ctx_train = 131072; h.rms_eps = 1e-5;
+        h.rope_freq_base = 150000; h.rope_scaling = "yarn"; h.rope_scaling_factor = 32; h.rope_orig_ctx = 4096;
+        *n_vocab = 201088;
+        if (preset == "gpt-oss-20b") { h.n_layer = 24; h.n_expert = 32; }
+        else if (preset == "gpt-oss-120b") { h.n_layer = 36; h.n_expert = 128; }
+        else if (preset == "tiny") {
+            h.n_layer = 4; h.n_embd = 256; h.n_head = 4; h.n_head_kv = 2; h.head_dim = 64; h.n_expert = 16;
+            h.n_ff_exp = 256; h.n_ff = 256; h.sliding_window = 16; *n_vocab = 0;
+        } else fail("unknown preset '{}' for gpt-oss (known: tiny, gpt-oss-20b, gpt-oss-120b)", preset);
+    } else if (arch == "qwen3moe") {
+        // Qwen/Qwen3-30B-A3B config.json.
+        h.n_embd = 2048; h.n_head = 32; h.n_head_kv = 4; h.head_dim = 128; h.n_expert = 128; h.n_expert_used = 8;
+        h.n_ff_exp = 768; h.n_ff = 6144; h.n_layer = 48; h.n_ctx_train = 40960; h.rms_eps = 1e-6;
+        h.rope_freq_base = 1e6;
+        *n_vocab = 151936;
+        if (preset == "qwen3-30b-a3b") {
+        } else if (preset == "tiny") {
+            h.n_layer = 4; h.n_embd = 256; h.n_head = 4; h.n_head_kv = 2; h.head_dim = 64; h.n_expert = 16;
+            h.n_expert_used = 4; h.n_ff_exp = 256; h.n_ff = 768; *n_vocab = 0;
+        } else fail("unknown preset '{}' for qwen3moe (known: tiny, qwen3-30b-a3b)", preset);
+    } else {
+        fail("nitro synth: unknown architecture '{}' (known: {})", arch, known_arch_names());
+    }
+    h.head_dim_v = h.head_dim;
+    h.rope_dim = h.head_dim;
+    return h;
+}
+
+void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uint64_t)>& progress) {
+    if (opt.out.empty()) fail("nitro synth: an output path (-o FILE) is required");
+    int64_t n_vocab = 0;
+    ModelHparams hp = synth_preset(opt.arch, opt.preset, &n_vocab);
+    const GgmlType expert_type = opt.expert_type.value_or(opt.arch == "gpt-oss" ? GgmlType::MXFP4 : GgmlType::Q8_0);
+    const auto& et = type_traits(expert_type);
+    if (!et.quantize && expert_type != GgmlType::MXFP4 && expert_type != GgmlType::Q8_0 && expert_type != GgmlType::Q4_0 &&
+        expert_type != GgmlType::F16 && expert_type != GgmlType::BF16 && expert_type != GgmlType::F32)
+        fail("nitro synth: expert type {} has no quantizer in this build", type_display_name(expert_type));
+    if (hp.n_embd % et.block_size != 0 || hp.n_ff_exp % et.block_size != 0)
+        fail("nitro synth: expert type {} needs rows that are a multiple of {} values, but preset '{}' has "
+             "n_embd {} and n_ff_exp {}",
+             type_display_name(expert_type), et.block_size, opt.preset, hp.n_embd, hp.n_ff_exp);
+
+    GgufWriter w;
+    GgufMetadata& m = w.metadata();
+    const std::string a = hp.arch + ".";
+    m.set("general.architecture", hp.arch);
+    m.set("general.type", std::string("model"));
+    m.set("general.name", hp.name);
+    m.set(a + "block_count", static_cast<uint32_t>(hp.n_layer));
+    m.set(a + "context_length", static_cast<uint32_t>(hp.n_ctx_train));
+    m.set(a + "embedding_length", static_cast<uint32_t>(hp.n_embd));
+    m.set(a + "feed_forward_length", static_cast<uint32_t>(hp.n_ff));
+    m.set(a + "attention.head_count", static_cast<uint32_t>(hp.n_head));
+    m.set(a + "attention.head_count_kv", static_cast<uint32_t>(hp.n_head_kv));
+    m.set(a + "rope.freq_base", static_cast<float>(hp.rope_freq_base));
+    m.set(a + "attention.layer_norm_rms_epsilon", static_cast<float>(hp.rms_eps));
+    m.set(a + "expert_count", static_cast<uint32_t>(hp.n_expert));
+    m.set(a + "expert_used_count", static_cast<uint32_t>(hp.n_expert_used));
+    m.set(a + "attention.key_length", static_cast<uint32_t>(hp.head_dim));
+    m.set(a + "attention.value_length", static_cast<uint32_t>(hp.head_dim_v));
+    m.set(a + "expert_feed_forward_length", static_cast<uint32_t>(hp.n_ff_exp));
+    if (hp.rope_scaling == "yarn") {
+        m.set(a + "rope.scaling.type", hp.rope_scaling);
+        m.set(a + "rope.scaling.factor", static_cast<float>(hp.rope_scaling_factor));
+        m.set(a + "rope.scaling.original_context_length", static_cast<uint32_t>(hp.rope_orig_ctx));
+    }
+    if (hp.sliding_window > 0) m.set(a + "attention.sliding_window", static_cast<uint32_t>(hp.sliding_window));
+    m.set("general.file_type", file_type_for(expert_type));
+    m.set("general.quantization_version", uint32_t{2});
+
+    if (!opt.vocab_from.empty()) {
+        GgufModel src(opt.vocab_from);
+        const GgufArray* toks = src.metadata().get_array("tokenizer.ggml.tokens");
+        if (!toks) fail("'{}' has no tokenizer.ggml.tokens to copy", opt.vocab_from);
+        for (const auto& [k, v] : src.metadata().entries())
+            if (k.rfind("tokenizer.", 0) == 0) m.set(k, v);
+        n_vocab = static_cast<int64_t>(toks->size());
+    } else {
+        n_vocab = write_minimal_vocab(m, hp.arch, n_vocab);
+    }
+
+    const ArchInfo* arch = find_arch(hp.arch);
+    std::vector<TensorSpec> specs = arch->tensors(hp, n_vocab);
+    const bool tie_output = hp.arch == "qwen3moe" && opt.preset == "tiny";
+    std::vector<TensorSpec> written;
+    for (auto& s : specs) {
+        if (tie_output && s.name == "output.weight") continue;
+        w.add_tensor(s.name, default_type(s.kind, expert_type), s.ne);
+        written.push_back(s);
+    }
+    uint64_t total = 0;
+    for (const auto& t : w.tensors()) total += t.n_bytes;
+
+    w.open(opt.out);
+    std::vector<uint8_t> buf;
+    std::vector<float> scratch;
+    uint64_t done = 0;
+    for (size_t i = 0; i < written.size(); ++i) {
+        const GgufTensorInfo& info = w.tensors()[i];
+        Rng rng{name_hash(info.name, opt.seed)};
+        const int64_t ne0 = info.ne[0];
+        const int64_t rows = info.ne[1] * info.ne[2] * info.ne[3];
+        const size_t rb = row_size(info.type, ne0);
+        const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((4u << 20) / rb));
+        for (int64_t r = 0; r < rows; r += chunk) {
+            const int64_t k = std::min(chunk, rows - r);
+            fill_rows(info.type, ne0, k, written[i], rng, buf, scratch);
+            w.write_data(buf.data(), buf.size());
+            done += buf.size();
+            if (progress) progress(done, total);
+        }
+    }
+    w.finish();
+}
+
+}  // namespace nitro

@@ -1,0 +1,35 @@
+// `nitro synth`: GGUF models of real shapes with random weights, streamed to disk.
+//
+// A synthetic model has exactly the tensor names, shapes and types llama.cpp expects for its
+// architecture, so the same file runs in llama.cpp and nitro and can be compared, and models of
+// any size (gpt-oss-120b: 60 GiB) can be made without a download and without holding them in RAM.
+#pragma once
+
+#include "arch/hparams.h"
+#include "quant/types.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace nitro {
+
+struct SynthOptions {
+    std::string arch = "gpt-oss";         ///< "gpt-oss" or "qwen3moe"
+    std::string preset = "tiny";          ///< tiny, gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b
+    std::optional<GgmlType> expert_type;  ///< routed-expert weight type (default: MXFP4 for gpt-oss, Q8_0 for qwen3moe)
+    std::string vocab_from;               ///< copy tokenizer.* metadata (and n_vocab) from this GGUF
+    uint64_t seed = 42;
+    std::string out;                      ///< output path
+};
+
+/// Hyperparameters of a preset for an architecture; n_vocab gets the preset's vocabulary size.
+/// Throws nitro::Error for an unknown preset or an arch/preset mismatch.
+ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab);
+
+/// Writes the model. `progress(done_bytes, total_bytes)` is called as tensor data is written.
+/// Throws nitro::Error on bad options or I/O failure (no partial file is left under `out`).
+void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uint64_t)>& progress = {});
+
+}  // namespace nitro

@@ -1,0 +1,54 @@
+// nitro synth --arch gpt-oss|qwen3moe --preset NAME [--type T] [--vocab-from FILE] [--seed S] -o OUT.gguf
+#include "arch/summary.h"
+#include "arch/synth.h"
+#include "cli/commands.h"
+#include "core/error.h"
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include <unistd.h>
+
+namespace nitro::cli {
+
+Action add_synth(CLI::App& app) {
+    struct Opts {
+        SynthOptions s;
+        std::string type;
+    };
+    auto o = std::make_shared<Opts>();
+    CLI::App* sub = app.add_subcommand("synth", "Write a GGUF of a real model's shapes with random weights "
+                                                "(streamed: no RAM needed for the model's size)");
+    sub->add_option("--arch", o->s.arch, "Architecture: gpt-oss or qwen3moe")->capture_default_str();
+    sub->add_option("--preset", o->s.preset, "Shape preset: tiny, gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b")
+        ->capture_default_str();
+    sub->add_option("--type", o->type, "Routed-expert weight type (mxfp4, q8_0, q4_0, q4_k, q5_k, q6_k, iq4_xs, f16...); "
+                                       "default mxfp4 for gpt-oss, q8_0 for qwen3moe");
+    sub->add_option("--vocab-from", o->s.vocab_from, "Copy the tokenizer (tokenizer.* keys) from this GGUF");
+    sub->add_option("--seed", o->s.seed, "Random seed")->capture_default_str();
+    sub->add_option("-o,--output", o->s.out, "Output GGUF path")->required();
+    return [o]() {
+        if (!o->type.empty()) {
+            auto t = type_from_name(o->type);
+            if (!t) fail("nitro synth: unknown weight type '{}'", o->type);
+            o->s.expert_type = *t;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        int last_pct = -1;
+        const bool tty = ::isatty(2);
+        synth_model(o->s, [&](uint64_t done, uint64_t total) {
+            const int pct = total ? static_cast<int>(100 * done / total) : 100;
+            const int step = tty ? 1 : 10;  // a live percentage on a terminal, a line per 10% in logs
+            if (pct / step != last_pct / step) {
+                std::fprintf(stderr, tty ? "\rsynth: %3d%% of %s" : "synth: %3d%% of %s\n", pct, format_bytes(total).c_str());
+                last_pct = pct;
+            }
+        });
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "%ssynth: wrote %s in %.1f s\n", tty ? "\n" : "", o->s.out.c_str(), s);
+        return 0;
+    };
+}
+
+}  // namespace nitro::cli
