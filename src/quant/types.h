@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace nitro {
@@ -79,7 +80,10 @@ size_t row_size(GgmlType t, int64_t ne0);
 /// Dequantizes `n` values of type `t`. Throws nitro::Error if the type cannot be dequantized or
 /// `n` is not a multiple of the block size.
 void dequantize(GgmlType t, const void* src, float* dst, int64_t n);
-/// Quantizes with the reference quantizer. Throws nitro::Error if the type has none.
+/// Quantizes `n` floats into row_size(t, n) bytes at `dst` with the reference quantizer: ggml's
+/// (what ggml_quantize_chunk does without an importance matrix), reproducing its bytes. Throws
+/// nitro::Error if the type has none (the grid i-quants, integer types) or `n` is not a multiple
+/// of the block size.
 void quantize(GgmlType t, const float* src, void* dst, int64_t n);
 
 }  // namespace nitro
