@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <cstring>
 #include <cstdio>
 #include <memory>
 
@@ -126,4 +127,16 @@ TEST(Inspect, NonModelFileStillSummarised) {
     ModelSummary s = summarize_model(m);
     EXPECT_FALSE(s.hparams_error.empty());
     EXPECT_EQ(s.n_tensors, 57);
+}
+
+TEST(Inspect, DumpEqualsGgmlDequantization) {
+    // --dump of ggml-quantized tensors equals ggml's own dequantization (ref.*) value for value.
+    const std::string golden = std::string(NITRO_SHARED_DIR) + "/golden/quant/quant-golden.gguf";
+    for (const char* t : {"q4_K", "mxfp4", "iq4_xs", "q6_K"}) {
+        auto q = nlohmann::json::parse(run_nitro(std::string("inspect --dump q.") + t + " " + golden));
+        auto ref = nlohmann::json::parse(run_nitro(std::string("inspect --dump ref.") + t + " " + golden));
+        EXPECT_EQ(q["shape"], nlohmann::json::array({256, 4}));
+        ASSERT_EQ(q["data"].size(), 1024u) << t;
+        for (size_t i = 0; i < 1024; ++i) ASSERT_EQ(q["data"][i].get<float>(), ref["data"][i].get<float>()) << t << " " << i;
+    }
 }

@@ -7,6 +7,7 @@
 //     no worse than the max_abs_err ggml recorded in the JSON.
 // A missing or malformed golden file fails the tests (never skips them).
 #include "core/error.h"
+#include "gguf/gguf.h"
 #include "quant/types.h"
 
 #include <gtest/gtest.h>
@@ -27,112 +28,22 @@ using nitro::GgmlType;
 
 const std::string kGoldenDir = std::string(NITRO_SHARED_DIR) + "/golden/quant/";
 
-// ------------------------------------------------------------------ minimal GGUF tensor reader
-// Enough of GGUF v3 to find tensor bytes (ggml/docs/gguf.md): header, metadata (skipped, except
-// general.alignment), tensor infos, aligned data section. Throws std::runtime_error on anything
-// malformed. The project's real reader is src/gguf; this one only serves this test.
-
+// Golden tensors are read through the project's GGUF reader (src/gguf), copied out of the mapping.
 struct GgufTensor {
     uint32_t type = 0;
     std::vector<int64_t> ne;
     std::vector<uint8_t> bytes;
 };
 
-class GgufCursor {
-public:
-    explicit GgufCursor(const std::vector<uint8_t>& buf) : buf_(buf) {}
-    template <typename T>
-    T read() {
-        need(sizeof(T));
-        T v;
-        std::memcpy(&v, buf_.data() + pos_, sizeof(T));
-        pos_ += sizeof(T);
-        return v;
-    }
-    std::string read_string() {
-        const auto len = read<uint64_t>();
-        need(len);
-        std::string s(reinterpret_cast<const char*>(buf_.data() + pos_), len);
-        pos_ += len;
-        return s;
-    }
-    void skip(uint64_t n) { need(n); pos_ += n; }
-    size_t pos() const { return pos_; }
-
-private:
-    void need(uint64_t n) const {
-        if (n > buf_.size() - pos_) throw std::runtime_error("GGUF file truncated");
-    }
-    const std::vector<uint8_t>& buf_;
-    size_t pos_ = 0;
-};
-
-/// Skips one metadata value of GGUF type `type` (0..12), returning it as u64 when it is an
-/// unsigned integer scalar (for general.alignment).
-uint64_t skip_value(GgufCursor& c, uint32_t type, int depth = 0) {
-    static constexpr uint64_t kScalarSize[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    if (type == 8) {
-        c.read_string();
-        return 0;
-    }
-    if (type == 9) {
-        if (depth > 4) throw std::runtime_error("GGUF arrays nested too deep");
-        const auto elem = c.read<uint32_t>();
-        const auto count = c.read<uint64_t>();
-        for (uint64_t i = 0; i < count; ++i) skip_value(c, elem, depth + 1);
-        return 0;
-    }
-    if (type > 12) throw std::runtime_error("bad GGUF value type " + std::to_string(type));
-    if (type == 4) return c.read<uint32_t>();
-    if (type == 10) return c.read<uint64_t>();
-    c.skip(kScalarSize[type]);
-    return 0;
-}
-
-/// Reads every tensor of a GGUF v3 file into memory, by name.
 std::map<std::string, GgufTensor> read_gguf(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error("cannot open " + path);
-    std::vector<uint8_t> buf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    GgufCursor c(buf);
-    if (c.read<uint32_t>() != 0x46554747u) throw std::runtime_error("not a GGUF file: " + path);
-    if (c.read<uint32_t>() != 3) throw std::runtime_error("expected GGUF version 3");
-    const auto n_tensors = c.read<uint64_t>();
-    const auto n_kv = c.read<uint64_t>();
-    uint64_t alignment = 32;
-    for (uint64_t i = 0; i < n_kv; ++i) {
-        const std::string key = c.read_string();
-        const auto type = c.read<uint32_t>();
-        const uint64_t v = skip_value(c, type);
-        if (key == "general.alignment") alignment = v;
-    }
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0) throw std::runtime_error("bad alignment");
-    struct Info { std::string name; GgufTensor t; uint64_t offset; };
-    std::vector<Info> infos;
-    for (uint64_t i = 0; i < n_tensors; ++i) {
-        Info info;
-        info.name = c.read_string();
-        const auto n_dims = c.read<uint32_t>();
-        if (n_dims == 0 || n_dims > 4) throw std::runtime_error("bad n_dims for " + info.name);
-        for (uint32_t d = 0; d < n_dims; ++d) info.t.ne.push_back(static_cast<int64_t>(c.read<uint64_t>()));
-        info.t.type = c.read<uint32_t>();
-        info.offset = c.read<uint64_t>();
-        infos.push_back(std::move(info));
-    }
-    const uint64_t data_start = (c.pos() + alignment - 1) / alignment * alignment;
+    nitro::GgufModel model(path);
     std::map<std::string, GgufTensor> out;
-    for (Info& info : infos) {
-        const nitro::TypeTraits* tt = nitro::type_traits(info.t.type);
-        if (tt == nullptr) throw std::runtime_error("unknown type id in " + info.name);
-        uint64_t nbytes = nitro::row_size(tt->type, info.t.ne[0]);
-        for (size_t d = 1; d < info.t.ne.size(); ++d) nbytes *= static_cast<uint64_t>(info.t.ne[d]);
-        const uint64_t begin = data_start + info.offset;
-        if (begin > buf.size() || nbytes > buf.size() - begin) {
-            throw std::runtime_error("tensor " + info.name + " runs past the end of the file");
-        }
-        info.t.bytes.assign(buf.begin() + static_cast<std::ptrdiff_t>(begin),
-                            buf.begin() + static_cast<std::ptrdiff_t>(begin + nbytes));
-        out.emplace(info.name, std::move(info.t));
+    for (const auto& t : model.tensors()) {
+        GgufTensor g;
+        g.type = static_cast<uint32_t>(t.type);
+        g.ne.assign(t.ne.begin(), t.ne.begin() + t.n_dims);
+        g.bytes.assign(t.data, t.data + t.n_bytes);
+        out.emplace(t.name, std::move(g));
     }
     return out;
 }

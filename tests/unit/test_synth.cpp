@@ -1,0 +1,127 @@
+// nitro synth: files follow the architecture's tensor table, open in the reader, carry the
+// requested types, and weights have the intended scale. Hand-computed sizes.
+#include "arch/arch.h"
+#include "arch/summary.h"
+#include "arch/synth.h"
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "gguf_bytes.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+using namespace nitro;
+
+namespace {
+
+double rms(const std::vector<float>& v) {
+    double s = 0;
+    for (float x : v) s += static_cast<double>(x) * x;
+    return std::sqrt(s / static_cast<double>(v.size()));
+}
+
+}  // namespace
+
+TEST(Synth, TinyGptOssEveryExpertType) {
+    const std::string dir = test::temp_dir("synth");
+    for (GgmlType t : {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K,
+                       GgmlType::IQ4_XS, GgmlType::F16, GgmlType::BF16}) {
+        SCOPED_TRACE(type_display_name(t));
+        SynthOptions o;
+        o.arch = "gpt-oss";
+        o.preset = "tiny";
+        o.expert_type = t;
+        o.out = dir + "/g.gguf";
+        synth_model(o);
+        GgufModel m(o.out);
+        ModelSummary s = summarize_model(m);
+        validate_model_tensors(m, s.hp, s.vocab_size);  // throws on a missing or mis-shaped tensor
+        EXPECT_EQ(m.get("blk.2.ffn_up_exps.weight").type, t);
+        EXPECT_EQ(m.get("blk.2.attn_q.weight").type, GgmlType::F16);
+        EXPECT_EQ(m.get("token_embd.weight").type, GgmlType::Q8_0);
+        // One expert: gate, up and down are 256 x 256 values each, plus 256 + 256 + 256 F32 biases.
+        const auto& tt = type_traits(t);
+        const uint64_t per_matrix = 256u * (256u / static_cast<uint64_t>(tt.block_size)) * tt.type_size;
+        EXPECT_EQ(s.bytes_per_expert, 3 * per_matrix + 3 * 256 * 4);
+        // Expert weights have rms near 1/sqrt(fan_in) = 1/16 (quantization and MXFP4's power-of-two
+        // scale allow a factor of 1.5 either way).
+        const double r = rms(dequantize_tensor(m.get("blk.0.ffn_gate_exps.weight")));
+        EXPECT_GT(r, 0.0625 / 1.5);
+        EXPECT_LT(r, 0.0625 * 1.5);
+    }
+}
+
+TEST(Synth, Qwen3TinyIsTiedAndDeterministic) {
+    const std::string dir = test::temp_dir("synth-q");
+    SynthOptions o;
+    o.arch = "qwen3moe";
+    o.preset = "tiny";
+    o.out = dir + "/a.gguf";
+    synth_model(o);
+    o.out = dir + "/b.gguf";
+    synth_model(o);
+    GgufModel a(dir + "/a.gguf"), b(dir + "/b.gguf");
+    ModelSummary s = summarize_model(a);
+    validate_model_tensors(a, s.hp, s.vocab_size);
+    EXPECT_EQ(a.find("output.weight"), nullptr);
+    EXPECT_EQ(a.get("blk.0.ffn_down_exps.weight").type, GgmlType::Q8_0);
+    EXPECT_EQ(a.get("blk.0.attn_k_norm.weight").ne[0], 64);
+    ASSERT_EQ(std::filesystem::file_size(dir + "/a.gguf"), std::filesystem::file_size(dir + "/b.gguf"));
+    for (size_t i = 0; i < a.tensors().size(); ++i)
+        EXPECT_EQ(0, std::memcmp(a.tensors()[i].data, b.tensors()[i].data, a.tensors()[i].n_bytes)) << a.tensors()[i].name;
+    // A different seed gives different weights.
+    o.seed = 7;
+    o.out = dir + "/c.gguf";
+    synth_model(o);
+    GgufModel c(o.out);
+    const auto& ta = a.get("blk.1.ffn_up_exps.weight");
+    EXPECT_NE(0, std::memcmp(ta.data, c.get("blk.1.ffn_up_exps.weight").data, ta.n_bytes));
+}
+
+TEST(Synth, VocabFromCopiesTokenizer) {
+    SynthOptions o;
+    o.arch = "qwen3moe";
+    o.preset = "tiny";
+    o.vocab_from = std::string(NITRO_SHARED_DIR) + "/fixtures/tiny-qwen3moe-q8.gguf";
+    o.out = test::temp_dir("synth-v") + "/v.gguf";
+    synth_model(o);
+    GgufModel m(o.out);
+    EXPECT_EQ(m.metadata().get_array("tokenizer.ggml.tokens")->size(), 151936u);
+    EXPECT_EQ(m.metadata().get_array("tokenizer.ggml.merges")->size(), 151387u);
+    EXPECT_EQ(m.get("token_embd.weight").ne[1], 151936);
+}
+
+TEST(Synth, BadOptionsAreErrors) {
+    SynthOptions o;
+    o.out = test::temp_dir("synth-bad") + "/x.gguf";
+    o.preset = "gpt-oss-7b";
+    EXPECT_THROW(synth_model(o), Error);
+    o.preset = "tiny";
+    o.arch = "llama";
+    EXPECT_THROW(synth_model(o), Error);
+    o.arch = "gpt-oss";
+    o.expert_type = GgmlType::IQ2_S;  // no quantizer
+    EXPECT_THROW(synth_model(o), Error);
+    EXPECT_FALSE(std::filesystem::exists(o.out));
+}
+
+TEST(ArchTables, FixturesMatchTheirTables) {
+    for (const char* f : {"tiny-gptoss-mxfp4.gguf", "tiny-qwen3moe-q8.gguf"}) {
+        GgufModel m(std::string(NITRO_SHARED_DIR) + "/fixtures/" + f);
+        ModelSummary s = summarize_model(m);
+        EXPECT_NO_THROW(validate_model_tensors(m, s.hp, s.vocab_size)) << f;
+        // A wrong expectation (different n_ff_exp) is reported with the tensor and both shapes.
+        ModelHparams wrong = s.hp;
+        wrong.n_ff_exp = 128;
+        try {
+            validate_model_tensors(m, wrong, s.vocab_size);
+            ADD_FAILURE() << "mis-shaped tensor accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("ffn_gate_exps.weight' has shape [32, 64, 16], expected [32, 128, 16]"),
+                      std::string::npos)
+                << e.what();
+        }
+    }
+}
