@@ -1,0 +1,82 @@
+// Quantized matrix products on the CPU: matrix-vector (decode) and matrix-matrix (prefill), and
+// the batched form the MoE layer uses for MUL_MAT_ID (only the selected experts' rows).
+//
+// Numerics follow llama.cpp's CPU backend (ggml-cpu type_traits_cpu[].vec_dot_type): activations
+// are first converted to the weight type's "vec-dot type" (Q8_0 for Q4_0/Q4_1/Q5_x/Q8_0/MXFP4/
+// IQ4_NL, Q8_K for the K-quants and IQ4_XS, F16 for F16, BF16 for BF16, F32 for F32), then each
+// output is a sum over blocks of scale x integer dot product. The scalar code is the reference;
+// AVX2 and AVX-512 versions are chosen at run time and are tested against it.
+// Every output value is reduced by one thread in a fixed order: results are identical for any
+// thread count.
+#pragma once
+
+#include "cpu/thread_pool.h"
+#include "gguf/gguf.h"
+#include "quant/types.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace nitro::cpu {
+
+/// A weight matrix: n_rows rows (outputs) of ne0 values (inputs), rows `row_bytes` apart.
+struct WeightView {
+    GgmlType type = GgmlType::F32;
+    const uint8_t* data = nullptr;
+    int64_t ne0 = 0;
+    int64_t n_rows = 0;
+    size_t row_bytes = 0;
+    const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+/// View of a 2-D tensor [ne0, ne1]. Throws nitro::Error if the tensor is not 2-D (or 1-D).
+WeightView weight_view(const GgufTensorInfo& t);
+/// View of expert `e` of a 3-D expert tensor [ne0, ne1, n_expert] (ffn_*_exps).
+WeightView expert_view(const GgufTensorInfo& t, int64_t e);
+
+/// llama.cpp's vec_dot_type for a weight type. Throws nitro::Error for types without a CPU kernel.
+GgmlType vec_dot_type(GgmlType weight);
+
+/// Activations [n_tokens, ne0] converted to a vec-dot type.
+struct ActBuffer {
+    GgmlType type = GgmlType::F32;
+    int64_t ne0 = 0;
+    int64_t n_tokens = 0;
+    size_t row_bytes = 0;
+    std::vector<uint8_t> data;
+    const uint8_t* row(int64_t t) const { return data.data() + static_cast<size_t>(t) * row_bytes; }
+};
+
+/// Converts x [n_tokens, ne0] (f32, row stride ne0) to vec_dot_type(weight_type) into `out`
+/// (reusing its storage). ne0 must be a multiple of that type's block size.
+void quantize_acts(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type, ActBuffer& out);
+
+/// One product of a batch: for t in [0, n_tokens), r in [0, w.n_rows):
+///   out[t * out_stride + r] = dot(w.row(r), acts->row(token_ids ? token_ids[t] : t)).
+struct MatmulJob {
+    WeightView w;
+    const ActBuffer* acts = nullptr;
+    const int32_t* token_ids = nullptr;
+    int64_t n_tokens = 1;
+    float* out = nullptr;
+    int64_t out_stride = 0;
+};
+
+/// Runs all jobs in one parallel region (rows of all jobs split across the pool), e.g. the gate
+/// and up products of every selected expert of a layer at once.
+void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs);
+
+/// out [n_tokens, w.n_rows] = acts [n_tokens, ne0] x w^T.
+void matmul(ThreadPool& pool, const WeightView& w, const ActBuffer& acts, float* out);
+
+/// Dot product of one weight row (type w, n values) with one activation row of vec_dot_type(w).
+/// The scalar reference, used by tests; kernels may reassociate within a block.
+float vec_dot_reference(GgmlType w, int64_t n, const void* wrow, const void* arow);
+
+/// Name of the instruction set the kernels use on this machine ("avx512", "avx2", "scalar").
+/// NITRO_ISA=scalar|avx2|avx512 in the environment forces a lower level (for tests).
+const char* kernel_isa();
+
+}  // namespace nitro::cpu

@@ -1,0 +1,48 @@
+// A persistent team of worker threads (no thread creation or OpenMP team per call).
+//
+// parallel_for hands out chunks of an index range dynamically; the caller thread works too.
+// Work must be written so each output is produced by exactly one task, in a fixed order, so
+// results never depend on the number of threads or on scheduling.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace nitro::cpu {
+
+class ThreadPool {
+public:
+    /// `n_threads` >= 1 threads in total, including the caller of parallel_for.
+    explicit ThreadPool(int n_threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int size() const { return n_threads_; }
+
+    /// Calls fn(begin, end, thread_index) on disjoint chunks covering [0, n), each chunk at most
+    /// `grain` long, and returns when all are done. Not reentrant: do not call from inside fn.
+    void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+
+private:
+    void worker(int index);
+    void run_chunks(int thread_index);
+
+    int n_threads_;
+    std::vector<std::thread> threads_;
+    std::mutex mu_;
+    std::condition_variable cv_start_, cv_done_;
+    uint64_t generation_ = 0;
+    int busy_ = 0;
+    bool stop_ = false;
+    const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
+    int64_t n_ = 0, grain_ = 1;
+    std::atomic<int64_t> next_{0};
+};
+
+}  // namespace nitro::cpu
