@@ -36,11 +36,38 @@ struct TensorSpec {
     bool required = true;      ///< optional tensors (e.g. output.weight when tied) may be absent
 };
 
-/// An architecture: its GGUF name and its tensor table for given hyperparameters.
+/// How a MoE router turns logits into expert weights (llama.cpp llm_expert_gating_func_type).
+enum class MoeGating {
+    SoftmaxAll,       ///< softmax over all experts, top-k, then renormalise the k weights (qwen3moe)
+    SoftmaxSelected,  ///< top-k on the logits, softmax over the k selected logits (gpt-oss)
+};
+/// Activation of the expert FFN.
+enum class FfnAct {
+    Swiglu,     ///< silu(gate) * up
+    SwigluOai,  ///< gpt-oss: clamped, alpha 1.702, limit 7.0, (up + 1)
+};
+
+/// The per-layer structure of a MoE transformer: which optional parts it has. The forward pass
+/// (src/runtime/session.cpp) reads these flags; architecture names never appear there.
+struct ArchConfig {
+    bool attn_bias = false;      ///< q/k/v/o projections have biases
+    bool qk_norm = false;        ///< per-head RMSNorm of q and k before RoPE
+    bool attn_sinks = false;     ///< learned per-head sink logits in the attention softmax
+    int swa_period = 0;          ///< layers il with il % swa_period != swa_period - 1 use the sliding window (0 = none)
+    bool expert_bias = false;    ///< router and expert projections have biases
+    MoeGating gating = MoeGating::SoftmaxAll;
+    FfnAct act = FfnAct::Swiglu;
+    std::string_view ffn_norm;   ///< name of the norm before the FFN ("post_attention_norm", "ffn_norm")
+    bool tied_output = false;    ///< LM head may reuse token_embd when output.weight is absent
+};
+
+/// An architecture: its GGUF name, its tensor table and its layer structure.
 struct ArchInfo {
     std::string_view name;  ///< general.architecture ("gpt-oss", "qwen3moe")
     /// Every tensor of the model, in llama.cpp's conventional file order.
     std::vector<TensorSpec> (*tensors)(const ModelHparams& hp, int64_t n_vocab);
+    /// Layer structure for given hyperparameters.
+    ArchConfig (*config)(const ModelHparams& hp);
 };
 
 /// The architecture named `name`, or nullptr if this build does not know it.

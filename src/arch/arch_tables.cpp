@@ -71,9 +71,34 @@ std::vector<TensorSpec> qwen3moe_tensors(const ModelHparams& hp, int64_t n_vocab
     return t;
 }
 
+/// gpt-oss: sliding window on even layers (llama.cpp set_swa_pattern(2) unless the file says
+/// otherwise), sinks, biases everywhere, softmax over the selected logits, clamped SwiGLU.
+ArchConfig gptoss_config(const ModelHparams& hp) {
+    ArchConfig c;
+    c.attn_bias = true;
+    c.attn_sinks = true;
+    c.swa_period = hp.sliding_window > 0 ? static_cast<int>(hp.swa_period > 0 ? hp.swa_period : 2) : 0;
+    c.expert_bias = true;
+    c.gating = MoeGating::SoftmaxSelected;
+    c.act = FfnAct::SwigluOai;
+    c.ffn_norm = "post_attention_norm";
+    return c;
+}
+
+/// qwen3moe: q/k norms, softmax over all experts then renormalised top-k, SwiGLU, tied output allowed.
+ArchConfig qwen3moe_config(const ModelHparams&) {
+    ArchConfig c;
+    c.qk_norm = true;
+    c.gating = MoeGating::SoftmaxAll;
+    c.act = FfnAct::Swiglu;
+    c.ffn_norm = "ffn_norm";
+    c.tied_output = true;
+    return c;
+}
+
 const ArchInfo kArchs[] = {
-    {"gpt-oss", gptoss_tensors},
-    {"qwen3moe", qwen3moe_tensors},
+    {"gpt-oss", gptoss_tensors, gptoss_config},
+    {"qwen3moe", qwen3moe_tensors, qwen3moe_config},
 };
 
 }  // namespace

@@ -68,6 +68,9 @@ ModelHparams read_hparams(const GgufMetadata& m) {
     h.rope_scaling = m.get_string(a + "rope.scaling.type").value_or("");
     h.rope_scaling_factor = m.get_float(a + "rope.scaling.factor").value_or(0);
     h.rope_orig_ctx = m.get_int(a + "rope.scaling.original_context_length").value_or(0);
+    h.rope_yarn_beta_fast = m.get_float(a + "rope.scaling.yarn_beta_fast").value_or(32.0);
+    h.rope_yarn_beta_slow = m.get_float(a + "rope.scaling.yarn_beta_slow").value_or(1.0);
+    h.swa_period = m.get_int(a + "attention.sliding_window_pattern").value_or(0);
     // Bounds well above any real model (llama.cpp: LLAMA_MAX_LAYERS 512, experts up to 512) that
     // stop a corrupt header from driving huge allocations.
     if (h.n_layer > kMaxLayers) fail("{}: {}block_count = {} exceeds the maximum of {}", m.source, a, h.n_layer, kMaxLayers);

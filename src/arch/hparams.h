@@ -34,6 +34,9 @@ struct ModelHparams {
     std::string rope_scaling;     ///< {arch}.rope.scaling.type ("none", "linear", "yarn")
     double rope_scaling_factor = 0;       ///< {arch}.rope.scaling.factor
     int64_t rope_orig_ctx = 0;            ///< {arch}.rope.scaling.original_context_length
+    double rope_yarn_beta_fast = 32.0;    ///< {arch}.rope.scaling.yarn_beta_fast (llama.cpp default 32)
+    double rope_yarn_beta_slow = 1.0;     ///< {arch}.rope.scaling.yarn_beta_slow (llama.cpp default 1)
+    int64_t swa_period = 0;               ///< {arch}.attention.sliding_window_pattern: every Nth layer is full attention (0 = none)
 };
 
 /// Reads the hyperparameters. Throws nitro::Error naming the file and key when general.architecture

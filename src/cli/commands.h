@@ -13,5 +13,6 @@ using Action = std::function<int()>;
 
 Action add_inspect(CLI::App& app);
 Action add_synth(CLI::App& app);
+Action add_run(CLI::App& app);
 
 }  // namespace nitro::cli

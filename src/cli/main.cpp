@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     };
     add(nitro::cli::add_inspect);
     add(nitro::cli::add_synth);
+    add(nitro::cli::add_run);
 
     try {
         app.parse(argc, argv);

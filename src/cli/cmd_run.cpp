@@ -1,0 +1,57 @@
+// nitro run -m MODEL [-p TEXT | -f FILE | --prompt-ids 1,2,3] [-n N] [sampling] [--json --n-probs K --echo]
+#include "cli/commands.h"
+#include "core/error.h"
+#include "runtime/generate.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+
+namespace nitro::cli {
+
+Action add_run(CLI::App& app) {
+    auto o = std::make_shared<GenerateOptions>();
+    auto json = std::make_shared<bool>(false);
+    CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt (CPU reference engine)");
+    sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model)")->envname("NITRO_MODEL");
+    sub->add_option("-p,--prompt", o->prompt, "Prompt text");
+    sub->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
+    sub->add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids, comma-separated (no tokenization)")->delimiter(',');
+    sub->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str();
+    sub->add_option("--temp", o->sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
+    sub->add_option("--top-k", o->sampling.top_k, "Top-k (0 = off)")->capture_default_str();
+    sub->add_option("--top-p", o->sampling.top_p, "Top-p (1 = off)")->capture_default_str();
+    sub->add_option("--min-p", o->sampling.min_p, "Min-p (0 = off)")->capture_default_str();
+    sub->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
+    sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
+    sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str();
+    sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk")->capture_default_str();
+    sub->add_flag("--chat", o->chat, "Wrap the prompt as one user turn in the model's chat format");
+    sub->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after end-of-generation tokens");
+    sub->add_flag("--json", *json, "Print one JSON object instead of text");
+    sub->add_option("--n-probs", o->n_probs, "With --json: the K most likely tokens (p at temperature 1) for every generated step");
+    sub->add_flag("--echo", o->echo, "With --json --n-probs: also the top-K after every prompt position (prompt_probs)");
+    return [o, json]() {
+        std::function<void(const std::string&)> print;
+        if (!*json)
+            print = [](const std::string& piece) {
+                std::fwrite(piece.data(), 1, piece.size(), stdout);
+                std::fflush(stdout);
+            };
+        GenerateResult r = generate(*o, print);
+        if (*json) {
+            std::puts(generate_result_json(r, *o).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        } else {
+            std::printf("\n");
+            std::fprintf(stderr,
+                         "prompt: %lld tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s | TTFT %.1f ms\n",
+                         static_cast<long long>(r.prompt_ids.size()), r.timings.prompt_tok_s(),
+                         static_cast<long long>(r.ids.size()), r.timings.decode_tok_s(), r.timings.ttft_ms);
+        }
+        return 0;
+    };
+}
+
+}  // namespace nitro::cli

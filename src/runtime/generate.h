@@ -1,0 +1,53 @@
+// One-shot generation as `nitro run` does it: load, tokenize (or take ids), prefill, decode.
+#pragma once
+
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace nitro {
+
+struct GenerateOptions {
+    std::string model;
+    std::string prompt;
+    std::string prompt_file;
+    std::vector<int32_t> prompt_ids;
+    int64_t n_predict = 64;
+    SamplerParams sampling;
+    SessionOptions session;
+    bool chat = false;
+    bool ignore_eos = false;
+    int n_probs = 0;
+    bool echo = false;
+};
+
+struct Timings {
+    double prompt_ms = 0, decode_ms = 0, ttft_ms = 0;
+    int64_t n_prompt = 0, n_decode = 0;
+    double prompt_tok_s() const { return prompt_ms > 0 ? 1000.0 * n_prompt / prompt_ms : 0; }
+    double decode_tok_s() const { return decode_ms > 0 ? 1000.0 * n_decode / decode_ms : 0; }
+};
+
+struct GenerateResult {
+    std::vector<int32_t> prompt_ids;
+    std::vector<int32_t> ids;
+    std::string text;
+    Timings timings;
+    std::vector<std::vector<TokenProb>> probs;         ///< per generated step (n_probs > 0)
+    std::vector<std::vector<TokenProb>> prompt_probs;  ///< per prompt position (echo)
+    std::string stop_reason;                           ///< "length" or "eos"
+};
+
+/// Runs a generation. `on_text` receives decoded text as it is produced (may be null).
+/// Throws nitro::Error for a bad model, bad prompt or context overflow.
+GenerateResult generate(const GenerateOptions& opt, const std::function<void(const std::string&)>& on_text);
+
+/// The `nitro run --json` object: {"prompt_ids","ids","text","timings",["probs"],["prompt_probs"]}.
+nlohmann::json generate_result_json(const GenerateResult& r, const GenerateOptions& opt);
+
+}  // namespace nitro

@@ -1,0 +1,78 @@
+// A decoding session on the CPU: one sequence, its KV cache, and the forward pass.
+//
+// The forward pass is layer-major over a chunk of up to n_ubatch tokens (prefill) or one token
+// (decode). Per layer (llama.cpp llm_build_openai_moe_iswa / llm_build_qwen3moe):
+//   h = rms_norm(x) ; q,k,v = h W (+ b) ; [q,k = rms_norm per head] ; rope(q, k) ;
+//   x += attention(q, K/V cache) W_o (+ b_o) ;
+//   h = rms_norm(x) ; router -> top-k experts and weights ; x += sum_j w_j * expert_j(h).
+// Finally logits = rms_norm(x) W_out.
+#pragma once
+
+#include "cpu/matmul.h"
+#include "cpu/ops.h"
+#include "runtime/kv_cache.h"
+#include "runtime/model.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace nitro {
+
+struct SessionOptions {
+    int64_t n_ctx = 4096;    ///< context length, tokens (capped at the model's training context)
+    int64_t n_ubatch = 512;  ///< prompt tokens per forward chunk
+    int n_threads = 0;       ///< CPU threads (0 = all hardware threads)
+};
+
+/// Routing of one token at one layer, after the router's output is final (what traces record).
+struct RouteEvent {
+    int64_t pos;                       ///< token position in the sequence
+    int layer;
+    bool prefill;                      ///< part of a multi-token prompt chunk
+    std::span<const int32_t> experts;  ///< selected expert ids, router order (n_expert_used)
+    std::span<const float> weights;    ///< their weights
+};
+
+class Session {
+public:
+    /// Throws nitro::Error if n_ctx or n_ubatch is not positive.
+    Session(const Model& model, const SessionOptions& opt);
+    ~Session();
+
+    /// Runs `tokens` at positions n_past() .. n_past() + n - 1 and appends them to the cache.
+    /// logits: [n, n_vocab] when all_logits, else [1, n_vocab] for the last token.
+    /// Throws nitro::Error if a token id is out of range or the context would overflow (the
+    /// message gives both numbers); the session is unchanged then.
+    void eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+
+    int64_t n_past() const { return n_past_; }
+    int64_t n_ctx() const { return n_ctx_; }
+    /// Forgets positions >= n (keeps a shared prefix). n <= n_past().
+    void truncate(int64_t n);
+
+    const Model& model() const { return model_; }
+    cpu::ThreadPool& pool() { return *pool_; }
+    const KvCache& kv_cache() const { return *kv_; }
+
+    /// Called for every (token, layer) with the final routing, if set.
+    std::function<void(const RouteEvent&)> on_route;
+
+private:
+    struct Scratch;
+    void forward_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
+    void attention_block(int il, int64_t n, int64_t pos0);
+    void moe_block(int il, int64_t n, int64_t pos0);
+
+    const Model& model_;
+    int64_t n_ctx_, n_ubatch_;
+    int64_t n_past_ = 0;
+    std::unique_ptr<cpu::ThreadPool> pool_;
+    std::unique_ptr<KvCache> kv_;
+    std::unique_ptr<Scratch> s_;
+    cpu::RopeParams rope_;
+};
+
+}  // namespace nitro
