@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
         actions[app.get_subcommands({}).at(before)] = std::move(a);
     };
     add(nitro::cli::add_inspect);
+    add(nitro::cli::add_sim);
+    add(nitro::cli::add_trace);
 
     try {
         app.parse(argc, argv);
