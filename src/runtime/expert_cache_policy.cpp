@@ -24,6 +24,7 @@ ExpertCachePolicy::ExpertCachePolicy(int n_expert, int capacity) : n_expert_(n_e
     step_mark_.assign(n_expert, 0);
     last_tick_.assign(n_expert, 0);
     last_step_.assign(n_expert, 0);
+    held_.reserve(64);
 }
 
 bool ExpertCachePolicy::preload(ExpertId e) {
@@ -85,6 +86,22 @@ StepOutcome ExpertCachePolicy::access(std::span<const ExpertId> selected, int64_
     return out;
 }
 
+ExpertId ExpertCachePolicy::heap_min_not_in_step(ExpertHeap& heap) {
+    ExpertId found = kNoExpert;
+    held_.clear();
+    while (!heap.empty()) {
+        const ExpertId e = heap.top();
+        if (!in_step(e)) {
+            found = e;
+            break;
+        }
+        held_.push_back({e, heap.top_key(), heap.top_tick()});
+        heap.pop();
+    }
+    for (const Held& h : held_) heap.set(h.e, h.key, h.tick);
+    return found;
+}
+
 // ---------------------------------------------------------------------------------------------
 // LRU
 
@@ -104,7 +121,7 @@ void LruPolicy::unlink(ExpertId e) {
 void LruPolicy::on_step(std::span<const ExpertId> selected, int64_t) {
     // Ticks were given in router order, so appending hits in that order keeps the list sorted.
     for (ExpertId e : selected) {
-        if (!lookup(e)) continue;
+        if (!lookup(e) || !tracked(e)) continue;
         unlink(e);
         const ExpertId tail = prev_[sentinel_];
         prev_[e] = tail;
@@ -115,6 +132,7 @@ void LruPolicy::on_step(std::span<const ExpertId> selected, int64_t) {
 }
 
 void LruPolicy::on_insert(ExpertId e) {
+    if (!tracked(e)) return;
     // Insert after the last node whose tick is older than e's (at most |S| steps from the tail).
     ExpertId after = prev_[sentinel_];
     while (after != sentinel_ && last_tick(after) > last_tick(e)) after = prev_[after];
@@ -125,7 +143,9 @@ void LruPolicy::on_insert(ExpertId e) {
     prev_[before] = e;
 }
 
-void LruPolicy::on_evict(ExpertId e) { unlink(e); }
+void LruPolicy::on_evict(ExpertId e) {
+    if (tracked(e)) unlink(e);
+}
 
 ExpertId LruPolicy::choose_victim(ExpertId) {
     for (ExpertId e = head(); e != sentinel_; e = next_[e])
@@ -137,61 +157,51 @@ ExpertId LruPolicy::choose_victim(ExpertId) {
 // LFU
 
 LfuPolicy::LfuPolicy(int n_expert, int capacity)
-    : ExpertCachePolicy(n_expert, capacity), freq_(n_expert, 0) {}
+    : ExpertCachePolicy(n_expert, capacity), freq_(n_expert, 0), heap_(n_expert) {}
 
 void LfuPolicy::on_step(std::span<const ExpertId> selected, int64_t) {
-    for (ExpertId e : selected) ++freq_[e];
+    for (ExpertId e : selected) {
+        ++freq_[e];
+        if (lookup(e)) heap_.set(e, static_cast<double>(freq_[e]), last_tick(e));
+    }
 }
 
-ExpertId LfuPolicy::choose_victim(ExpertId) {
-    ExpertId best = kNoExpert;
-    for (ExpertId e : slots()) {
-        if (e == kNoExpert || in_step(e)) continue;
-        if (best == kNoExpert || freq_[e] < freq_[best] ||
-            (freq_[e] == freq_[best] && last_tick(e) < last_tick(best)))
-            best = e;
-    }
-    return best;
-}
+void LfuPolicy::on_insert(ExpertId e) { heap_.set(e, static_cast<double>(freq_[e]), last_tick(e)); }
+void LfuPolicy::on_evict(ExpertId e) { heap_.erase(e); }
+ExpertId LfuPolicy::choose_victim(ExpertId) { return heap_min_not_in_step(heap_); }
 
 // ---------------------------------------------------------------------------------------------
 // LRU-FREQ
 
 LruFreqPolicy::LruFreqPolicy(int n_expert, int capacity)
-    : ExpertCachePolicy(n_expert, capacity), freq_(n_expert, 0.0) {}
+    : ExpertCachePolicy(n_expert, capacity), freq_(n_expert, 0.0), heap_(n_expert) {}
 
 void LruFreqPolicy::on_step(std::span<const ExpertId> selected, int64_t) {
     for (ExpertId e : selected) freq_[e] += 1.0;
     const uint64_t period = 2 * static_cast<uint64_t>(capacity());
-    if (period == 0) return;
-    for (ExpertId e : selected) {
-        if (lookup(e)) continue;
-        if (++misses_ % period == 0)
-            for (double& f : freq_) f *= 0.75;
-    }
+    bool decayed = false;
+    if (period != 0)
+        for (ExpertId e : selected) {
+            if (lookup(e)) continue;
+            if (++misses_ % period == 0) {
+                for (double& f : freq_) f *= 0.75;
+                decayed = true;
+            }
+        }
+    if (decayed) heap_.rekey_all([&](ExpertId e) { return key(e); });
+    for (ExpertId e : selected)
+        if (lookup(e)) heap_.set(e, key(e), last_tick(e));
 }
 
-ExpertId LruFreqPolicy::choose_victim(ExpertId) {
-    ExpertId best = kNoExpert;
-    double best_score = 0;
-    const double now = static_cast<double>(steps());
-    for (ExpertId e : slots()) {
-        if (e == kNoExpert || in_step(e)) continue;
-        const double score = freq_[e] * 1000.0 - (now - static_cast<double>(last_step(e)));
-        if (best == kNoExpert || score < best_score ||
-            (score == best_score && last_tick(e) < last_tick(best))) {
-            best = e;
-            best_score = score;
-        }
-    }
-    return best;
-}
+void LruFreqPolicy::on_insert(ExpertId e) { heap_.set(e, key(e), last_tick(e)); }
+void LruFreqPolicy::on_evict(ExpertId e) { heap_.erase(e); }
+ExpertId LruFreqPolicy::choose_victim(ExpertId) { return heap_min_not_in_step(heap_); }
 
 // ---------------------------------------------------------------------------------------------
 // FREQ-DECAY
 
 FreqDecayPolicy::FreqDecayPolicy(int n_expert, int capacity, double half_life_steps)
-    : ExpertCachePolicy(n_expert, capacity), half_life_(half_life_steps), v_(n_expert, 0.0) {
+    : ExpertCachePolicy(n_expert, capacity), half_life_(half_life_steps), v_(n_expert, 0.0), heap_(n_expert) {
     if (!(half_life_steps > 0) || !std::isfinite(half_life_steps))
         fail("freq-decay: half-life {} steps must be a positive number", half_life_steps);
     growth_ = std::exp2(1.0 / half_life_steps);
@@ -206,19 +216,15 @@ void FreqDecayPolicy::on_step(std::span<const ExpertId> selected, int64_t) {
     if (weight_ > 1e150) {
         for (double& x : v_) x /= weight_;
         weight_ = 1.0;
+        heap_.rekey_all([&](ExpertId e) { return v_[e]; });
     }
-    for (ExpertId e : selected) v_[e] += weight_;
+    for (ExpertId e : selected) {
+        v_[e] += weight_;
+        if (lookup(e)) heap_.set(e, v_[e], last_tick(e));
+    }
 }
 
-ExpertId FreqDecayPolicy::choose_victim(ExpertId) {
-    ExpertId best = kNoExpert;
-    for (ExpertId e : slots()) {
-        if (e == kNoExpert || in_step(e)) continue;
-        if (best == kNoExpert || v_[e] < v_[best] || (v_[e] == v_[best] && last_tick(e) < last_tick(best)))
-            best = e;
-    }
-    return best;
-}
+ExpertId FreqDecayPolicy::choose_victim(ExpertId) { return heap_min_not_in_step(heap_); }
 
 // ---------------------------------------------------------------------------------------------
 // Static and static + adaptive
@@ -234,22 +240,14 @@ StaticPolicy::StaticPolicy(int n_expert, int capacity, std::span<const ExpertId>
 
 StaticLruPolicy::StaticLruPolicy(int n_expert, int capacity, int n_static, std::span<const ExpertId> ranked,
                                  std::string label)
-    : ExpertCachePolicy(n_expert, capacity), is_static_(n_expert, 0), label_(std::move(label)) {
+    : LruPolicy(n_expert, capacity), is_static_(n_expert, 0), label_(std::move(label)) {
     const int want = std::clamp(n_static, 0, this->capacity());
     for (ExpertId e : ranked) {
         if (e >= n_expert) fail("{}: profile names expert {} but the layer has {} experts", label_, e, n_expert);
         if (size() == want) break;
-        if (preload(e)) is_static_[e] = 1;
+        is_static_[e] = 1;  // before preload: static experts never enter the LRU list
+        preload(e);
     }
-}
-
-ExpertId StaticLruPolicy::choose_victim(ExpertId) {
-    ExpertId best = kNoExpert;
-    for (ExpertId e : slots()) {
-        if (e == kNoExpert || is_static_[e] || in_step(e)) continue;
-        if (best == kNoExpert || last_tick(e) < last_tick(best)) best = e;
-    }
-    return best;
 }
 
 // ---------------------------------------------------------------------------------------------

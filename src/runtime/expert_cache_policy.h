@@ -19,6 +19,8 @@
 // Not thread-safe: one object per layer, driven by one thread.
 #pragma once
 
+#include "runtime/expert_heap.h"
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -104,6 +106,9 @@ protected:
     uint64_t last_step(ExpertId e) const { return last_step_[e]; }
     /// Steps run so far, the current one included.
     uint64_t steps() const { return step_count_; }
+    /// The smallest (key, tick) expert of `heap` that is not in the current step, or kNoExpert.
+    /// Entries in the step are lifted off and put back (at most |S| of them).
+    ExpertId heap_min_not_in_step(ExpertHeap& heap);
 
 private:
     int n_expert_;
@@ -119,6 +124,12 @@ private:
     uint32_t step_stamp_ = 0;
     uint64_t tick_ = 0;
     uint64_t step_count_ = 0;
+    struct Held {
+        ExpertId e;
+        double key;
+        uint64_t tick;
+    };
+    std::vector<Held> held_;             // scratch of heap_min_not_in_step
 };
 
 /// LRU: the victim is the cached expert (not in S) with the oldest recency tick. O(1) per access
@@ -129,6 +140,8 @@ public:
     std::string name() const override { return "lru"; }
 
 protected:
+    /// Whether cached expert `e` is under LRU (subclasses pin some experts outside the list).
+    virtual bool tracked(ExpertId e) const { return true; }
     void on_step(std::span<const ExpertId> selected, int64_t token) override;
     ExpertId choose_victim(ExpertId incoming) override;
     void on_insert(ExpertId e) override;
@@ -152,9 +165,12 @@ public:
 protected:
     void on_step(std::span<const ExpertId> selected, int64_t token) override;
     ExpertId choose_victim(ExpertId incoming) override;
+    void on_insert(ExpertId e) override;
+    void on_evict(ExpertId e) override;
 
 private:
     std::vector<uint64_t> freq_;  // [n_expert]
+    ExpertHeap heap_;             // cached experts by (freq, tick)
 };
 
 /// LRU-FREQ as the earlier project defined it: every request adds 1 to the expert's frequency;
@@ -162,6 +178,8 @@ private:
 /// 0.75; the victim has the lowest score freq*1000 - age, age = steps since the expert's last
 /// request; ties broken by the oldest recency tick. Within a step: frequencies of S are
 /// incremented first, then each miss of S (router order) is counted and may trigger the decay.
+/// (The score is kept as freq*1000 + last_step, which orders experts the same way: the current
+/// step is common to all of them.)
 class LruFreqPolicy : public ExpertCachePolicy {
 public:
     LruFreqPolicy(int n_expert, int capacity);
@@ -173,9 +191,14 @@ protected:
     void on_step(std::span<const ExpertId> selected, int64_t token) override;
     ExpertId choose_victim(ExpertId incoming) override;
 
+    void on_insert(ExpertId e) override;
+    void on_evict(ExpertId e) override;
+
 private:
+    double key(ExpertId e) const { return freq_[e] * 1000.0 + static_cast<double>(last_step(e)); }
     std::vector<double> freq_;  // [n_expert]
     uint64_t misses_ = 0;
+    ExpertHeap heap_;           // cached experts by (score, tick)
 };
 
 /// FREQ-DECAY: an exponentially decayed request count per expert: at every step all scores are
@@ -196,6 +219,11 @@ private:
     double growth_;           // 2^(1/half_life): weight of a request relative to the previous step
     double weight_ = 1.0;     // weight of a request in the current step (scaled domain)
     std::vector<double> v_;   // [n_expert] score * (weight_ of the current step)
+    ExpertHeap heap_;         // cached experts by (v, tick)
+
+protected:
+    void on_insert(ExpertId e) override { heap_.set(e, v_[e], last_tick(e)); }
+    void on_evict(ExpertId e) override { heap_.erase(e); }
 };
 
 /// Static top-N: the given experts (the N = capacity most selected ones of a profile) are
@@ -217,7 +245,7 @@ private:
 
 /// Static + adaptive: `n_static` slots preloaded from a profile and never evicted; the other
 /// capacity - n_static slots hold missed experts under LRU (victims only among adaptive ones).
-class StaticLruPolicy : public ExpertCachePolicy {
+class StaticLruPolicy : public LruPolicy {
 public:
     /// `ranked` as for StaticPolicy; the first n_static (clamped to capacity) are static.
     StaticLruPolicy(int n_expert, int capacity, int n_static, std::span<const ExpertId> ranked,
@@ -225,7 +253,7 @@ public:
     std::string name() const override { return label_; }
 
 protected:
-    ExpertId choose_victim(ExpertId incoming) override;
+    bool tracked(ExpertId e) const override { return !is_static_[e]; }
 
 private:
     std::vector<uint8_t> is_static_;  // [n_expert]

@@ -8,7 +8,7 @@
 namespace nitro {
 
 BeladyPolicy::BeladyPolicy(int n_expert, int capacity, std::span<const ExpertId> stream, int k)
-    : ExpertCachePolicy(n_expert, capacity), stream_(stream), k_(k) {
+    : ExpertCachePolicy(n_expert, capacity), stream_(stream), k_(k), heap_(n_expert) {
     if (k < 1 || stream.size() % k != 0) fail("opt: stream of {} ids is not a whole number of {}-id steps", stream.size(), k);
     const size_t n_steps = stream.size() / k;
     // Backwards over steps: each request's next use, then its rank in its step's linear order
@@ -29,7 +29,8 @@ BeladyPolicy::BeladyPolicy(int n_expert, int capacity, std::span<const ExpertId>
     }
     next_ = upcoming;  // before the first step: the first request of each expert
     keep_mark_.assign(n_expert, 0);
-    cand_.reserve(static_cast<size_t>(this->capacity()) + k);
+    cand_.reserve(k);
+    victims_.reserve(k);
     // Warm start: the C experts requested soonest (only ones requested at all).
     std::vector<ExpertId> experts(n_expert);
     std::iota(experts.begin(), experts.end(), ExpertId{0});
@@ -37,6 +38,7 @@ BeladyPolicy::BeladyPolicy(int n_expert, int capacity, std::span<const ExpertId>
     for (ExpertId e : experts) {
         if (next_[e] == kNever || size() == this->capacity()) break;
         preload(e);
+        heap_.set(e, -static_cast<double>(next_[e]), 0);  // preload runs before this class's hooks
     }
 }
 
@@ -44,40 +46,42 @@ void BeladyPolicy::on_step(std::span<const ExpertId> selected, int64_t) {
     const size_t base = (steps() - 1) * static_cast<size_t>(k_);
     NITRO_CHECK(selected.size() == static_cast<size_t>(k_) && base + k_ <= stream_.size());
     for (int j = 0; j < k_; ++j) {
-        NITRO_CHECK(stream_[base + j] == selected[j]);
-        next_[selected[j]] = next_key_[base + j];
+        const ExpertId e = selected[j];
+        NITRO_CHECK(stream_[base + j] == e);
+        next_[e] = next_key_[base + j];
+        if (lookup(e)) heap_.set(e, -static_cast<double>(next_[e]), 0);
     }
-    // Candidates for the slots the hits leave: cached experts not in S, missed experts used again.
+    // The slots the hits leave go to the soonest next uses among the cached experts not in S and
+    // the missed experts used again: fill free slots with the soonest misses, then let each
+    // further miss (soonest first) displace the cached expert with the farthest next use while
+    // that one is farther.
+    victims_.clear();
+    next_victim_ = 0;
     cand_.clear();
-    int hits = 0, wanted_misses = 0;
-    for (ExpertId e : selected) {
-        if (lookup(e)) ++hits;
-        else if (next_[e] != kNever) { cand_.push_back(e); ++wanted_misses; }
-    }
-    if (wanted_misses == 0) return;
+    for (ExpertId e : selected)
+        if (!lookup(e) && next_[e] != kNever) cand_.push_back(e);
+    if (cand_.empty()) return;
+    std::sort(cand_.begin(), cand_.end(), [&](ExpertId a, ExpertId b) { return next_[a] < next_[b]; });
     const uint32_t stamp = static_cast<uint32_t>(steps());
-    if (wanted_misses <= capacity() - size()) {  // free slots for all of them: nothing to displace
-        for (ExpertId e : cand_) keep_mark_[e] = stamp;
-        return;
+    int free = capacity() - size();
+    for (ExpertId m : cand_) {
+        if (free > 0) {
+            --free;
+        } else {
+            const ExpertId v = heap_min_not_in_step(heap_);
+            if (v == kNoExpert || next_[v] <= next_[m]) break;  // later misses are later still
+            heap_.erase(v);
+            victims_.push_back(v);
+        }
+        keep_mark_[m] = stamp;
     }
-    for (ExpertId e : slots())
-        if (e != kNoExpert && !in_step(e)) cand_.push_back(e);
-    const size_t keep = std::min<size_t>(static_cast<size_t>(capacity() - hits), cand_.size());
-    // Distinct experts have distinct next-use keys unless both are never used again.
-    std::nth_element(cand_.begin(), cand_.begin() + keep, cand_.end(),
-                     [&](ExpertId a, ExpertId b) { return next_[a] != next_[b] ? next_[a] < next_[b] : a < b; });
-    for (size_t i = 0; i < keep; ++i) keep_mark_[cand_[i]] = stamp;
 }
 
 bool BeladyPolicy::should_admit(ExpertId e, int64_t) { return keep_mark_[e] == steps(); }
 
 ExpertId BeladyPolicy::choose_victim(ExpertId) {
-    // Any cached expert outside S that lost its slot in on_step; take the farthest next use.
-    ExpertId best = kNoExpert;
-    for (ExpertId e : slots())
-        if (e != kNoExpert && !in_step(e) && keep_mark_[e] != steps() && (best == kNoExpert || next_[e] > next_[best]))
-            best = e;
-    return best;
+    NITRO_CHECK(next_victim_ < victims_.size());
+    return victims_[next_victim_++];
 }
 
 }  // namespace nitro

@@ -36,6 +36,8 @@ protected:
     void on_step(std::span<const ExpertId> selected, int64_t token) override;
     bool should_admit(ExpertId e, int64_t token) override;
     ExpertId choose_victim(ExpertId incoming) override;
+    void on_insert(ExpertId e) override { heap_.set(e, -static_cast<double>(next_[e]), 0); }
+    void on_evict(ExpertId e) override { heap_.erase(e); }
 
 private:
     static constexpr uint64_t kNever = ~0ull;
@@ -44,7 +46,10 @@ private:
     std::vector<uint64_t> next_key_;   // [stream.size()] linear position of the next request of that id
     std::vector<uint64_t> next_;       // [n_expert] next use of each expert after the current step
     std::vector<uint32_t> keep_mark_;  // [n_expert] == steps() if the expert holds a slot after this step
-    std::vector<ExpertId> cand_;       // scratch: candidates of the current step
+    std::vector<ExpertId> cand_;       // scratch: wanted misses of the current step
+    std::vector<ExpertId> victims_;    // victims decided in on_step, handed out by choose_victim
+    size_t next_victim_ = 0;
+    ExpertHeap heap_;                  // cached experts, farthest next use on top (key = -next use)
 };
 
 }  // namespace nitro
