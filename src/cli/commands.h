@@ -15,5 +15,9 @@ Action add_inspect(CLI::App& app);
 Action add_synth(CLI::App& app);
 Action add_run(CLI::App& app);
 Action add_bench(CLI::App& app);
+/// `nitro sim`: replay a router trace against expert-cache policies (docs/sim.md).
+Action add_sim(CLI::App& app);
+/// `nitro trace info|export|import|synth`: router trace files (docs/trace-format.md).
+Action add_trace(CLI::App& app);
 
 }  // namespace nitro::cli

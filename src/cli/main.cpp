@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
     add(nitro::cli::add_synth);
     add(nitro::cli::add_run);
     add(nitro::cli::add_bench);
+    add(nitro::cli::add_sim);
+    add(nitro::cli::add_trace);
 
     try {
         app.parse(argc, argv);
