@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace nitro::cpu {
@@ -76,7 +78,19 @@ void matmul(ThreadPool& pool, const WeightView& w, const ActBuffer& acts, float*
 float vec_dot_reference(GgmlType w, int64_t n, const void* wrow, const void* arow);
 
 /// Name of the instruction set the kernels use on this machine ("avx512", "avx2", "scalar").
-/// NITRO_ISA=scalar|avx2|avx512 in the environment forces a lower level (for tests).
+/// NITRO_ISA=scalar|avx2|avx512 in the environment forces a lower level (for tests); it is read
+/// once, on the first matmul. "avx512" needs AVX-512 F/BW/VL/DQ and VNNI; without VNNI, AVX2.
 const char* kernel_isa();
+
+/// Instruction sets whose kernels this CPU can run, lowest first ("scalar", then "avx2",
+/// "avx512" where supported), whatever NITRO_ISA says. For tests and benchmarks.
+std::vector<std::string> available_isas();
+
+/// Dots of one weight row with `nt` activation rows (1 <= nt <= 4) using the kernels of `isa` (one
+/// of available_isas(); types without a kernel at that level use the next lower one):
+/// out[j] = dot(wrow, arows[j]). Throws nitro::Error for an unknown or unsupported isa or type.
+/// For tests and benchmarks; matmul_batch uses kernel_isa()'s kernels.
+void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, const void* const* arows, int nt,
+                 float* out);
 
 }  // namespace nitro::cpu
