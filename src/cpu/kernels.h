@@ -19,9 +19,17 @@ inline constexpr int kMaxTokens = 4;
 /// Table size: GgmlType ids are below this.
 inline constexpr int kTypeSlots = 40;
 
+/// One activation row as the kernels see it: the vec-dot-type bytes, and for Q8_0/Q8_1 rows the
+/// f32 value of every block's fp16 scale (ActBuffer::block_scales), so a kernel does not convert
+/// the same scale again for every weight row. d is nullptr for other types.
+struct ActRow {
+    const uint8_t* q;
+    const float* d;
+};
+
 /// out[j] = dot(weight row w, activation row a[j]) for j in [0, nt), 1 <= nt <= kMaxTokens;
 /// n values, a multiple of the weight type's block size; a[j] in vec_dot_type(weight type).
-using DotFn = void (*)(int64_t n, const uint8_t* w, const uint8_t* const* a, int nt, float* out);
+using DotFn = void (*)(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out);
 
 /// One kernel per weight type id (nullptr: no kernel for that type at this level).
 struct Table {

@@ -12,6 +12,7 @@
 #include "cpu/matmul.h"
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "cpu/kernels.h"
 
 #include <algorithm>
@@ -106,8 +107,17 @@ struct Chunk {
     int64_t r0, r1;
 };
 
+/// True for the activation types that carry block_scales.
+bool has_block_scales(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q8_1; }
+
+/// The kernel's view of activation row t.
+kernels::ActRow act_row(const ActBuffer& a, int64_t t) {
+    const float* d = a.block_scales.empty() ? nullptr : a.block_scales.data() + t * (a.ne0 / 32);
+    return {a.row(t), d};
+}
+
 void run_chunk(const MatmulJob& j, kernels::DotFn dot, int64_t r0, int64_t r1) {
-    const uint8_t* a[kMaxTokens];
+    kernels::ActRow a[kMaxTokens];
     float res[kMaxTokens];
     for (int64_t t0 = 0; t0 < j.n_tokens; t0 += kTokenTile) {
         const int64_t t1 = std::min(j.n_tokens, t0 + kTokenTile);
@@ -117,7 +127,7 @@ void run_chunk(const MatmulJob& j, kernels::DotFn dot, int64_t r0, int64_t r1) {
                 const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, t1 - t));
                 for (int k = 0; k < nt; ++k) {
                     const int64_t src = j.token_ids ? j.token_ids[t + k] : t + k;
-                    a[k] = j.acts->row(src);
+                    a[k] = act_row(*j.acts, src);
                 }
                 dot(j.w.ne0, wrow, a, nt, res);
                 for (int k = 0; k < nt; ++k) j.out[(t + k) * j.out_stride + r] = res[k];
@@ -135,6 +145,10 @@ void check_job(const MatmulJob& j, size_t index) {
     if (j.acts->type != vec_dot_type(j.w.type))
         fail("matmul job {}: activations are {}, weight type {} needs {}", index, type_display_name(j.acts->type),
              type_display_name(j.w.type), type_display_name(vec_dot_type(j.w.type)));
+    if (j.acts->data.size() < j.acts->row_bytes * static_cast<size_t>(j.acts->n_tokens) ||
+        (has_block_scales(j.acts->type) &&
+         j.acts->block_scales.size() != static_cast<size_t>(j.acts->n_tokens * (j.acts->ne0 / 32))))
+        fail("matmul job {}: the activation buffer was not filled by quantize_acts", index);
     if (j.n_tokens > 1 && j.out_stride < j.w.n_rows)
         fail("matmul job {}: out_stride {} is smaller than the {} rows", index, j.out_stride, j.w.n_rows);
     if (!j.token_ids && j.n_tokens > j.acts->n_tokens)
@@ -210,6 +224,19 @@ void quantize_acts(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weigh
     out.row_bytes = rb;
     out.data.resize(rb * static_cast<size_t>(n_tokens));
     for (int64_t t = 0; t < n_tokens; ++t) q(x + t * ne0, out.data.data() + static_cast<size_t>(t) * rb, ne0);
+    out.block_scales.clear();
+    if (has_block_scales(vt)) {
+        const int64_t nb = ne0 / 32;
+        const size_t bb = type_traits(vt).type_size;  // d is the first field of both blocks
+        out.block_scales.resize(static_cast<size_t>(n_tokens * nb));
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t b = 0; b < nb; ++b) {
+                uint16_t h;
+                std::memcpy(&h, out.row(t) + b * bb, 2);
+                out.block_scales[static_cast<size_t>(t * nb + b)] = fp16_to_f32(h);
+            }
+        }
+    }
 }
 
 void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs) {
@@ -278,8 +305,20 @@ void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, 
     const auto id = static_cast<uint32_t>(w);
     const kernels::DotFn f = id < kernels::kTypeSlots ? table_for(level).dot[id] : nullptr;
     if (!f) fail("no CPU matmul kernel for weight type {}", type_display_name(w));
-    const uint8_t* a[kMaxTokens];
-    for (int j = 0; j < nt; ++j) a[j] = static_cast<const uint8_t*>(arows[j]);
+    // Rows come without block_scales here: derive them as quantize_acts does.
+    const GgmlType vt = vec_dot_type(w);
+    const int64_t nb = has_block_scales(vt) ? n / 32 : 0;
+    std::vector<float> scales(static_cast<size_t>(nb * nt));
+    kernels::ActRow a[kMaxTokens];
+    for (int j = 0; j < nt; ++j) {
+        const auto* q = static_cast<const uint8_t*>(arows[j]);
+        for (int64_t b = 0; b < nb; ++b) {
+            uint16_t h;
+            std::memcpy(&h, q + b * static_cast<int64_t>(type_traits(vt).type_size), 2);
+            scales[static_cast<size_t>(j * nb + b)] = fp16_to_f32(h);
+        }
+        a[j] = {q, nb ? scales.data() + j * nb : nullptr};
+    }
     f(n, static_cast<const uint8_t*>(wrow), a, nt, out);
 }
 

@@ -48,11 +48,15 @@ struct ActBuffer {
     int64_t n_tokens = 0;
     size_t row_bytes = 0;
     std::vector<uint8_t> data;
+    /// Q8_0/Q8_1 only (else empty): the f32 value of every block's fp16 scale d, [n_tokens,
+    /// ne0 / 32], filled by quantize_acts so the kernels need not convert it for every weight row.
+    std::vector<float> block_scales;
     const uint8_t* row(int64_t t) const { return data.data() + static_cast<size_t>(t) * row_bytes; }
 };
 
 /// Converts x [n_tokens, ne0] (f32, row stride ne0) to vec_dot_type(weight_type) into `out`
-/// (reusing its storage). ne0 must be a multiple of that type's block size.
+/// (reusing its storage), and fills out.block_scales. ne0 must be a multiple of that type's block
+/// size. The bytes are exactly src/quant's reference quantizer's (nitro::quantize).
 void quantize_acts(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type, ActBuffer& out);
 
 /// One product of a batch: for t in [0, n_tokens), r in [0, w.n_rows):

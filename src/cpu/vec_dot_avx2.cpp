@@ -43,25 +43,26 @@ template <class L>
 struct FloatDot {
     template <int NT>
     struct K {
-        static void run(int64_t n, const uint8_t* w, const uint8_t* const* a, float* out) {
+        static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
             __m256 acc0[NT], acc1[NT];
             for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
             const int64_t n16 = n - n % 16;
             for (int64_t i = 0; i < n16; i += 16) {
+                if (L::kSize == 4 || (i & 16) == 0) prefetch_w(w + i * L::kSize);
                 const __m256 w0 = L::load(w + i * L::kSize), w1 = L::load(w + (i + 8) * L::kSize);
                 for (int t = 0; t < NT; ++t) {
-                    acc0[t] = _mm256_fmadd_ps(w0, L::load(a[t] + i * L::kSize), acc0[t]);
-                    acc1[t] = _mm256_fmadd_ps(w1, L::load(a[t] + (i + 8) * L::kSize), acc1[t]);
+                    acc0[t] = _mm256_fmadd_ps(w0, L::load(a[t].q + i * L::kSize), acc0[t]);
+                    acc1[t] = _mm256_fmadd_ps(w1, L::load(a[t].q + (i + 8) * L::kSize), acc1[t]);
                 }
             }
             for (int t = 0; t < NT; ++t) {
                 float s = hsum8(_mm256_add_ps(acc0[t], acc1[t]));
-                for (int64_t i = n16; i < n; ++i) s += L::one(w + i * L::kSize) * L::one(a[t] + i * L::kSize);
+                for (int64_t i = n16; i < n; ++i) s += L::one(w + i * L::kSize) * L::one(a[t].q + i * L::kSize);
                 out[t] = s;
             }
         }
     };
-    static void dot(int64_t n, const uint8_t* w, const uint8_t* const* a, int nt, float* out) { by_nt<K>(n, w, a, nt, out); }
+    static void dot(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) { by_nt<K>(n, w, a, nt, out); }
 };
 
 // ------------------------------------------------------------------------- K-quants x Q8_K
@@ -73,13 +74,16 @@ constexpr int kQ8KBytes = 292;  // d f32, qs[256], bsums[16] i16
 /// the activation block sums.
 template <int NT>
 struct Q4K {
-    static void run(int64_t n, const uint8_t* w, const uint8_t* const* a, float* out) {
+    static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
         __m256 acc[NT];
         for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
         const __m256i m4 = _mm256_set1_epi8(0x0F);
         const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
         for (int64_t i = 0; i < n / 256; ++i) {
             const uint8_t* xb = w + i * 144;
+            prefetch_w(xb);
+            prefetch_w(xb + 64);
+            prefetch_w(xb + 128);
             const float d = h2f(xb), dmin = h2f(xb + 2);
             uint8_t sc[8], mn[8];
             unpack_scales_k4(xb + 4, sc, mn);
@@ -93,14 +97,14 @@ struct Q4K {
                 const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 const __m256i s0 = _mm256_set1_epi16(sc[2 * c]), s1 = _mm256_set1_epi16(sc[2 * c + 1]);
                 for (int t = 0; t < NT; ++t) {
-                    const uint8_t* yq = a[t] + i * kQ8KBytes + 4 + 64 * c;
+                    const uint8_t* yq = a[t].q + i * kQ8KBytes + 4 + 64 * c;
                     const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yq)));
                     const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yq + 32)));
                     sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
                 }
             }
             for (int t = 0; t < NT; ++t) {
-                const uint8_t* yb = a[t] + i * kQ8KBytes;
+                const uint8_t* yb = a[t].q + i * kQ8KBytes;
                 const float yd = load_f32(yb);
                 const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 260));
                 const __m256i mprod = _mm256_madd_epi16(bs, mins16);
@@ -116,12 +120,13 @@ struct Q4K {
 /// offset is applied once per super-block as 32 * sum_g scale_g * bsum_g.
 template <int NT>
 struct Q6K {
-    static void run(int64_t n, const uint8_t* w, const uint8_t* const* a, float* out) {
+    static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
         __m256 acc[NT];
         for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
         const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
         for (int64_t i = 0; i < n / 256; ++i) {
             const uint8_t* xb = w + i * 210;
+            for (int l = 0; l < 210; l += 64) prefetch_w(xb + l);
             const float d = h2f(xb + 208);
             const int8_t* scales = reinterpret_cast<const int8_t*>(xb + 192);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
@@ -139,14 +144,14 @@ struct Q6K {
                     const int g = 8 * h + 2 * k;
                     const __m256i s = _mm256_setr_m128i(_mm_set1_epi16(scales[g]), _mm_set1_epi16(scales[g + 1]));
                     for (int t = 0; t < NT; ++t) {
-                        const uint8_t* yq = a[t] + i * kQ8KBytes + 4 + 128 * h + 32 * k;
+                        const uint8_t* yq = a[t].q + i * kQ8KBytes + 4 + 128 * h + 32 * k;
                         const __m256i p = _mm256_maddubs_epi16(q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yq)));
                         sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, s));
                     }
                 }
             }
             for (int t = 0; t < NT; ++t) {
-                const uint8_t* yb = a[t] + i * kQ8KBytes;
+                const uint8_t* yb = a[t].q + i * kQ8KBytes;
                 const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 260));
                 const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
                 acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * load_f32(yb)),
@@ -158,7 +163,7 @@ struct Q6K {
 };
 
 template <template <int> class K>
-void dot_nt(int64_t n, const uint8_t* w, const uint8_t* const* a, int nt, float* out) {
+void dot_nt(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) {
     by_nt<K>(n, w, a, nt, out);
 }
 

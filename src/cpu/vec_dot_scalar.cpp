@@ -335,8 +335,8 @@ float dot_iq4_xs(int64_t n, const uint8_t* w, const uint8_t* a) {
 using RowDot = float (*)(int64_t, const uint8_t*, const uint8_t*);
 
 template <RowDot F>
-void multi(int64_t n, const uint8_t* w, const uint8_t* const* a, int nt, float* out) {
-    for (int j = 0; j < nt; ++j) out[j] = F(n, w, a[j]);
+void multi(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) {
+    for (int j = 0; j < nt; ++j) out[j] = F(n, w, a[j].q);
 }
 
 RowDot row_dot(GgmlType t) {

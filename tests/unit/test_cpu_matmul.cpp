@@ -154,9 +154,16 @@ TEST(CpuMatmul, QuantizeActsIsBitExactWithSrcQuant) {
             ASSERT_EQ(acts.row_bytes, nitro::row_size(vt, n));
             ASSERT_EQ(acts.data.size(), acts.row_bytes * tokens);
             std::vector<uint8_t> want(acts.row_bytes);
+            const bool scaled = vt == GgmlType::Q8_0 || vt == GgmlType::Q8_1;
+            ASSERT_EQ(acts.block_scales.size(), scaled ? static_cast<size_t>(tokens * n / 32) : 0u) << tname(wt);
             for (int64_t t = 0; t < tokens; ++t) {
                 nitro::quantize(vt, x.data() + t * n, want.data(), n);
                 EXPECT_EQ(std::memcmp(acts.row(t), want.data(), want.size()), 0) << tname(wt) << " n " << n << " t " << t;
+                for (int64_t b = 0; scaled && b < n / 32; ++b) {
+                    uint16_t d;
+                    std::memcpy(&d, want.data() + b * nitro::type_traits(vt).type_size, 2);
+                    ASSERT_EQ(acts.block_scales[static_cast<size_t>(t * (n / 32) + b)], nitro::fp16_to_f32(d));
+                }
             }
         }
     }
@@ -339,6 +346,11 @@ TEST(CpuMatmul, BatchGathersTokensAndHonoursOutStride) {
     EXPECT_THROW(matmul_batch(pool, std::span<const MatmulJob>(&bad, 1)), nitro::Error);
     bad = jobs[0];
     bad.acts = &acts[2];  // F16 activations for MXFP4 weights
+    EXPECT_THROW(matmul_batch(pool, std::span<const MatmulJob>(&bad, 1)), nitro::Error);
+    ActBuffer hand_made = acts[0];
+    hand_made.block_scales.clear();  // not from quantize_acts
+    bad = jobs[0];
+    bad.acts = &hand_made;
     EXPECT_THROW(matmul_batch(pool, std::span<const MatmulJob>(&bad, 1)), nitro::Error);
     matmul_batch(pool, {});  // no jobs: nothing to do
 }
