@@ -78,6 +78,10 @@ const std::vector<uint8_t>& weight_pool(GgmlType t) {
             case GgmlType::Q4_0: std::memcpy(&pool[b], &d, 2); break;
             case GgmlType::Q4_K: std::memcpy(&pool[b], &d, 2); std::memcpy(&pool[b + 2], &d, 2); break;
             case GgmlType::Q6_K: std::memcpy(&pool[b + 208], &d, 2); break;
+            case GgmlType::IQ4_XS: std::memcpy(&pool[b], &d, 2); break;
+            case GgmlType::F16:
+                for (size_t k = 0; k < bs; k += 2) pool[b + k + 1] &= 0x3B;  // |x| < 1: no inf/NaN
+                break;
             default: break;
         }
     }
@@ -228,7 +232,8 @@ void thread_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_HotKernel)
     ->ArgNames({"type", "tokens"})
     ->ArgsProduct({{static_cast<int>(GgmlType::MXFP4), static_cast<int>(GgmlType::Q8_0), static_cast<int>(GgmlType::Q4_0),
-                    static_cast<int>(GgmlType::Q4_K), static_cast<int>(GgmlType::Q6_K), static_cast<int>(GgmlType::F16)},
+                    static_cast<int>(GgmlType::Q4_K), static_cast<int>(GgmlType::Q6_K), static_cast<int>(GgmlType::IQ4_XS),
+                    static_cast<int>(GgmlType::F16)},
                    {1, 16}})
     ->MinTime(0.2)
     // On a shared machine the fastest repetition is the least disturbed one.

@@ -30,6 +30,7 @@ struct WeightView {
     int64_t ne0 = 0;
     int64_t n_rows = 0;
     size_t row_bytes = 0;
+    /// First byte of row r.
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
@@ -51,6 +52,7 @@ struct ActBuffer {
     /// Q8_0/Q8_1 only (else empty): the f32 value of every block's fp16 scale d, [n_tokens,
     /// ne0 / 32], filled by quantize_acts so the kernels need not convert it for every weight row.
     std::vector<float> block_scales;
+    /// First byte of token t's row.
     const uint8_t* row(int64_t t) const { return data.data() + static_cast<size_t>(t) * row_bytes; }
 };
 

@@ -20,10 +20,12 @@ class ThreadPool {
 public:
     /// `n_threads` >= 1 threads in total, including the caller of parallel_for.
     explicit ThreadPool(int n_threads);
+    /// Stops and joins the workers (must not be called while parallel_for runs).
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
 
+    /// Threads in total, the caller included.
     int size() const { return n_threads_; }
 
     /// Calls fn(begin, end, thread_index) on disjoint chunks covering [0, n), each chunk at most

@@ -1,6 +1,7 @@
 // AVX-512 (F, BW, VL, DQ) + VNNI dot-product kernels (compiled with the matching -m flags; chosen at
 // run time by matmul.cpp only on CPUs that have all of them). Types: Q8_0, Q4_0, MXFP4, IQ4_NL
-// (two 32-value blocks per zmm, vpdpbusd; an odd last block through simd_x86.h), Q4_K and Q6_K
+// (two 32-value blocks per zmm, vpdpbusd; an odd last block through simd_x86.h), IQ4_XS (the same
+// on its 32-value sub-blocks, int32 sub-block scales), Q4_K and Q6_K
 // (512-bit: 64 values per step, vpmaddubsw + vpdpwssd applies the sub-block scales), F16, BF16,
 // F32 (512-bit FMA). Other types keep the scalar reference.
 //
@@ -269,6 +270,47 @@ struct Q6K {
     }
 };
 
+/// IQ4_XS: per 64 values (two 32-value sub-blocks, 16 nibble bytes each, as IQ4_NL) one zmm of
+/// kvalues_iq4nl via vpshufb, sign trick, vpdpbusd; the 6-bit sub-block scales (ls - 32) are
+/// applied in int32 (vpmulld) and the super-block in float (d * dy).
+template <int NT>
+struct Iq4Xs {
+    static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
+        __m256 acc[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+        const __m512i tbl = table16x4(quant::kvalues_iq4nl);
+        for (int64_t i = 0; i < n / 256; ++i) {
+            const uint8_t* xb = w + i * 136;
+            for (int l = 0; l < 136; l += 64) prefetch_w(xb + l);
+            const float d = h2f(xb);
+            const uint16_t sh = load_u16(xb + 2);
+            int32_t ls[8];
+            for (int ib = 0; ib < 8; ++ib)
+                ls[ib] = (((xb[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+            __m512i sumi[NT];
+            for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
+            for (int p = 0; p < 4; ++p) {
+                const uint8_t* qs = xb + 8 + 32 * p;
+                const __m512i wq = _mm512_shuffle_epi8(tbl, nibbles64(qs, qs + 16));
+                const __m512i wabs = _mm512_abs_epi8(wq);
+                const __mmask64 neg = _mm512_movepi8_mask(wq);
+                const __m512i sc = _mm512_inserti64x4(_mm512_set1_epi32(ls[2 * p]), _mm256_set1_epi32(ls[2 * p + 1]), 1);
+                for (int t = 0; t < NT; ++t) {
+                    const __m512i y = _mm512_loadu_si512(a[t].q + i * kQ8KBytes + 4 + 64 * p);
+                    const __m512i ys = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+                    const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs, ys);
+                    sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(dp, sc));
+                }
+            }
+            for (int t = 0; t < NT; ++t) {
+                const float yd = load_f32(a[t].q + i * kQ8KBytes);
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(fold16(sumi[t])), acc[t]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
+    }
+};
+
 template <template <int> class K>
 void dot_nt(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) {
     by_nt<K>(n, w, a, nt, out);
@@ -283,6 +325,7 @@ void fill_avx512(Table& t) {
     t.dot[static_cast<int>(GgmlType::IQ4_NL)] = Pairs32<Dec2Iq4Nl>::dot;
     t.dot[static_cast<int>(GgmlType::Q4_K)] = dot_nt<Q4K>;
     t.dot[static_cast<int>(GgmlType::Q6_K)] = dot_nt<Q6K>;
+    t.dot[static_cast<int>(GgmlType::IQ4_XS)] = dot_nt<Iq4Xs>;
     t.dot[static_cast<int>(GgmlType::F32)] = FloatDot<LdF32>::dot;
     t.dot[static_cast<int>(GgmlType::F16)] = FloatDot<LdF16>::dot;
     t.dot[static_cast<int>(GgmlType::BF16)] = FloatDot<LdBF16>::dot;
