@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace nitro::cpu {
@@ -28,6 +30,7 @@ struct WeightView {
     int64_t ne0 = 0;
     int64_t n_rows = 0;
     size_t row_bytes = 0;
+    /// First byte of row r.
     const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 
@@ -46,11 +49,16 @@ struct ActBuffer {
     int64_t n_tokens = 0;
     size_t row_bytes = 0;
     std::vector<uint8_t> data;
+    /// Q8_0/Q8_1 only (else empty): the f32 value of every block's fp16 scale d, [n_tokens,
+    /// ne0 / 32], filled by quantize_acts so the kernels need not convert it for every weight row.
+    std::vector<float> block_scales;
+    /// First byte of token t's row.
     const uint8_t* row(int64_t t) const { return data.data() + static_cast<size_t>(t) * row_bytes; }
 };
 
 /// Converts x [n_tokens, ne0] (f32, row stride ne0) to vec_dot_type(weight_type) into `out`
-/// (reusing its storage). ne0 must be a multiple of that type's block size.
+/// (reusing its storage), and fills out.block_scales. ne0 must be a multiple of that type's block
+/// size. The bytes are exactly src/quant's reference quantizer's (nitro::quantize).
 void quantize_acts(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type, ActBuffer& out);
 
 /// One product of a batch: for t in [0, n_tokens), r in [0, w.n_rows):
@@ -76,7 +84,19 @@ void matmul(ThreadPool& pool, const WeightView& w, const ActBuffer& acts, float*
 float vec_dot_reference(GgmlType w, int64_t n, const void* wrow, const void* arow);
 
 /// Name of the instruction set the kernels use on this machine ("avx512", "avx2", "scalar").
-/// NITRO_ISA=scalar|avx2|avx512 in the environment forces a lower level (for tests).
+/// NITRO_ISA=scalar|avx2|avx512 in the environment forces a lower level (for tests); it is read
+/// once, on the first matmul. "avx512" needs AVX-512 F/BW/VL/DQ and VNNI; without VNNI, AVX2.
 const char* kernel_isa();
+
+/// Instruction sets whose kernels this CPU can run, lowest first ("scalar", then "avx2",
+/// "avx512" where supported), whatever NITRO_ISA says. For tests and benchmarks.
+std::vector<std::string> available_isas();
+
+/// Dots of one weight row with `nt` activation rows (1 <= nt <= 4) using the kernels of `isa` (one
+/// of available_isas(); types without a kernel at that level use the next lower one):
+/// out[j] = dot(wrow, arows[j]). Throws nitro::Error for an unknown or unsupported isa or type.
+/// For tests and benchmarks; matmul_batch uses kernel_isa()'s kernels.
+void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, const void* const* arows, int nt,
+                 float* out);
 
 }  // namespace nitro::cpu

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -19,14 +20,19 @@ class ThreadPool {
 public:
     /// `n_threads` >= 1 threads in total, including the caller of parallel_for.
     explicit ThreadPool(int n_threads);
+    /// Stops and joins the workers (must not be called while parallel_for runs).
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
 
+    /// Threads in total, the caller included.
     int size() const { return n_threads_; }
 
     /// Calls fn(begin, end, thread_index) on disjoint chunks covering [0, n), each chunk at most
-    /// `grain` long, and returns when all are done. Not reentrant: do not call from inside fn.
+    /// `grain` long (grain < 1 counts as 1), and returns when all are done. thread_index is 0 for
+    /// the caller and 1..size()-1 for the workers. n <= 0 calls nothing. If fn throws, the
+    /// remaining chunks are skipped and the first exception is rethrown here once every thread
+    /// has left fn. Not reentrant: do not call from inside fn, nor from two threads at once.
     void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
 
 private:
@@ -37,12 +43,13 @@ private:
     std::vector<std::thread> threads_;
     std::mutex mu_;
     std::condition_variable cv_start_, cv_done_;
-    uint64_t generation_ = 0;
+    std::atomic<uint64_t> generation_{0};  ///< bumped (under mu_) once per parallel region
     int busy_ = 0;
     bool stop_ = false;
     const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
     int64_t n_ = 0, grain_ = 1;
     std::atomic<int64_t> next_{0};
+    std::exception_ptr error_;  ///< first exception thrown by fn in the current region (under mu_)
 };
 
 }  // namespace nitro::cpu

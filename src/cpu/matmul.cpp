@@ -1,0 +1,325 @@
+// Quantized matrix products: tensor views, activation conversion, ISA dispatch and the batched
+// row-chunk scheduler. The dot-product kernels live in vec_dot_{scalar,avx2,avx512}.cpp.
+//
+// Scheduling (matmul_batch): the rows of every job are cut into chunks of kRowsPerChunk rows and
+// ALL chunks of ALL jobs go to one parallel_for, so the 4-8 selected experts of a MoE layer (gate
+// and up at once) are a single parallel region. Inside a chunk, tokens are processed in tiles of
+// kTokenTile; for each row of the chunk the kernel is called on groups of up to kMaxTokens tokens.
+// The row (a few KiB) is read from DRAM once and stays in L1 while every token of the tile uses
+// it; the chunk (<= 64 rows) stays in L2 across token tiles. Every output element is written by
+// exactly one kernel call whose operands and operation order do not depend on the thread count,
+// the chunking or the token grouping: results are bit-identical for any pool size.
+#include "cpu/matmul.h"
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "cpu/kernels.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+namespace nitro::cpu {
+namespace {
+
+using kernels::kMaxTokens;
+
+/// Rows per scheduling chunk (upper bound; smaller when there are few rows per thread).
+constexpr int64_t kRowsPerChunk = 32;
+/// Tokens per tile inside a chunk: a tile's activations (<= 64 x ~3 KiB for ne0 = 2880 Q8_0)
+/// stay in L2 while the chunk's rows stream past them.
+constexpr int64_t kTokenTile = 64;
+
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+/// Best level this CPU supports (AVX-512 kernels need F, BW, VL and VNNI; a CPU with AVX-512 but
+/// no VNNI, e.g. Skylake-X, uses the AVX2 kernels).
+Isa detect_isa() {
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("f16c");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    return avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;
+}
+
+/// Detected level, lowered by NITRO_ISA=scalar|avx2|avx512 (never raised above the hardware).
+Isa selected_isa() {
+    Isa isa = detect_isa();
+    if (const char* env = std::getenv("NITRO_ISA"); env && *env) {
+        const std::string_view v(env);
+        Isa want;
+        if (v == "scalar") want = Isa::Scalar;
+        else if (v == "avx2") want = Isa::Avx2;
+        else if (v == "avx512") want = Isa::Avx512;
+        else fail("NITRO_ISA={} is not one of scalar, avx2, avx512", v);
+        isa = std::min(isa, want);
+    }
+    return isa;
+}
+
+/// The kernel table of one level: scalar entries overridden by every level up to `isa`.
+kernels::Table make_table(Isa isa) {
+    kernels::Table t;
+    kernels::fill_scalar(t);
+    if (isa >= Isa::Avx2) kernels::fill_avx2(t);
+    if (isa >= Isa::Avx512) kernels::fill_avx512(t);
+    return t;
+}
+
+const kernels::Table& table_for(Isa isa) {
+    static const kernels::Table tables[3] = {make_table(Isa::Scalar), make_table(Isa::Avx2), make_table(Isa::Avx512)};
+    return tables[static_cast<int>(isa)];
+}
+
+struct Dispatch {
+    Isa isa;
+    const kernels::Table* table;
+};
+
+const Dispatch& dispatch() {
+    static const Dispatch d = [] {
+        const Isa isa = selected_isa();
+        return Dispatch{isa, &table_for(isa)};
+    }();
+    return d;
+}
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::Avx512: return "avx512";
+        case Isa::Avx2: return "avx2";
+        default: return "scalar";
+    }
+}
+
+kernels::DotFn kernel_for(GgmlType t) {
+    const auto id = static_cast<uint32_t>(t);
+    kernels::DotFn f = id < kernels::kTypeSlots ? dispatch().table->dot[id] : nullptr;
+    if (!f) fail("no CPU matmul kernel for weight type {}", type_display_name(t));
+    return f;
+}
+
+/// One scheduling unit: rows [r0, r1) of job `job`.
+struct Chunk {
+    int32_t job;
+    int64_t r0, r1;
+};
+
+/// True for the activation types that carry block_scales.
+bool has_block_scales(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q8_1; }
+
+/// The kernel's view of activation row t.
+kernels::ActRow act_row(const ActBuffer& a, int64_t t) {
+    const float* d = a.block_scales.empty() ? nullptr : a.block_scales.data() + t * (a.ne0 / 32);
+    return {a.row(t), d};
+}
+
+void run_chunk(const MatmulJob& j, kernels::DotFn dot, int64_t r0, int64_t r1) {
+    kernels::ActRow a[kMaxTokens];
+    float res[kMaxTokens];
+    for (int64_t t0 = 0; t0 < j.n_tokens; t0 += kTokenTile) {
+        const int64_t t1 = std::min(j.n_tokens, t0 + kTokenTile);
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t* wrow = j.w.row(r);
+            for (int64_t t = t0; t < t1; t += kMaxTokens) {
+                const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, t1 - t));
+                for (int k = 0; k < nt; ++k) {
+                    const int64_t src = j.token_ids ? j.token_ids[t + k] : t + k;
+                    a[k] = act_row(*j.acts, src);
+                }
+                dot(j.w.ne0, wrow, a, nt, res);
+                for (int k = 0; k < nt; ++k) j.out[(t + k) * j.out_stride + r] = res[k];
+            }
+        }
+    }
+}
+
+void check_job(const MatmulJob& j, size_t index) {
+    if (j.n_tokens < 0 || j.w.n_rows < 0) fail("matmul job {}: negative size", index);
+    if (j.n_tokens == 0 || j.w.n_rows == 0) return;
+    if (!j.acts || !j.out || !j.w.data) fail("matmul job {}: missing weights, activations or output", index);
+    if (j.acts->ne0 != j.w.ne0)
+        fail("matmul job {}: activations have {} values per row, weights {}", index, j.acts->ne0, j.w.ne0);
+    if (j.acts->type != vec_dot_type(j.w.type))
+        fail("matmul job {}: activations are {}, weight type {} needs {}", index, type_display_name(j.acts->type),
+             type_display_name(j.w.type), type_display_name(vec_dot_type(j.w.type)));
+    if (j.acts->data.size() < j.acts->row_bytes * static_cast<size_t>(j.acts->n_tokens) ||
+        (has_block_scales(j.acts->type) &&
+         j.acts->block_scales.size() != static_cast<size_t>(j.acts->n_tokens * (j.acts->ne0 / 32))))
+        fail("matmul job {}: the activation buffer was not filled by quantize_acts", index);
+    if (j.n_tokens > 1 && j.out_stride < j.w.n_rows)
+        fail("matmul job {}: out_stride {} is smaller than the {} rows", index, j.out_stride, j.w.n_rows);
+    if (!j.token_ids && j.n_tokens > j.acts->n_tokens)
+        fail("matmul job {}: {} tokens but only {} activation rows", index, j.n_tokens, j.acts->n_tokens);
+    if (j.token_ids) {
+        for (int64_t t = 0; t < j.n_tokens; ++t) {
+            if (j.token_ids[t] < 0 || j.token_ids[t] >= j.acts->n_tokens)
+                fail("matmul job {}: token id {} out of range [0, {})", index, j.token_ids[t], j.acts->n_tokens);
+        }
+    }
+}
+
+WeightView make_view(const GgufTensorInfo& t, const uint8_t* data, int64_t n_rows) {
+    WeightView v;
+    v.type = t.type;
+    v.data = data;
+    v.ne0 = t.ne[0];
+    v.n_rows = n_rows;
+    v.row_bytes = row_size(t.type, t.ne[0]);
+    return v;
+}
+
+}  // namespace
+
+WeightView weight_view(const GgufTensorInfo& t) {
+    if (t.n_dims > 2 || t.ne[2] != 1 || t.ne[3] != 1)
+        fail("tensor '{}' has shape {}: a 2-D weight matrix was expected", t.name, t.shape_string());
+    if (!t.data) fail("tensor '{}' has no data", t.name);
+    return make_view(t, t.data, t.ne[1]);
+}
+
+WeightView expert_view(const GgufTensorInfo& t, int64_t e) {
+    if (t.n_dims != 3 || t.ne[3] != 1)
+        fail("tensor '{}' has shape {}: a 3-D expert tensor [ne0, ne1, n_expert] was expected", t.name,
+             t.shape_string());
+    if (e < 0 || e >= t.ne[2]) fail("tensor '{}': expert {} out of range [0, {})", t.name, e, t.ne[2]);
+    if (!t.data) fail("tensor '{}' has no data", t.name);
+    const size_t rb = row_size(t.type, t.ne[0]);
+    return make_view(t, t.data + static_cast<size_t>(e) * static_cast<size_t>(t.ne[1]) * rb, t.ne[1]);
+}
+
+GgmlType vec_dot_type(GgmlType weight) {
+    switch (weight) {
+        case GgmlType::F32: return GgmlType::F32;
+        case GgmlType::F16: return GgmlType::F16;
+        case GgmlType::BF16: return GgmlType::BF16;
+        case GgmlType::Q4_0:
+        case GgmlType::Q5_0:
+        case GgmlType::Q8_0:
+        case GgmlType::MXFP4:
+        case GgmlType::IQ4_NL: return GgmlType::Q8_0;
+        case GgmlType::Q4_1:
+        case GgmlType::Q5_1: return GgmlType::Q8_1;
+        case GgmlType::Q2_K:
+        case GgmlType::Q3_K:
+        case GgmlType::Q4_K:
+        case GgmlType::Q5_K:
+        case GgmlType::Q6_K:
+        case GgmlType::IQ4_XS: return GgmlType::Q8_K;
+        default: fail("weight type {} has no CPU matmul kernel", type_display_name(weight));
+    }
+}
+
+void quantize_acts(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type, ActBuffer& out) {
+    const GgmlType vt = vec_dot_type(weight_type);
+    if (n_tokens < 0) fail("quantize_acts: negative token count {}", n_tokens);
+    const size_t rb = row_size(vt, ne0);  // throws if ne0 is not a multiple of the block size
+    const QuantizeFn q = type_traits(vt).quantize;
+    NITRO_CHECK(q != nullptr);
+    out.type = vt;
+    out.ne0 = ne0;
+    out.n_tokens = n_tokens;
+    out.row_bytes = rb;
+    out.data.resize(rb * static_cast<size_t>(n_tokens));
+    for (int64_t t = 0; t < n_tokens; ++t) q(x + t * ne0, out.data.data() + static_cast<size_t>(t) * rb, ne0);
+    out.block_scales.clear();
+    if (has_block_scales(vt)) {
+        const int64_t nb = ne0 / 32;
+        const size_t bb = type_traits(vt).type_size;  // d is the first field of both blocks
+        out.block_scales.resize(static_cast<size_t>(n_tokens * nb));
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t b = 0; b < nb; ++b) {
+                uint16_t h;
+                std::memcpy(&h, out.row(t) + b * bb, 2);
+                out.block_scales[static_cast<size_t>(t * nb + b)] = fp16_to_f32(h);
+            }
+        }
+    }
+}
+
+void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs) {
+    std::vector<kernels::DotFn> fns(jobs.size());
+    int64_t total_rows = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        check_job(jobs[i], i);
+        if (jobs[i].n_tokens > 0) {
+            fns[i] = kernel_for(jobs[i].w.type);
+            total_rows += jobs[i].w.n_rows;
+        }
+    }
+    if (total_rows == 0) return;
+    // Chunk size: at most kRowsPerChunk, small enough for ~4 chunks per thread (load balance on
+    // uneven expert counts), at least 4 rows. Determinism does not depend on it.
+    const int64_t per_thread = total_rows / (4 * static_cast<int64_t>(pool.size()));
+    const int64_t rows_per_chunk = std::clamp<int64_t>(per_thread, 4, kRowsPerChunk);
+    std::vector<Chunk> chunks;
+    chunks.reserve(static_cast<size_t>(total_rows / rows_per_chunk + jobs.size()));
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        if (jobs[i].n_tokens <= 0) continue;
+        for (int64_t r = 0; r < jobs[i].w.n_rows; r += rows_per_chunk)
+            chunks.push_back({static_cast<int32_t>(i), r, std::min(jobs[i].w.n_rows, r + rows_per_chunk)});
+    }
+    pool.parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t c = b; c < e; ++c) {
+            const Chunk& ch = chunks[static_cast<size_t>(c)];
+            run_chunk(jobs[static_cast<size_t>(ch.job)], fns[static_cast<size_t>(ch.job)], ch.r0, ch.r1);
+        }
+    });
+}
+
+void matmul(ThreadPool& pool, const WeightView& w, const ActBuffer& acts, float* out) {
+    MatmulJob j;
+    j.w = w;
+    j.acts = &acts;
+    j.n_tokens = acts.n_tokens;
+    j.out = out;
+    j.out_stride = w.n_rows;
+    matmul_batch(pool, std::span<const MatmulJob>(&j, 1));
+}
+
+float vec_dot_reference(GgmlType w, int64_t n, const void* wrow, const void* arow) {
+    row_size(w, n);  // throws if n is not a multiple of the block size
+    return kernels::dot_scalar(w, n, wrow, arow);
+}
+
+const char* kernel_isa() { return isa_name(dispatch().isa); }
+
+std::vector<std::string> available_isas() {
+    std::vector<std::string> r;
+    for (int i = 0; i <= static_cast<int>(detect_isa()); ++i) r.emplace_back(isa_name(static_cast<Isa>(i)));
+    return r;
+}
+
+void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, const void* const* arows, int nt,
+                 float* out) {
+    Isa level;
+    if (isa == "scalar") level = Isa::Scalar;
+    else if (isa == "avx2") level = Isa::Avx2;
+    else if (isa == "avx512") level = Isa::Avx512;
+    else fail("unknown instruction set '{}' (expected scalar, avx2 or avx512)", isa);
+    if (level > detect_isa()) fail("this CPU cannot run the {} kernels", isa);
+    if (nt < 1 || nt > kMaxTokens) fail("vec_dot_isa: {} tokens, expected 1..{}", nt, kMaxTokens);
+    row_size(w, n);  // throws if n is not a multiple of the block size
+    const auto id = static_cast<uint32_t>(w);
+    const kernels::DotFn f = id < kernels::kTypeSlots ? table_for(level).dot[id] : nullptr;
+    if (!f) fail("no CPU matmul kernel for weight type {}", type_display_name(w));
+    // Rows come without block_scales here: derive them as quantize_acts does.
+    const GgmlType vt = vec_dot_type(w);
+    const int64_t nb = has_block_scales(vt) ? n / 32 : 0;
+    std::vector<float> scales(static_cast<size_t>(nb * nt));
+    kernels::ActRow a[kMaxTokens];
+    for (int j = 0; j < nt; ++j) {
+        const auto* q = static_cast<const uint8_t*>(arows[j]);
+        for (int64_t b = 0; b < nb; ++b) {
+            uint16_t h;
+            std::memcpy(&h, q + b * static_cast<int64_t>(type_traits(vt).type_size), 2);
+            scales[static_cast<size_t>(j * nb + b)] = fp16_to_f32(h);
+        }
+        a[j] = {q, nb ? scales.data() + j * nb : nullptr};
+    }
+    f(n, static_cast<const uint8_t*>(wrow), a, nt, out);
+}
+
+}  // namespace nitro::cpu

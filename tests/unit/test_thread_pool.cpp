@@ -1,0 +1,102 @@
+// ThreadPool (src/cpu/thread_pool.h): coverage of every index exactly once, chunk bounds, thread
+// indices, n = 0, pools of one thread, many back-to-back regions (lost wake-ups would hang or
+// skip work), and exceptions thrown by the work function.
+#include "cpu/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using nitro::cpu::ThreadPool;
+
+TEST(ThreadPool, CoversEveryIndexOnceInBoundedChunks) {
+    for (int threads : {1, 2, 3, 8}) {
+        ThreadPool pool(threads);
+        EXPECT_EQ(pool.size(), threads);
+        for (int64_t n : {1, 2, 7, 64, 1000}) {
+            for (int64_t grain : {1, 3, 16, 5000}) {
+                std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+                std::atomic<bool> bad_chunk{false}, bad_thread{false};
+                pool.parallel_for(n, grain, [&](int64_t b, int64_t e, int ti) {
+                    if (b < 0 || e > n || b >= e || e - b > grain) bad_chunk = true;
+                    if (ti < 0 || ti >= threads) bad_thread = true;
+                    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+                });
+                EXPECT_FALSE(bad_chunk) << threads << " threads, n " << n << ", grain " << grain;
+                EXPECT_FALSE(bad_thread);
+                for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "index " << i;
+            }
+        }
+    }
+}
+
+TEST(ThreadPool, EmptyAndNegativeRangesCallNothing) {
+    ThreadPool pool(3);
+    int calls = 0;
+    pool.parallel_for(0, 4, [&](int64_t, int64_t, int) { ++calls; });
+    pool.parallel_for(-5, 4, [&](int64_t, int64_t, int) { ++calls; });
+    EXPECT_EQ(calls, 0);
+}
+
+TEST(ThreadPool, PoolOfOneRunsOnTheCaller) {
+    ThreadPool pool(1);
+    const auto me = std::this_thread::get_id();
+    bool other = false;
+    int64_t total = 0;
+    pool.parallel_for(100, 7, [&](int64_t b, int64_t e, int ti) {
+        other |= std::this_thread::get_id() != me || ti != 0;
+        total += e - b;
+    });
+    EXPECT_FALSE(other);
+    EXPECT_EQ(total, 100);
+}
+
+TEST(ThreadPool, ManyBackToBackRegions) {
+    // Thousands of short regions: a lost wake-up deadlocks, a stale chunk counter double-counts.
+    ThreadPool pool(4);
+    std::atomic<int64_t> sum{0};
+    int64_t expect = 0;
+    for (int rep = 0; rep < 3000; ++rep) {
+        const int64_t n = rep % 37;
+        pool.parallel_for(n, 2, [&](int64_t b, int64_t e, int) {
+            for (int64_t i = b; i < e; ++i) sum += i + 1;
+        });
+        expect += n * (n + 1) / 2;
+    }
+    EXPECT_EQ(sum.load(), expect);
+}
+
+TEST(ThreadPool, WorkersParticipate) {
+    // With slow chunks, more than one thread must take part (the pool is not serial).
+    ThreadPool pool(3);
+    std::vector<std::atomic<int>> by_thread(3);
+    pool.parallel_for(60, 1, [&](int64_t, int64_t, int ti) {
+        by_thread[static_cast<size_t>(ti)]++;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    int active = 0;
+    for (auto& c : by_thread) active += c.load() > 0;
+    EXPECT_GE(active, 2);
+}
+
+TEST(ThreadPool, ExceptionIsRethrownAndPoolStaysUsable) {
+    for (int threads : {1, 4}) {
+        ThreadPool pool(threads);
+        EXPECT_THROW(pool.parallel_for(100, 1,
+                                       [&](int64_t b, int64_t, int) {
+                                           if (b == 42) throw std::runtime_error("boom");
+                                       }),
+                     std::runtime_error);
+        std::atomic<int64_t> count{0};
+        pool.parallel_for(100, 1, [&](int64_t b, int64_t e, int) { count += e - b; });
+        EXPECT_EQ(count.load(), 100);
+    }
+}
+
+}  // namespace
