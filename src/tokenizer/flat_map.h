@@ -25,10 +25,14 @@ inline uint64_t hash_bytes(std::string_view s) {
     uint64_t tail = 0;
     std::memcpy(&tail, s.data() + i, s.size() - i);
     h = (h ^ tail) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 32;  // multiplication only carries upwards: fold the high bits into the low ones
+    h *= 0xd6e8feb86659fd93ull;
     return h ^ (h >> 32);
 }
 
 /// Maps byte strings (views into storage owned elsewhere) to non-negative int32 values.
+/// Each slot keeps the first 8 key bytes inline, so most lookups (tokens are short) touch one
+/// cache line; prefetch() lets a caller overlap the misses of a batch of lookups.
 class StringIdMap {
 public:
     /// Sizes the table for `n` entries (call before inserting).
@@ -40,33 +44,49 @@ public:
     }
     /// Inserts `key` -> `value` unless `key` is present; returns false if it was present.
     bool insert(std::string_view key, int32_t value) {
+        const uint64_t head = head_of(key);
         size_t i = hash_bytes(key) & mask_;
         while (slots_[i].value >= 0) {
-            if (view(slots_[i]) == key) return false;
+            if (equal(slots_[i], key, head)) return false;
             i = (i + 1) & mask_;
         }
-        slots_[i] = Slot{key.data(), static_cast<uint32_t>(key.size()), value};
+        slots_[i] = Slot{head, key.data(), static_cast<uint32_t>(key.size()), value};
         return true;
     }
     /// The value for `key`, or -1.
-    int32_t find(std::string_view key) const {
+    int32_t find(std::string_view key) const { return find_hashed(key, hash_bytes(key)); }
+    /// find() with the hash already computed (hash_bytes(key)).
+    int32_t find_hashed(std::string_view key, uint64_t hash) const {
         if (slots_.empty()) return -1;
-        size_t i = hash_bytes(key) & mask_;
+        const uint64_t head = head_of(key);
+        size_t i = hash & mask_;
         while (slots_[i].value >= 0) {
-            if (slots_[i].len == key.size() && std::memcmp(slots_[i].data, key.data(), key.size()) == 0)
-                return slots_[i].value;
+            if (equal(slots_[i], key, head)) return slots_[i].value;
             i = (i + 1) & mask_;
         }
         return -1;
     }
+    /// Hints the CPU to load the slot a key with this hash starts probing at.
+    void prefetch(uint64_t hash) const {
+        if (!slots_.empty()) __builtin_prefetch(&slots_[hash & mask_]);
+    }
 
 private:
     struct Slot {
+        uint64_t head = 0;  // the first (up to) 8 key bytes, zero padded
         const char* data = nullptr;
         uint32_t len = 0;
         int32_t value = -1;
     };
-    static std::string_view view(const Slot& s) { return {s.data, s.len}; }
+    static uint64_t head_of(std::string_view k) {
+        uint64_t h = 0;
+        std::memcpy(&h, k.data(), k.size() < 8 ? k.size() : 8);
+        return h;
+    }
+    static bool equal(const Slot& s, std::string_view k, uint64_t head) {
+        return s.len == k.size() && s.head == head &&
+               (k.size() <= 8 || std::memcmp(s.data + 8, k.data() + 8, k.size() - 8) == 0);
+    }
     std::vector<Slot> slots_;
     size_t mask_ = 0;
 };
@@ -107,7 +127,10 @@ public:
         }
         return {};
     }
-    size_t size_hint() const { return slots_.size(); }
+    /// Hints the CPU to load the slot where (left, right) starts probing.
+    void prefetch(int32_t left, int32_t right) const {
+        __builtin_prefetch(&slots_[mix(key(left, right)) & mask_]);
+    }
 
 private:
     struct Slot {

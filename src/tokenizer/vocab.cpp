@@ -4,6 +4,8 @@
 #include "gguf/gguf.h"
 #include "tokenizer/unicode.h"
 
+#include <algorithm>
+
 namespace nitro {
 
 namespace {
@@ -175,24 +177,50 @@ void Vocab::build(const std::vector<std::string>& tokens, const std::vector<int3
             fail("{}: the vocabulary has no token for byte 0x{:02X}; a byte-level BPE vocabulary needs all 256",
                  source, b);
 
+    // Merges: each needs three lookups (left, right, joined) that miss the cache, so they are
+    // done in batches: decode and hash a batch, prefetch its slots, then look up and insert.
     merges_.reserve(merges.size());
     n_merges_ = merges.size();
-    std::string left, right, joined;
-    for (size_t r = 0; r < merges.size(); ++r) {
-        const std::string& m = merges[r];
-        const size_t sp = m.find(' ', 1);
-        if (sp == std::string::npos || sp + 1 >= m.size())
-            fail("{}: tokenizer.ggml.merges[{}] = '{}' is not two tokens separated by a space", source, r, m);
-        left.clear();
-        right.clear();
-        decode_token_text(std::string_view(m).substr(0, sp), left);
-        decode_token_text(std::string_view(m).substr(sp + 1), right);
-        joined = left + right;
-        const int32_t a = find_bytes(left), b = find_bytes(right), c = find_bytes(joined);
-        if (a < 0 || b < 0 || c < 0)
-            fail("{}: tokenizer.ggml.merges[{}] = '{}' refers to a token that is not in the vocabulary",
-                 source, r, m);
-        merges_.insert(a, b, BpeMerge{static_cast<int32_t>(r), c});
+    constexpr size_t kBatch = 32;
+    struct Pending {
+        std::string left, right, joined;
+        uint64_t hl = 0, hr = 0, hj = 0;
+        int32_t a = -1, b = -1, c = -1;
+    };
+    std::vector<Pending> batch(kBatch);
+    for (size_t base = 0; base < merges.size(); base += kBatch) {
+        const size_t count = std::min(kBatch, merges.size() - base);
+        for (size_t k = 0; k < count; ++k) {
+            const std::string& m = merges[base + k];
+            Pending& p = batch[k];
+            const size_t sp = m.find(' ', 1);
+            if (sp == std::string::npos || sp + 1 >= m.size())
+                fail("{}: tokenizer.ggml.merges[{}] = '{}' is not two tokens separated by a space", source,
+                     base + k, m);
+            p.left.clear();
+            p.right.clear();
+            decode_token_text(std::string_view(m).substr(0, sp), p.left);
+            decode_token_text(std::string_view(m).substr(sp + 1), p.right);
+            p.joined.assign(p.left).append(p.right);
+            p.hl = hash_bytes(p.left);
+            p.hr = hash_bytes(p.right);
+            p.hj = hash_bytes(p.joined);
+            by_bytes_.prefetch(p.hl);
+            by_bytes_.prefetch(p.hr);
+            by_bytes_.prefetch(p.hj);
+        }
+        for (size_t k = 0; k < count; ++k) {
+            Pending& p = batch[k];
+            p.a = by_bytes_.find_hashed(p.left, p.hl);
+            p.b = by_bytes_.find_hashed(p.right, p.hr);
+            p.c = by_bytes_.find_hashed(p.joined, p.hj);
+            if (p.a < 0 || p.b < 0 || p.c < 0)
+                fail("{}: tokenizer.ggml.merges[{}] = '{}' refers to a token that is not in the vocabulary",
+                     source, base + k, merges[base + k]);
+            merges_.prefetch(p.a, p.b);
+        }
+        for (size_t k = 0; k < count; ++k)
+            merges_.insert(batch[k].a, batch[k].b, BpeMerge{static_cast<int32_t>(base + k), batch[k].c});
     }
 }
 
