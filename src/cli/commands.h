@@ -12,5 +12,6 @@ namespace nitro::cli {
 using Action = std::function<int()>;
 
 Action add_inspect(CLI::App& app);
+Action add_tokenize(CLI::App& app);
 
 }  // namespace nitro::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
         actions[app.get_subcommands({}).at(before)] = std::move(a);
     };
     add(nitro::cli::add_inspect);
+    add(nitro::cli::add_tokenize);
 
     try {
         app.parse(argc, argv);
