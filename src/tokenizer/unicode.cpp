@@ -138,13 +138,50 @@ uint8_t unicode_ccc(uint32_t cp) {
     return cp <= it->last ? static_cast<uint8_t>(it->ccc) : 0;
 }
 
-std::string nfc_normalize(std::string_view s) {
-    // Fast path: every code point below U+0300 is a starter that composes with nothing before it.
-    bool simple = true;
-    for (char c : s)
-        if (static_cast<uint8_t>(c) >= 0xCC) { simple = false; break; }
-    if (simple) return std::string(s);
+namespace {
 
+std::string nfc_segment(std::string_view s);
+
+}  // namespace
+
+std::string nfc_normalize(std::string_view s) {
+    // Code points below U+0300 are starters that never decompose into anything that does not
+    // compose back, and are never the second half of a composition: text made only of them is
+    // in NFC, and they cut text into pieces that normalize independently, except that the
+    // starter just before a higher code point may compose with it. So only the stretches from
+    // that starter to the next code point below U+0300 go through the full algorithm.
+    size_t i = 0;
+    while (i < s.size() && static_cast<uint8_t>(s[i]) < 0xCC) ++i;
+    if (i == s.size()) return std::string(s);
+    std::string out;
+    out.reserve(s.size() + 16);
+    size_t done = 0;
+    while (i < s.size()) {
+        // s[i] starts a code point >= U+0300 (lead byte >= 0xCC); back up to the starter before.
+        size_t seg = i;
+        if (seg > done) {
+            --seg;
+            while (seg > done && (static_cast<uint8_t>(s[seg]) & 0xC0) == 0x80) --seg;
+        }
+        size_t end = i;
+        while (end < s.size()) {
+            const auto b = static_cast<uint8_t>(s[end]);
+            if (b < 0xCC && (b & 0xC0) != 0x80) break;  // a code point below U+0300 begins here
+            ++end;
+        }
+        out.append(s.substr(done, seg - done));
+        out += nfc_segment(s.substr(seg, end - seg));
+        done = end;
+        i = end;
+        while (i < s.size() && static_cast<uint8_t>(s[i]) < 0xCC) ++i;
+    }
+    out.append(s.substr(done));
+    return out;
+}
+
+namespace {
+
+std::string nfc_segment(std::string_view s) {
     std::vector<uint32_t> cps;
     cps.reserve(s.size());
     for (size_t i = 0; i < s.size();) {
@@ -183,5 +220,7 @@ std::string nfc_normalize(std::string_view s) {
     for (uint32_t cp : out) utf8_append(r, cp);
     return r;
 }
+
+}  // namespace
 
 }  // namespace nitro

@@ -135,6 +135,9 @@ TEST(TokUnicode, NfcComposesAndReorders) {
     // q + dot below (ccc 220) + dot above (ccc 230) in the wrong order is reordered.
     EXPECT_EQ(nfc_normalize("q\xCC\x87\xCC\xA3"), "q\xCC\xA3\xCC\x87");
     EXPECT_EQ(nfc_normalize("\xE2\x84\xAB"), "\xC3\x85");  // ANGSTROM SIGN (singleton) -> Å
+    // Mixed text: only the stretches around code points >= U+0300 are normalized, and the starter
+    // before them (A, e) is composed with the mark that follows it.
+    EXPECT_EQ(nfc_normalize("x A\xCC\x8A y e\xCC\x81 \xC3\xA9\xCC\x81 z"), "x \xC3\x85 y \xC3\xA9 \xC3\xA9\xCC\x81 z");
 }
 
 }  // namespace
