@@ -63,6 +63,15 @@ struct ChatDelta {
     nlohmann::ordered_json to_openai() const;
 };
 
+/// A delta of `kind` carrying `text` (and, for tool call deltas, the tool index).
+inline ChatDelta make_delta(ChatDelta::Kind kind, std::string text, int tool_index = -1) {
+    ChatDelta d;
+    d.kind = kind;
+    d.text = std::move(text);
+    d.tool_index = tool_index;
+    return d;
+}
+
 /// Applies a delta to a message (what a streaming client does).
 void apply_delta(ParsedMessage& m, const ChatDelta& d);
 

@@ -92,8 +92,8 @@ public:
 private:
     enum class State { START, THINK, CONTENT, TOOL, END };
 
-    void reasoning(std::string_view s) { emit({ChatDelta::Kind::REASONING, std::string(s)}); }
-    void content(std::string_view s) { emit({ChatDelta::Kind::CONTENT, std::string(s)}); }
+    void reasoning(std::string_view s) { emit(make_delta(ChatDelta::Kind::REASONING, std::string(s))); }
+    void content(std::string_view s) { emit(make_delta(ChatDelta::Kind::CONTENT, std::string(s))); }
 
     /// Drops leading characters of buf_ matched by `pred`; true if anything else is left.
     template <typename Pred>
@@ -202,7 +202,7 @@ private:
             return;
         }
         const json& args = j["arguments"];
-        ChatDelta d{ChatDelta::Kind::TOOL_CALL_BEGIN};
+        ChatDelta d = make_delta(ChatDelta::Kind::TOOL_CALL_BEGIN, "");
         d.tool_index = static_cast<int>(msg_.tool_calls.size());
         d.id = "call_" + std::to_string(d.tool_index);
         d.name = j["name"].get<std::string>();

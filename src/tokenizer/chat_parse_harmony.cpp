@@ -84,7 +84,7 @@ public:
                 if (!header_has_tag_ && !default_role_.empty() && !could_be_header_text(header_)) to_bare();
                 break;
             case State::BODY: body(text); break;
-            case State::BARE: emit({ChatDelta::Kind::CONTENT, std::string(text)}); break;
+            case State::BARE: emit(make_delta(ChatDelta::Kind::CONTENT, std::string(text))); break;
         }
     }
 
@@ -135,7 +135,7 @@ private:
         std::string text = std::move(header_);
         header_.clear();
         state_ = State::BARE;
-        emit({ChatDelta::Kind::CONTENT, std::move(text)});
+        emit(make_delta(ChatDelta::Kind::CONTENT, std::move(text)));
     }
 
     void begin_body() {
@@ -149,7 +149,7 @@ private:
             route_ = Route::TOOL;
             const std::string name = h.recipient.starts_with("functions.") ? h.recipient.substr(10) : h.recipient;
             const int index = static_cast<int>(msg_.tool_calls.size());
-            ChatDelta d{ChatDelta::Kind::TOOL_CALL_BEGIN, "", index};
+            ChatDelta d = make_delta(ChatDelta::Kind::TOOL_CALL_BEGIN, "", index);
             d.id = "call_" + std::to_string(index);
             d.name = name;
             emit(std::move(d));
@@ -162,10 +162,10 @@ private:
 
     void body(std::string_view text) {
         switch (route_) {
-            case Route::CONTENT: emit({ChatDelta::Kind::CONTENT, std::string(text)}); break;
-            case Route::REASONING: emit({ChatDelta::Kind::REASONING, std::string(text)}); break;
+            case Route::CONTENT: emit(make_delta(ChatDelta::Kind::CONTENT, std::string(text))); break;
+            case Route::REASONING: emit(make_delta(ChatDelta::Kind::REASONING, std::string(text))); break;
             case Route::TOOL: {
-                ChatDelta d{ChatDelta::Kind::TOOL_CALL_ARGUMENTS, std::string(text)};
+                ChatDelta d = make_delta(ChatDelta::Kind::TOOL_CALL_ARGUMENTS, std::string(text));
                 d.tool_index = static_cast<int>(msg_.tool_calls.size()) - 1;
                 emit(std::move(d));
                 break;
