@@ -247,3 +247,4 @@ BENCHMARK(BM_ExpertGemm16_Q4_K_Qwen3)->Apply(thread_args)->MinTime(1.0);
 BENCHMARK(BM_ExpertGemv_Q6_K_Qwen3)->Apply(thread_args)->MinTime(1.0);
 
 }  // namespace
+BENCHMARK_MAIN();

@@ -19,5 +19,6 @@ Action add_bench(CLI::App& app);
 Action add_sim(CLI::App& app);
 /// `nitro trace info|export|import|synth`: router trace files (docs/trace-format.md).
 Action add_trace(CLI::App& app);
+Action add_tokenize(CLI::App& app);
 
 }  // namespace nitro::cli

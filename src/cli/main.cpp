@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     add(nitro::cli::add_bench);
     add(nitro::cli::add_sim);
     add(nitro::cli::add_trace);
+    add(nitro::cli::add_tokenize);
 
     try {
         app.parse(argc, argv);
