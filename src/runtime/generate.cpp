@@ -1,9 +1,13 @@
 #include "runtime/generate.h"
 
 #include "core/error.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/detokenize.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -23,16 +27,46 @@ nlohmann::json probs_json(const std::vector<TokenProb>& v) {
 
 }  // namespace
 
+std::vector<int32_t> end_of_generation_tokens(const Model& model, const Tokenizer& tok) {
+    std::vector<int32_t> eog;
+    if (auto eos = model.gguf().metadata().get_int("tokenizer.ggml.eos_token_id"); eos && *eos >= 0) eog.push_back(static_cast<int32_t>(*eos));
+    if (auto eot = model.gguf().metadata().get_int("tokenizer.ggml.eot_token_id"); eot && *eot >= 0) eog.push_back(static_cast<int32_t>(*eot));
+    // As llama.cpp's vocabulary loader: the chat formats' end-of-turn markers end generation.
+    // (<|end|> does not: in harmony it closes a message and generation continues.)
+    for (const char* t : {"<|return|>", "<|call|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>"}) {
+        const int32_t id = tok.vocab().find_text(t);
+        if (id >= 0 && tok.vocab().is_control(id) && std::find(eog.begin(), eog.end(), id) == eog.end()) eog.push_back(id);
+    }
+    return eog;
+}
+
 GenerateResult generate(const GenerateOptions& opt, const std::function<void(const std::string&)>& on_text) {
     if (opt.model.empty()) fail("no model given (-m MODEL.gguf)");
     Model model(opt.model);
     GenerateResult r;
     int n_sources = !opt.prompt.empty() + !opt.prompt_file.empty() + !opt.prompt_ids.empty();
     if (n_sources > 1) fail("give the prompt one way only: -p, -f or --prompt-ids");
+    const Tokenizer tok = Tokenizer::from_gguf(model.gguf().metadata());
     if (!opt.prompt_ids.empty()) {
+        if (opt.chat) fail("--chat needs a text prompt (-p or -f), not --prompt-ids");
         r.prompt_ids = opt.prompt_ids;
     } else {
-        fail("text prompts need the tokenizer, which this build does not have yet; use --prompt-ids");
+        std::string text = opt.prompt;
+        if (!opt.prompt_file.empty()) {
+            std::ifstream in(opt.prompt_file, std::ios::binary);
+            if (!in) fail("cannot open prompt file '{}'", opt.prompt_file);
+            text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        }
+        EncodeOptions enc;
+        enc.parse_special = true;  // as llama.cpp's CLI: template text in the prompt is markup
+        if (opt.chat) {
+            nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+            messages.push_back({{"role", "user"}, {"content", text}});
+            text = render_chat(chat_format_for(tok.vocab()), messages, nullptr, ChatOptions{});
+        } else {
+            enc.add_special = true;
+        }
+        r.prompt_ids = tok.encode(text, enc);
     }
     if (r.prompt_ids.empty()) fail("the prompt is empty");
     if (opt.n_predict < 0) fail("-n must not be negative (got {})", opt.n_predict);
@@ -41,7 +75,8 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     if (static_cast<int64_t>(r.prompt_ids.size()) + opt.n_predict > session.n_ctx())
         fail("the prompt ({} tokens) plus {} generated tokens do not fit the context of {} tokens (-c)",
              r.prompt_ids.size(), opt.n_predict, session.n_ctx());
-    const int64_t eos = model.gguf().metadata().get_int("tokenizer.ggml.eos_token_id").value_or(-1);
+    const std::vector<int32_t> eog = end_of_generation_tokens(model, tok);
+    StreamingDetokenizer detok(tok);
     Sampler sampler(opt.sampling);
     const int64_t V = model.n_vocab();
     std::vector<float> logits;
@@ -60,21 +95,26 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     const auto t1 = Clock::now();
     for (int64_t step = 0; step < opt.n_predict; ++step) {
         if (opt.n_probs > 0) r.probs.push_back(top_probs(last, opt.n_probs));
-        const int32_t tok = sampler.sample(last);
+        const int32_t next = sampler.sample(last);
         if (step == 0) r.timings.ttft_ms = ms_since(t0);
-        r.ids.push_back(tok);
-        if (tok == eos && !opt.ignore_eos) {
+        r.ids.push_back(next);
+        if (!opt.ignore_eos && std::find(eog.begin(), eog.end(), next) != eog.end()) {
             r.stop_reason = "eos";
             break;
         }
+        const std::string piece = detok.push(next);
+        r.text += piece;
+        if (on_text && !piece.empty()) on_text(piece);
         if (step + 1 == opt.n_predict) break;
-        const int32_t one[1] = {tok};
+        const int32_t one[1] = {next};
         session.eval(one, false, logits);
         last = std::span<const float>(logits.data(), static_cast<size_t>(V));
     }
     r.timings.decode_ms = ms_since(t1);
     r.timings.n_decode = static_cast<int64_t>(r.ids.size()) > 0 ? static_cast<int64_t>(r.ids.size()) - 1 : 0;
-    (void)on_text;
+    const std::string tail = detok.flush();
+    r.text += tail;
+    if (on_text && !tail.empty()) on_text(tail);
     return r;
 }
 

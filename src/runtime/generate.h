@@ -43,6 +43,11 @@ struct GenerateResult {
     std::string stop_reason;                           ///< "length" or "eos"
 };
 
+class Tokenizer;
+/// Tokens that end generation: eos/eot from the metadata and the chat formats' end markers
+/// (<|return|>, <|call|>, <|im_end|>, <|endoftext|>) present in the vocabulary as control tokens.
+std::vector<int32_t> end_of_generation_tokens(const Model& model, const Tokenizer& tok);
+
 /// Runs a generation. `on_text` receives decoded text as it is produced (may be null).
 /// Throws nitro::Error for a bad model, bad prompt or context overflow.
 GenerateResult generate(const GenerateOptions& opt, const std::function<void(const std::string&)>& on_text);
