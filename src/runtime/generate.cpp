@@ -4,12 +4,15 @@
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/detokenize.h"
+#include "trace/model_header.h"
+#include "trace/trace_file.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 namespace nitro {
@@ -72,6 +75,22 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     if (opt.n_predict < 0) fail("-n must not be negative (got {})", opt.n_predict);
 
     Session session(model, opt.session);
+    std::unique_ptr<TraceWriter> trace;
+    if (!opt.trace_path.empty()) {
+        trace = std::make_unique<TraceWriter>(opt.trace_path, trace_header_from_model(model.gguf(), true));
+        std::vector<ExpertId> ids;
+        session.on_route = [&trace, ids](const RouteEvent& e) mutable {
+            ids.assign(e.experts.begin(), e.experts.end());
+            TraceRecordIn rec;
+            rec.seq = 0;
+            rec.pos = static_cast<uint32_t>(e.pos);
+            rec.phase = e.prefill ? TracePhase::Prefill : TracePhase::Decode;
+            rec.layer = static_cast<uint32_t>(e.layer);
+            rec.ids = ids;
+            rec.weights = e.weights;
+            trace->write(rec);
+        };
+    }
     if (static_cast<int64_t>(r.prompt_ids.size()) + opt.n_predict > session.n_ctx())
         fail("the prompt ({} tokens) plus {} generated tokens do not fit the context of {} tokens (-c)",
              r.prompt_ids.size(), opt.n_predict, session.n_ctx());
@@ -112,6 +131,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     }
     r.timings.decode_ms = ms_since(t1);
     r.timings.n_decode = static_cast<int64_t>(r.ids.size()) > 0 ? static_cast<int64_t>(r.ids.size()) - 1 : 0;
+    if (trace) trace->close();
     const std::string tail = detok.flush();
     r.text += tail;
     if (on_text && !tail.empty()) on_text(tail);

@@ -24,6 +24,7 @@ struct GenerateOptions {
     bool ignore_eos = false;
     int n_probs = 0;
     bool echo = false;
+    std::string trace_path;  ///< capture the router's decisions to this trace file (docs/trace-format.md)
 };
 
 struct Timings {
