@@ -14,5 +14,6 @@ using Action = std::function<int()>;
 Action add_inspect(CLI::App& app);
 Action add_synth(CLI::App& app);
 Action add_run(CLI::App& app);
+Action add_convert(CLI::App& app);
 
 }  // namespace nitro::cli

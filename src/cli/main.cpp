@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     add(nitro::cli::add_inspect);
     add(nitro::cli::add_synth);
     add(nitro::cli::add_run);
+    add(nitro::cli::add_convert);
 
     try {
         app.parse(argc, argv);
