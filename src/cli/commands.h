@@ -20,5 +20,6 @@ Action add_sim(CLI::App& app);
 /// `nitro trace info|export|import|synth`: router trace files (docs/trace-format.md).
 Action add_trace(CLI::App& app);
 Action add_tokenize(CLI::App& app);
+Action add_convert(CLI::App& app);
 
 }  // namespace nitro::cli
