@@ -1,15 +1,11 @@
 #!/usr/bin/env bash
-# Sets up (installs dependencies, builds) and runs the main job.
-#   bash scripts/run.sh              # the default model
-#   bash scripts/run.sh MODEL.gguf   # your model
-# Until the embedded default model exists the main job is `nitro inspect`; without a MODEL it
-# first writes a tiny synthetic gpt-oss model with `nitro synth`.
+# Sets up (installs dependencies, builds) and runs the main job: `nitro run`.
+#   bash scripts/run.sh                          # the embedded default model, a default prompt
+#   bash scripts/run.sh -m MODEL.gguf -p "TEXT"  # any `nitro run` options
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-model="${1:-}"
-if [ -z "$model" ]; then
-    model=build/tiny-gptoss.gguf
-    ./build/nitro synth --arch gpt-oss --preset tiny -o "$model"
+if [ $# -eq 0 ]; then
+    set -- -p "def read_config(path):" -n 64
 fi
-./build/nitro inspect "$model"
+exec ./build/nitro run "$@"

@@ -15,7 +15,7 @@ Action add_run(CLI::App& app) {
     auto o = std::make_shared<GenerateOptions>();
     auto json = std::make_shared<bool>(false);
     CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt (CPU reference engine)");
-    sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model)")->envname("NITRO_MODEL");
+    sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model); default: the embedded models/tiny-moe-pystd.gguf")->envname("NITRO_MODEL");
     sub->add_option("-p,--prompt", o->prompt, "Prompt text");
     sub->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
     sub->add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids, comma-separated (no tokenization)")->delimiter(',');

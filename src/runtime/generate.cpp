@@ -1,6 +1,7 @@
 #include "runtime/generate.h"
 
 #include "core/error.h"
+#include "runtime/default_model.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/detokenize.h"
@@ -44,8 +45,7 @@ std::vector<int32_t> end_of_generation_tokens(const Model& model, const Tokenize
 }
 
 GenerateResult generate(const GenerateOptions& opt, const std::function<void(const std::string&)>& on_text) {
-    if (opt.model.empty()) fail("no model given (-m MODEL.gguf)");
-    Model model(opt.model);
+    Model model(opt.model.empty() ? default_model_path() : opt.model);
     GenerateResult r;
     int n_sources = !opt.prompt.empty() + !opt.prompt_file.empty() + !opt.prompt_ids.empty();
     if (n_sources > 1) fail("give the prompt one way only: -p, -f or --prompt-ids");
