@@ -4,7 +4,7 @@
 // weights, so nitro must reproduce it up to float rounding and its activation handling:
 //  - teacher-forced: at every position of prompt + greedy continuation, nitro's top-1 equals the
 //    reference's wherever the reference's top-1/top-2 logit margin is above the near-tie
-//    threshold, and nitro's log-probability of that token is within a small tolerance;
+//    threshold, and nitro's probability of that token is close to the reference's;
 //  - free-running greedy decoding gives the reference's tokens up to the first near-tie.
 // This also checks the converter end to end (names, gate/up split, transposes, metadata).
 #include "core/error.h"
@@ -20,8 +20,16 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr double kNearTie = 0.5;     // logits (nats): below this margin the top-1 may flip
-constexpr double kLogprobTol = 0.1;  // |log p_nitro - log p_ref| of the reference's top-1
+constexpr double kNearTie = 0.5;  // logits (nats): below this margin the top-1 may flip
+// Probability bounds, from llama.cpp itself on this file (node-llama-cpp 3.21.1, MEASURED over
+// the same 309 decisive positions): llama.cpp's probability of transformers' top-1 differs by
+// at most 0.117 (99th percentile 0.064, median 0.002), because both engines round activations
+// to 8 bits before quantized products and this trained model has large activation outliers.
+// nitro uses the same numerics (max 0.109 when measured). Bounds: every position within 0.15, and
+// at most 10% of positions off by more than 0.03.
+constexpr double kProbTol = 0.15;
+constexpr double kProbTolTypical = 0.03;
+constexpr double kMaxShareAboveTypical = 0.10;
 
 const std::string kModel = std::string(NITRO_SOURCE_DIR) + "/models/tiny-moe-pystd.gguf";
 
@@ -38,7 +46,8 @@ double margin(const json& row) { return row["logits"][0].get<double>() - row["lo
 TEST(EmbeddedModel, TeacherForcedMatchesTransformers) {
     const json g = golden();
     ASSERT_GE(g["cases"].size(), 5u);
-    int checked = 0;
+    int checked = 0, above_typical = 0;
+    double max_dp = 0;
     for (const auto& c : g["cases"]) {
         SCOPED_TRACE(c["prompt"].get<std::string>());
         std::vector<int32_t> ids = c["prompt_ids"].get<std::vector<int32_t>>();
@@ -62,10 +71,16 @@ TEST(EmbeddedModel, TeacherForcedMatchesTransformers) {
             if (margin(ref) < kNearTie) continue;
             ++checked;
             ASSERT_EQ(rows[pos][0].id, ref["ids"][0].get<int32_t>()) << "position " << pos << ", margin " << margin(ref);
-            EXPECT_NEAR(std::log(rows[pos][0].p), ref["logprobs"][0].get<double>(), kLogprobTol) << "position " << pos;
+            const double dp = std::abs(rows[pos][0].p - std::exp(ref["logprobs"][0].get<double>()));
+            max_dp = std::max(max_dp, dp);
+            above_typical += dp > kProbTolTypical;
+            EXPECT_LE(dp, kProbTol) << "position " << pos;
         }
     }
     EXPECT_GT(checked, 200);  // most positions are decisive (309 of 405 when recorded)
+    std::printf("embedded model vs transformers: %d decisive positions, max |dp| %.4f, %d above %.2f\n", checked, max_dp,
+                above_typical, kProbTolTypical);
+    EXPECT_LE(above_typical, kMaxShareAboveTypical * checked);
 }
 
 TEST(EmbeddedModel, GreedyMatchesTransformersUntilANearTie) {
