@@ -37,7 +37,8 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     if (r.prompt_ids.empty()) fail("the prompt is empty");
     if (opt.n_predict < 0) fail("-n must not be negative (got {})", opt.n_predict);
 
-    Session session(model, opt.session);
+    std::unique_ptr<Engine> engine = make_engine(opt.mode, model, opt.session, opt.gpu);
+    Engine& session = *engine;
     if (static_cast<int64_t>(r.prompt_ids.size()) + opt.n_predict > session.n_ctx())
         fail("the prompt ({} tokens) plus {} generated tokens do not fit the context of {} tokens (-c)",
              r.prompt_ids.size(), opt.n_predict, session.n_ctx());
@@ -74,6 +75,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     }
     r.timings.decode_ms = ms_since(t1);
     r.timings.n_decode = static_cast<int64_t>(r.ids.size()) > 0 ? static_cast<int64_t>(r.ids.size()) - 1 : 0;
+    r.engine = engine->describe();
     (void)on_text;
     return r;
 }
@@ -84,6 +86,7 @@ nlohmann::json generate_result_json(const GenerateResult& r, const GenerateOptio
         {"ids", r.ids},
         {"text", r.text},
         {"stop_reason", r.stop_reason},
+        {"engine", r.engine},
         {"timings",
          {{"prompt_tokens", r.timings.n_prompt}, {"prompt_ms", r.timings.prompt_ms}, {"prompt_tok_s", r.timings.prompt_tok_s()},
           {"generated_tokens", r.ids.size()}, {"decode_ms", r.timings.decode_ms}, {"decode_tok_s", r.timings.decode_tok_s()},
