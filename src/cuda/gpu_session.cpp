@@ -111,7 +111,7 @@ const float* upload_f32(DeviceContext& ctx, StagingRing& ring, Progress& pr, con
 
 DWeight upload_matrix(DeviceContext& ctx, StagingRing& ring, Progress& pr, const GgufTensorInfo& t) {
     if (!supported_weight_type(t.type))
-        fail("tensor '{}' has type {}, which the GPU engine does not support (F32, F16, BF16, Q8_0, MXFP4, Q4_K, Q5_K, "
+        fail("tensor '{}' has type {}, which the GPU engine does not support (F32, F16, BF16, Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, "
              "Q6_K, IQ4_XS)",
              t.name, type_display_name(t.type));
     void* d = ctx.alloc().alloc(t.n_bytes, "tensor " + t.name);

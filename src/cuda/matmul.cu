@@ -20,7 +20,7 @@ namespace nitro::cuda {
 
 bool supported_weight_type(GgmlType t) {
     switch (t) {
-        case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::MXFP4:
+        case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::MXFP4:
         case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_XS: return true;
         default: return false;
     }
@@ -54,9 +54,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const uint8_t* __res
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-    for (int sb = lane; sb < nsb; sb += kWarp) {
-        float w[32];
-        decode32<T>(row, sb, w);
+    auto consume = [&](const float* w, int sb) {
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
             if (t0 + t < n_tok) {
@@ -73,6 +71,21 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const uint8_t* __res
                 acc[t] += a;
             }
         }
+    };
+    // Two sub-blocks per lane per iteration: both weight loads are issued before either is
+    // used, doubling the bytes in flight (the GEMV is bound by memory latency x parallelism).
+    int sb = lane;
+    for (; sb + kWarp < nsb; sb += 2 * kWarp) {
+        float w0[32], w1[32];
+        decode32<T>(row, sb, w0);
+        decode32<T>(row, sb + kWarp, w1);
+        consume(w0, sb);
+        consume(w1, sb + kWarp);
+    }
+    if (sb < nsb) {
+        float w0[32];
+        decode32<T>(row, sb, w0);
+        consume(w0, sb);
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -318,9 +331,7 @@ __global__ void __launch_bounds__(kGemvThreads) moe_down_kernel(const uint8_t* _
     const float* x = act + r * F;
     const uint8_t* row = down + slot * dstride + static_cast<size_t>(c) * row_bytes;
     float acc = 0.f;
-    for (int sb = lane; sb < nsb; sb += kWarp) {
-        float w[32];
-        decode32<T>(row, sb, w);
+    auto consume = [&](const float* w, int sb) {
         const float4* xp = reinterpret_cast<const float4*>(x + sb * 32);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -330,6 +341,19 @@ __global__ void __launch_bounds__(kGemvThreads) moe_down_kernel(const uint8_t* _
             acc = fmaf(w[4 * i + 2], v.z, acc);
             acc = fmaf(w[4 * i + 3], v.w, acc);
         }
+    };
+    int sb = lane;
+    for (; sb + kWarp < nsb; sb += 2 * kWarp) {
+        float w0[32], w1[32];
+        decode32<T>(row, sb, w0);
+        decode32<T>(row, sb + kWarp, w1);
+        consume(w0, sb);
+        consume(w1, sb + kWarp);
+    }
+    if (sb < nsb) {
+        float w0[32];
+        decode32<T>(row, sb, w0);
+        consume(w0, sb);
     }
     acc = warp_sum(acc);
     if (lane == 0) out[static_cast<int64_t>(r) * E + c] = acc;

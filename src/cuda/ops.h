@@ -15,7 +15,7 @@ typedef struct cublasContext* cublasHandle_t;
 
 namespace nitro::cuda {
 
-/// True for the weight types the CUDA matmul handles (F32, F16, BF16, Q8_0, MXFP4, Q4_K, Q5_K,
+/// True for the weight types the CUDA matmul handles (F32, F16, BF16, Q8_0, Q4_0, MXFP4, Q4_K, Q5_K,
 /// Q6_K, IQ4_XS).
 bool supported_weight_type(GgmlType t);
 

@@ -19,6 +19,7 @@ template <GgmlType T> struct TypeInfo;
 template <> struct TypeInfo<GgmlType::F32>    { static constexpr int block = 32;  static constexpr int bytes = 128; };
 template <> struct TypeInfo<GgmlType::F16>    { static constexpr int block = 32;  static constexpr int bytes = 64; };
 template <> struct TypeInfo<GgmlType::BF16>   { static constexpr int block = 32;  static constexpr int bytes = 64; };
+template <> struct TypeInfo<GgmlType::Q4_0>   { static constexpr int block = 32;  static constexpr int bytes = 18; };
 template <> struct TypeInfo<GgmlType::Q8_0>   { static constexpr int block = 32;  static constexpr int bytes = 34; };
 template <> struct TypeInfo<GgmlType::MXFP4>  { static constexpr int block = 32;  static constexpr int bytes = 17; };
 template <> struct TypeInfo<GgmlType::Q4_K>   { static constexpr int block = 256; static constexpr int bytes = 144; };
@@ -31,9 +32,19 @@ __device__ __forceinline__ float d_fp16(const uint8_t* p) {
     return __half2float(__ushort_as_half(h));
 }
 
-static __device__ __constant__ int8_t c_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-static __device__ __constant__ int8_t c_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                              1,    13,   25,  38,  53,  69,  89,  113};
+// The 16-entry tables (kvalues_mxfp4, kvalues_iq4nl) as byte lanes of 64-bit immediates: a
+// lookup is a shift, in registers. (A __constant__ table serialises when the lanes of a warp read
+// different entries, which they do: that cost 90% of the MXFP4 GEMV's bandwidth.)
+__device__ __forceinline__ float kv_mxfp4(int q) {
+    const int mag = static_cast<int>((0x0C08060403020100ull >> (8 * (q & 7))) & 0xFF);
+    return static_cast<float>((q & 8) ? -mag : mag);
+}
+__device__ __forceinline__ float kv_iq4nl(int q) {
+    // -127 -104 -83 -65 -49 -35 -22 -10 | 1 13 25 38 53 69 89 113, as int8 bytes
+    const unsigned long long lo = 0xF6EADDCFBFAD9881ull, hi = 0x7159453526190D01ull;
+    const unsigned long long t = (q & 8) ? hi : lo;
+    return static_cast<float>(static_cast<int8_t>((t >> (8 * (q & 7))) & 0xFF));
+}
 
 /// ggml_e8m0_to_fp32_half.
 __device__ __forceinline__ float e8m0_half(uint8_t e) {
@@ -106,14 +117,28 @@ __device__ __forceinline__ void decode32<GgmlType::Q8_0>(const uint8_t* __restri
     }
 }
 template <>
+__device__ __forceinline__ void decode32<GgmlType::Q4_0>(const uint8_t* __restrict__ row, int sb, float* __restrict__ w) {
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(row + sb * 18);  // 2-byte aligned
+    const float d = __half2float(__ushort_as_half(__ldg(b)));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const uint16_t v = __ldg(b + 1 + i);
+        const int q0 = v & 0xFF, q1 = v >> 8;
+        w[2 * i] = __fmul_rn(static_cast<float>((q0 & 0xF) - 8), d);
+        w[2 * i + 1] = __fmul_rn(static_cast<float>((q1 & 0xF) - 8), d);
+        w[2 * i + 16] = __fmul_rn(static_cast<float>((q0 >> 4) - 8), d);
+        w[2 * i + 17] = __fmul_rn(static_cast<float>((q1 >> 4) - 8), d);
+    }
+}
+template <>
 __device__ __forceinline__ void decode32<GgmlType::MXFP4>(const uint8_t* __restrict__ row, int sb, float* __restrict__ w) {
     const uint8_t* b = row + sb * 17;
     const float d = e8m0_half(__ldg(b));
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         const uint8_t q = __ldg(b + 1 + j);
-        w[j] = __fmul_rn(static_cast<float>(c_kvalues_mxfp4[q & 0xF]), d);
-        w[j + 16] = __fmul_rn(static_cast<float>(c_kvalues_mxfp4[q >> 4]), d);
+        w[j] = __fmul_rn(kv_mxfp4(q & 0xF), d);
+        w[j + 16] = __fmul_rn(kv_mxfp4(q >> 4), d);
     }
 }
 template <>
@@ -175,8 +200,8 @@ __device__ __forceinline__ void decode32<GgmlType::IQ4_XS>(const uint8_t* __rest
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         const uint8_t q = qs[j];
-        w[j] = __fmul_rn(dl, static_cast<float>(c_kvalues_iq4nl[q & 0xf]));
-        w[j + 16] = __fmul_rn(dl, static_cast<float>(c_kvalues_iq4nl[q >> 4]));
+        w[j] = __fmul_rn(dl, kv_iq4nl(q & 0xf));
+        w[j + 16] = __fmul_rn(dl, kv_iq4nl(q >> 4));
     }
 }
 
@@ -188,6 +213,7 @@ bool dispatch_type(GgmlType t, F&& f) {
         case GgmlType::F16: f.template operator()<GgmlType::F16>(); return true;
         case GgmlType::BF16: f.template operator()<GgmlType::BF16>(); return true;
         case GgmlType::Q8_0: f.template operator()<GgmlType::Q8_0>(); return true;
+        case GgmlType::Q4_0: f.template operator()<GgmlType::Q4_0>(); return true;
         case GgmlType::MXFP4: f.template operator()<GgmlType::MXFP4>(); return true;
         case GgmlType::Q4_K: f.template operator()<GgmlType::Q4_K>(); return true;
         case GgmlType::Q5_K: f.template operator()<GgmlType::Q5_K>(); return true;

@@ -69,7 +69,7 @@ std::vector<double> ref_matmul(const HostWeight& w, const std::vector<float>& x,
     return out;
 }
 
-const GgmlType kTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::MXFP4,
+const GgmlType kTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::MXFP4,
                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
 const std::pair<int64_t, int64_t> kShapes[] = {{256, 96}, {2048, 300}, {2880, 515}, {4096, 77}};
 
