@@ -19,4 +19,17 @@ echo "fuzz: fuzz_gguf for ${FUZZ_SECONDS:-30} s"
      -rss_limit_mb=2048 -print_final_stats=0 . 2>&1 | tail -n 3)
 rm -rf "$corpus"
 
+# CUDA backend: compile only (CI has no GPU; the `cuda` tests run on a GPU machine, docs/cuda.md).
+# CI compiles SASS for sm_90 (H100/H200) and sm_86 (consumer Ampere) to keep the time bounded on
+# 2 cores; a release build uses the full list (NITRO_CUDA_ARCHS default: 80;86;89;90;120).
+nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+if [ -x "$nvcc" ]; then
+  cmake -S . -B build-cuda -G Ninja -DNITRO_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
+        -DNITRO_CUDA_ARCHS="${NITRO_CUDA_CI_ARCHS:-86;90}" -DNITRO_BENCH=OFF -DNITRO_SHARED_DIR="$shared" >/dev/null
+  cmake --build build-cuda -j"$(nproc)" --target nitro nitro_cuda_tests nitro_cuda_bench
+  echo "cuda: build-cuda compiled (tests labelled cuda need a GPU: ctest --test-dir build-cuda -L cuda)"
+else
+  echo "cuda: WARNING: no nvcc found, the CUDA backend was NOT compiled (set CUDACXX)" >&2
+fi
+
 ctest --test-dir build --output-on-failure -LE cuda -j"$(nproc)"

@@ -14,7 +14,8 @@ namespace nitro::cli {
 Action add_run(CLI::App& app) {
     auto o = std::make_shared<GenerateOptions>();
     auto json = std::make_shared<bool>(false);
-    CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt (CPU reference engine)");
+    auto mode = std::make_shared<std::string>("cpu");
+    CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt (--mode cpu: CPU reference engine; --mode gpu: whole model on the GPU)");
     sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model); default: the embedded models/tiny-moe-pystd.gguf")->envname("NITRO_MODEL");
     sub->add_option("-p,--prompt", o->prompt, "Prompt text");
     sub->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
@@ -28,13 +29,21 @@ Action add_run(CLI::App& app) {
     sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
     sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str();
     sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk")->capture_default_str();
+    sub->add_option("--mode", *mode, "Where the model runs: cpu (reference) or gpu (GPU-all, needs a CUDA build)")
+        ->capture_default_str();
+    sub->add_option("--gpu", o->gpu.device, "CUDA device index for --mode gpu")->capture_default_str();
+    sub->add_option("--vram-budget", o->gpu.vram_budget_gib,
+                    "GPU memory budget, GiB (0 = free memory minus a margin); loading fails clearly above it")
+        ->capture_default_str();
+    sub->add_flag("--no-graphs", [o](int64_t) { o->gpu.graphs = false; }, "Do not capture decode steps as CUDA graphs");
     sub->add_flag("--chat", o->chat, "Wrap the prompt as one user turn in the model's chat format");
     sub->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after end-of-generation tokens");
     sub->add_option("--trace", o->trace_path, "Capture routing (expert ids and weights per token and layer) to this trace file");
     sub->add_flag("--json", *json, "Print one JSON object instead of text");
     sub->add_option("--n-probs", o->n_probs, "With --json: the K most likely tokens (p at temperature 1) for every generated step");
     sub->add_flag("--echo", o->echo, "With --json --n-probs: also the top-K after every prompt position (prompt_probs)");
-    return [o, json]() {
+    return [o, json, mode]() {
+        o->mode = parse_engine_mode(*mode);
         std::function<void(const std::string&)> print;
         if (!*json)
             print = [](const std::string& piece) {
@@ -47,7 +56,8 @@ Action add_run(CLI::App& app) {
         } else {
             std::printf("\n");
             std::fprintf(stderr,
-                         "prompt: %lld tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s | TTFT %.1f ms\n",
+                         "[%s] prompt: %lld tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s | TTFT %.1f ms\n",
+                         r.engine.c_str(),
                          static_cast<long long>(r.prompt_ids.size()), r.timings.prompt_tok_s(),
                          static_cast<long long>(r.ids.size()), r.timings.decode_tok_s(), r.timings.ttft_ms);
         }

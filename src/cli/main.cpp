@@ -2,10 +2,17 @@
 #include "cli/commands.h"
 #include "core/error.h"
 
+#ifdef NITRO_HAS_CUDA
+#include "cuda/gpu_session.h"
+#endif
+
 #include <cstdio>
 #include <map>
 
 int main(int argc, char** argv) {
+#ifdef NITRO_HAS_CUDA
+    nitro::cuda::register_engine();
+#endif
     CLI::App app{"nitro: Mixture-of-Experts inference for models larger than the GPU"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "nitro 0.1.0");

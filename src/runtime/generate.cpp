@@ -74,12 +74,13 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     if (r.prompt_ids.empty()) fail("the prompt is empty");
     if (opt.n_predict < 0) fail("-n must not be negative (got {})", opt.n_predict);
 
-    Session session(model, opt.session);
+    std::unique_ptr<Engine> engine = make_engine(opt.mode, model, opt.session, opt.gpu);
+    Engine& session = *engine;
     std::unique_ptr<TraceWriter> trace;
     if (!opt.trace_path.empty()) {
         trace = std::make_unique<TraceWriter>(opt.trace_path, trace_header_from_model(model.gguf(), true));
         std::vector<ExpertId> ids;
-        session.on_route = [&trace, ids](const RouteEvent& e) mutable {
+        const bool ok = session.set_route_callback([&trace, ids](const RouteEvent& e) mutable {
             ids.assign(e.experts.begin(), e.experts.end());
             TraceRecordIn rec;
             rec.seq = 0;
@@ -89,7 +90,8 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
             rec.ids = ids;
             rec.weights = e.weights;
             trace->write(rec);
-        };
+        });
+        if (!ok) fail("--trace: routing capture is not available with this engine ({})", session.describe());
     }
     if (static_cast<int64_t>(r.prompt_ids.size()) + opt.n_predict > session.n_ctx())
         fail("the prompt ({} tokens) plus {} generated tokens do not fit the context of {} tokens (-c)",
@@ -135,6 +137,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     const std::string tail = detok.flush();
     r.text += tail;
     if (on_text && !tail.empty()) on_text(tail);
+    r.engine = engine->describe();
     return r;
 }
 
@@ -144,6 +147,7 @@ nlohmann::json generate_result_json(const GenerateResult& r, const GenerateOptio
         {"ids", r.ids},
         {"text", r.text},
         {"stop_reason", r.stop_reason},
+        {"engine", r.engine},
         {"timings",
          {{"prompt_tokens", r.timings.n_prompt}, {"prompt_ms", r.timings.prompt_ms}, {"prompt_tok_s", r.timings.prompt_tok_s()},
           {"generated_tokens", r.ids.size()}, {"decode_ms", r.timings.decode_ms}, {"decode_tok_s", r.timings.decode_tok_s()},

@@ -1,6 +1,7 @@
 // One-shot generation as `nitro run` does it: load, tokenize (or take ids), prefill, decode.
 #pragma once
 
+#include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 
@@ -20,6 +21,8 @@ struct GenerateOptions {
     int64_t n_predict = 64;
     SamplerParams sampling;
     SessionOptions session;
+    EngineMode mode = EngineMode::Cpu;  ///< --mode cpu|gpu
+    GpuOptions gpu;                     ///< --gpu, --vram-budget
     bool chat = false;
     bool ignore_eos = false;
     int n_probs = 0;
@@ -42,6 +45,7 @@ struct GenerateResult {
     std::vector<std::vector<TokenProb>> probs;         ///< per generated step (n_probs > 0)
     std::vector<std::vector<TokenProb>> prompt_probs;  ///< per prompt position (echo)
     std::string stop_reason;                           ///< "length" or "eos"
+    std::string engine;                                ///< what ran it (Engine::describe)
 };
 
 class Tokenizer;

@@ -1,0 +1,491 @@
+// Matrix products of src/cuda/ops.h: GEMV, dequantize, f16 GEMM (cuBLAS), the MoE op. Numerics notes (docs/cuda.md has the full story):
+//  - weights are decoded to f32 exactly as src/quant does (quant.cuh);
+//  - matrix-vector products keep activations in f32 (the CPU reference rounds them to its
+//    vec-dot type first; the parity harness bounds the difference);
+//  - RMSNorm sums squares in double and RoPE computes its angles with the CPU's operation order.
+#include "cuda/ops.h"
+
+#include "cuda/common.cuh"
+#include "cuda/quant.cuh"
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace nitro::cuda {
+
+
+
+bool supported_weight_type(GgmlType t) {
+    switch (t) {
+        case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::MXFP4:
+        case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_XS: return true;
+        default: return false;
+    }
+}
+
+namespace {
+
+constexpr int kRowsPerBlock = 8;  // one warp per output row
+constexpr int kGemvThreads = kRowsPerBlock * kWarp;
+
+void check_weight(const DWeight& w, const char* op) {
+    if (!supported_weight_type(w.type))
+        cfail("CUDA {}: weight type {} is not supported on the GPU", op, type_display_name(w.type));
+    if (w.ne0 % 32 != 0) cfail("CUDA {}: rows of {} values are not a multiple of 32", op, w.ne0);
+    if (type_traits(w.type).block_size == 256 && w.ne0 % 256 != 0)
+        cfail("CUDA {}: {} rows of {} values are not a multiple of 256", op, type_display_name(w.type), w.ne0);
+}
+
+// ------------------------------------------------------------------------------ GEMV
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n_rows,
+                                                            int nsb, const float* __restrict__ x, int64_t ldx, int n_tok,
+                                                            float* __restrict__ out, int64_t ldo,
+                                                            const float* __restrict__ bias, int accumulate) {
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int r = blockIdx.x * kRowsPerBlock + warp;
+    if (r >= n_rows) return;
+    const int t0 = blockIdx.y * NT;
+    const uint8_t* row = W + static_cast<size_t>(r) * row_bytes;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+    auto consume = [&](const float* w, int sb) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t0 + t < n_tok) {
+                const float4* xp = reinterpret_cast<const float4*>(x + (t0 + t) * ldx + sb * 32);
+                float a = 0.f;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    const float4 v = xp[i];
+                    a = fmaf(w[4 * i], v.x, a);
+                    a = fmaf(w[4 * i + 1], v.y, a);
+                    a = fmaf(w[4 * i + 2], v.z, a);
+                    a = fmaf(w[4 * i + 3], v.w, a);
+                }
+                acc[t] += a;
+            }
+        }
+    };
+    // Two sub-blocks per lane per iteration: both weight loads are issued before either is
+    // used, doubling the bytes in flight (the GEMV is bound by memory latency x parallelism).
+    int sb = lane;
+    for (; sb + kWarp < nsb; sb += 2 * kWarp) {
+        float w0[32], w1[32];
+        decode32<T>(row, sb, w0);
+        decode32<T>(row, sb + kWarp, w1);
+        consume(w0, sb);
+        consume(w1, sb + kWarp);
+    }
+    if (sb < nsb) {
+        float w0[32];
+        decode32<T>(row, sb, w0);
+        consume(w0, sb);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[t]);
+        if (lane == 0 && t0 + t < n_tok) {
+            float* o = out + (t0 + t) * ldo + r;
+            const float y = v + (bias ? bias[r] : 0.f);
+            *o = accumulate ? *o + y : y;
+        }
+    }
+}
+
+template <GgmlType T, int NT>
+void launch_gemv(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
+                 const float* bias, bool acc) {
+    dim3 grid(ceil_div(w.n_rows, kRowsPerBlock), ceil_div(n_tok, NT));
+    gemv_kernel<T, NT><<<grid, kGemvThreads, 0, s>>>(w.data, w.row_bytes, static_cast<int>(w.n_rows),
+                                                     static_cast<int>(w.ne0 / 32), x, ldx, static_cast<int>(n_tok), out,
+                                                     ldo, bias, acc ? 1 : 0);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+// ------------------------------------------------------------------------------ dequantize
+
+template <GgmlType T>
+__global__ void dequant_f16_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t r0, int64_t n_rows, int nsb,
+                                   __half* __restrict__ out) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= n_rows * nsb) return;
+    const int64_t r = i / nsb;
+    const int sb = static_cast<int>(i % nsb);
+    float w[32];
+    decode32<T>(W + static_cast<size_t>(r0 + r) * row_bytes, sb, w);
+    uint4* o = reinterpret_cast<uint4*>(out + r * nsb * 32 + sb * 32);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        __half2 h[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(w[8 * k + 2 * j], w[8 * k + 2 * j + 1]);
+        o[k] = *reinterpret_cast<uint4*>(h);
+    }
+}
+
+template <GgmlType T>
+__global__ void dequant_f32_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t r0, int64_t n_rows, int nsb,
+                                   float* __restrict__ out) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= n_rows * nsb) return;
+    const int64_t r = i / nsb;
+    const int sb = static_cast<int>(i % nsb);
+    float w[32];
+    decode32<T>(W + static_cast<size_t>(r0 + r) * row_bytes, sb, w);
+    float* o = out + r * nsb * 32 + sb * 32;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) o[k] = w[k];
+}
+
+template <GgmlType T>
+__global__ void get_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, const int32_t* __restrict__ ids, int nsb,
+                                float* __restrict__ out) {
+    const int t = blockIdx.x;
+    const uint8_t* row = W + static_cast<size_t>(ids[t]) * row_bytes;
+    for (int sb = threadIdx.x; sb < nsb; sb += blockDim.x) {
+        float w[32];
+        decode32<T>(row, sb, w);
+        float* o = out + static_cast<int64_t>(t) * nsb * 32 + sb * 32;
+#pragma unroll
+        for (int k = 0; k < 32; ++k) o[k] = w[k];
+    }
+}
+
+/// f32 rows (optionally gathered through idx) -> f16.
+__global__ void to_f16_kernel(const float* __restrict__ x, int64_t ldx, const int32_t* __restrict__ idx, int64_t n_rows,
+                              int64_t ne0, __half* __restrict__ out) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= n_rows * ne0) return;
+    const int64_t r = i / ne0, c = i % ne0;
+    const int64_t src = idx ? idx[r] : r;
+    out[i] = __float2half_rn(x[src * ldx + c]);
+}
+
+__global__ void add_bias_kernel(float* __restrict__ out, int64_t ldo, const float* __restrict__ b, int64_t n_tok,
+                                int64_t n) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= n_tok * n) return;
+    out[(i / n) * ldo + i % n] += b[i % n];
+}
+
+void gemm_f16(cublasHandle_t h, const __half* W, int64_t rows, int64_t k, int64_t ldw, const __half* A, int64_t n_tok,
+              float* out, int64_t ldo, bool acc) {
+    const float alpha = 1.f, beta = acc ? 1.f : 0.f;
+    const cublasStatus_t st =
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), static_cast<int>(n_tok), static_cast<int>(k),
+                     &alpha, W, CUDA_R_16F, static_cast<int>(ldw), A, CUDA_R_16F, static_cast<int>(k), &beta, out,
+                     CUDA_R_32F, static_cast<int>(ldo), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        std::fprintf(stderr, "%s:%d: cublasGemmEx failed (%d)\n", __FILE__, __LINE__, static_cast<int>(st));
+        std::abort();
+    }
+}
+
+}  // namespace
+
+void dequantize_f16(cudaStream_t s, const DWeight& w, int64_t r0, int64_t n, uint16_t* out) {
+    check_weight(w, "dequantize");
+    const int nsb = static_cast<int>(w.ne0 / 32);
+    dispatch_type(w.type, [&]<GgmlType T>() {
+        dequant_f16_kernel<T><<<ceil_div(n * nsb, 256), 256, 0, s>>>(w.data, w.row_bytes, r0, n, nsb,
+                                                                      reinterpret_cast<__half*>(out));
+    });
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+void dequantize_f32(cudaStream_t s, const DWeight& w, int64_t r0, int64_t n, float* out) {
+    check_weight(w, "dequantize");
+    const int nsb = static_cast<int>(w.ne0 / 32);
+    dispatch_type(w.type, [&]<GgmlType T>() {
+        dequant_f32_kernel<T><<<ceil_div(n * nsb, 256), 256, 0, s>>>(w.data, w.row_bytes, r0, n, nsb, out);
+    });
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+void get_rows(cudaStream_t s, const DWeight& w, const int32_t* ids, int64_t n, float* out) {
+    check_weight(w, "get_rows");
+    const int nsb = static_cast<int>(w.ne0 / 32);
+    dispatch_type(w.type, [&]<GgmlType T>() {
+        get_rows_kernel<T><<<static_cast<unsigned>(n), 128, 0, s>>>(w.data, w.row_bytes, ids, nsb, out);
+    });
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
+            const float* bias, bool accumulate, const GemmScratch* scratch) {
+    check_weight(w, "matmul");
+    if (n_tok <= 0) return;
+    const bool gemv = n_tok <= kGemvMaxTokens || !scratch || w.type == GgmlType::F32;
+    if (gemv) {
+        dispatch_type(w.type, [&]<GgmlType T>() {
+            if (n_tok == 1) launch_gemv<T, 1>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate);
+            else if (n_tok == 2) launch_gemv<T, 2>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate);
+            else if (n_tok <= 4) launch_gemv<T, 4>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate);
+            else launch_gemv<T, 8>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate);
+        });
+        return;
+    }
+    NITRO_CUDA_ASSERT(static_cast<size_t>(n_tok * w.ne0) <= scratch->act_elems);
+    auto* act = reinterpret_cast<__half*>(scratch->act);
+    to_f16_kernel<<<ceil_div(n_tok * w.ne0, 256), 256, 0, s>>>(x, ldx, nullptr, n_tok, w.ne0, act);
+    NITRO_CUDA_LAUNCH_CHECK();
+    if (w.type == GgmlType::F16) {
+        gemm_f16(scratch->cublas, reinterpret_cast<const __half*>(w.data), w.n_rows, w.ne0,
+                 static_cast<int64_t>(w.row_bytes / 2), act, n_tok, out, ldo, accumulate);
+    } else {
+        const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(scratch->w_elems) / w.ne0);
+        NITRO_CUDA_ASSERT(chunk >= 1 && static_cast<size_t>(w.ne0) <= scratch->w_elems);
+        for (int64_t r0 = 0; r0 < w.n_rows; r0 += chunk) {
+            const int64_t nr = std::min(chunk, w.n_rows - r0);
+            dequantize_f16(s, w, r0, nr, scratch->w);
+            gemm_f16(scratch->cublas, reinterpret_cast<const __half*>(scratch->w), nr, w.ne0, w.ne0, act, n_tok, out + r0,
+                     ldo, accumulate);
+        }
+    }
+    if (bias) {
+        add_bias_kernel<<<ceil_div(n_tok * w.n_rows, 256), 256, 0, s>>>(out, ldo, bias, n_tok, w.n_rows);
+        NITRO_CUDA_LAUNCH_CHECK();
+    }
+}
+
+// ------------------------------------------------------------------------------ MoE
+
+namespace {
+
+__device__ __forceinline__ float glu(float g, float u, int oai) {
+    if (oai) {  // cpu::swiglu_oai, alpha 1.702, limit 7
+        g = fminf(g, 7.0f);
+        u = fminf(fmaxf(u, -7.0f), 7.0f);
+        return __fmul_rn(__fdiv_rn(g, 1.0f + expf(-1.702f * g)), u + 1.0f);
+    }
+    return __fmul_rn(__fdiv_rn(g, 1.0f + expf(-g)), u);
+}
+
+/// Decode: gate and up rows of pair r = t*K + j (expert ids[r], in its slot) -> act[r, f].
+template <GgmlType T>
+__global__ void __launch_bounds__(kGemvThreads) moe_gateup_kernel(
+    const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t gstride, size_t ustride, size_t row_bytes,
+    int F, int nsb, const int32_t* __restrict__ ids, const int32_t* __restrict__ slot_of, int K,
+    const float* __restrict__ h, int64_t E, const float* __restrict__ gb, const float* __restrict__ ub, int oai,
+    float* __restrict__ act) {
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int f = blockIdx.x * kRowsPerBlock + warp;
+    const int r = blockIdx.y;
+    if (f >= F) return;
+    const int e = ids[r];
+    const int slot = slot_of[e];
+    if (slot < 0) return;
+    const float* x = h + (r / K) * E;
+    const uint8_t* gr = gate + slot * gstride + static_cast<size_t>(f) * row_bytes;
+    const uint8_t* ur = up + slot * ustride + static_cast<size_t>(f) * row_bytes;
+    float ag = 0.f, au = 0.f;
+    for (int sb = lane; sb < nsb; sb += kWarp) {
+        const float4* xp = reinterpret_cast<const float4*>(x + sb * 32);
+        float xv[32];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float4 v = xp[i];
+            xv[4 * i] = v.x; xv[4 * i + 1] = v.y; xv[4 * i + 2] = v.z; xv[4 * i + 3] = v.w;
+        }
+        float w[32];
+        decode32<T>(gr, sb, w);
+        float a = 0.f;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) a = fmaf(w[i], xv[i], a);
+        ag += a;
+        decode32<T>(ur, sb, w);
+        a = 0.f;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) a = fmaf(w[i], xv[i], a);
+        au += a;
+    }
+    ag = warp_sum(ag);
+    au = warp_sum(au);
+    if (lane == 0) {
+        if (gb) ag += gb[static_cast<int64_t>(e) * F + f];
+        if (ub) au += ub[static_cast<int64_t>(e) * F + f];
+        act[static_cast<int64_t>(r) * F + f] = glu(ag, au, oai);
+    }
+}
+
+/// Decode: down rows of pair r -> down[r, c] (no bias: moe_combine adds it).
+template <GgmlType T>
+__global__ void __launch_bounds__(kGemvThreads) moe_down_kernel(const uint8_t* __restrict__ down, size_t dstride,
+                                                                size_t row_bytes, int E, int nsb,
+                                                                const int32_t* __restrict__ ids,
+                                                                const int32_t* __restrict__ slot_of,
+                                                                const float* __restrict__ act, int64_t F,
+                                                                float* __restrict__ out) {
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int c = blockIdx.x * kRowsPerBlock + warp;
+    const int r = blockIdx.y;
+    if (c >= E) return;
+    const int slot = slot_of[ids[r]];
+    if (slot < 0) return;
+    const float* x = act + r * F;
+    const uint8_t* row = down + slot * dstride + static_cast<size_t>(c) * row_bytes;
+    float acc = 0.f;
+    auto consume = [&](const float* w, int sb) {
+        const float4* xp = reinterpret_cast<const float4*>(x + sb * 32);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float4 v = xp[i];
+            acc = fmaf(w[4 * i], v.x, acc);
+            acc = fmaf(w[4 * i + 1], v.y, acc);
+            acc = fmaf(w[4 * i + 2], v.z, acc);
+            acc = fmaf(w[4 * i + 3], v.w, acc);
+        }
+    };
+    int sb = lane;
+    for (; sb + kWarp < nsb; sb += 2 * kWarp) {
+        float w0[32], w1[32];
+        decode32<T>(row, sb, w0);
+        decode32<T>(row, sb + kWarp, w1);
+        consume(w0, sb);
+        consume(w1, sb + kWarp);
+    }
+    if (sb < nsb) {
+        float w0[32];
+        decode32<T>(row, sb, w0);
+        consume(w0, sb);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) out[static_cast<int64_t>(r) * E + c] = acc;
+}
+
+/// x[t] += partial[t] + sum_j w[t,j] * (down[row(t,j)] + down_b[e]) over resident experts.
+__global__ void moe_combine_kernel(float* __restrict__ x, const float* __restrict__ partial, const float* __restrict__ down,
+                                   const int32_t* __restrict__ row_of, const float* __restrict__ down_b,
+                                   const int32_t* __restrict__ ids, const float* __restrict__ w,
+                                   const int32_t* __restrict__ slot_of, int K, int64_t E) {
+    const int t = blockIdx.y;
+    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (c >= E) return;
+    float acc = 0.f;
+    for (int j = 0; j < K; ++j) {
+        const int r = t * K + j;
+        const int e = ids[r];
+        if (slot_of[e] < 0) continue;
+        const int64_t row = row_of ? row_of[r] : r;
+        float d = down[row * E + c];
+        if (down_b) d += down_b[static_cast<int64_t>(e) * E + c];
+        acc = fmaf(w[r], d, acc);
+    }
+    float* xp = x + static_cast<int64_t>(t) * E + c;
+    float v = *xp + acc;
+    if (partial) v += partial[static_cast<int64_t>(t) * E + c];
+    *xp = v;
+}
+
+/// Prefill: activation of grouped rows g (expert group_exp[g]) -> f16.
+__global__ void moe_glu_kernel(const float* __restrict__ gate, const float* __restrict__ up,
+                               const int32_t* __restrict__ group_exp, const int32_t* __restrict__ slot_of,
+                               const float* __restrict__ gb, const float* __restrict__ ub, int oai, int64_t R, int64_t F,
+                               __half* __restrict__ act) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= R * F) return;
+    const int64_t g = i / F, f = i % F;
+    const int e = group_exp[g];
+    if (slot_of[e] < 0) return;
+    float gv = gate[i], uv = up[i];
+    if (gb) gv += gb[static_cast<int64_t>(e) * F + f];
+    if (ub) uv += ub[static_cast<int64_t>(e) * F + f];
+    act[i] = __float2half_rn(glu(gv, uv, oai));
+}
+
+}  // namespace
+
+void moe_ffn(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
+             const float* w, const int32_t* host_ids, const int32_t* host_slot_of, const float* partial, float* x,
+             MoeScratch& sc) {
+    const int64_t F = ex.gate.n_rows;
+    check_weight(ex.gate, "moe");
+    check_weight(ex.down, "moe");
+    if (ex.up.type != ex.gate.type || ex.up.row_bytes != ex.gate.row_bytes)
+        cfail("CUDA moe: gate and up experts must have the same type ({} vs {})", type_display_name(ex.gate.type),
+             type_display_name(ex.up.type));
+    const int64_t R = n * K;
+    const bool decode = n <= kGemvMaxTokens || !host_ids;
+    if (decode) {
+        dispatch_type(ex.gate.type, [&]<GgmlType T>() {
+            moe_gateup_kernel<T><<<dim3(ceil_div(F, kRowsPerBlock), static_cast<unsigned>(R)), kGemvThreads, 0, s>>>(
+                ex.gate.data, ex.up.data, ex.gate_stride, ex.up_stride, ex.gate.row_bytes, static_cast<int>(F),
+                static_cast<int>(ex.gate.ne0 / 32), ids, ex.slot_of, K, h, E, ex.gate_b, ex.up_b, ex.oai_act ? 1 : 0,
+                sc.act);
+        });
+        NITRO_CUDA_LAUNCH_CHECK();
+        dispatch_type(ex.down.type, [&]<GgmlType T>() {
+            moe_down_kernel<T><<<dim3(ceil_div(E, kRowsPerBlock), static_cast<unsigned>(R)), kGemvThreads, 0, s>>>(
+                ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), static_cast<int>(ex.down.ne0 / 32),
+                ids, ex.slot_of, sc.act, F, sc.down);
+        });
+        NITRO_CUDA_LAUNCH_CHECK();
+        moe_combine_kernel<<<dim3(ceil_div(E, 256), static_cast<unsigned>(n)), 256, 0, s>>>(
+            x, partial, sc.down, nullptr, ex.down_b, ids, w, ex.slot_of, K, E);
+        NITRO_CUDA_LAUNCH_CHECK();
+        return;
+    }
+
+    // Prefill: group (token, j) pairs by expert on the host (ids are there already), one f16
+    // GEMM per resident expert over its tokens, from the expert's slot.
+    std::vector<int64_t> count(static_cast<size_t>(ex.n_expert) + 1, 0);
+    for (int64_t r = 0; r < R; ++r) ++count[static_cast<size_t>(host_ids[r]) + 1];
+    for (int64_t e = 0; e < ex.n_expert; ++e) count[static_cast<size_t>(e) + 1] += count[static_cast<size_t>(e)];
+    std::vector<int64_t> fill(count.begin(), count.end() - 1);
+    int32_t* group_tok = sc.host_idx;
+    int32_t* group_exp = sc.host_idx + R;
+    int32_t* row_of = sc.host_idx + 2 * R;
+    for (int64_t r = 0; r < R; ++r) {
+        const int32_t e = host_ids[r];
+        const int64_t g = fill[static_cast<size_t>(e)]++;
+        group_tok[g] = static_cast<int32_t>(r / K);
+        group_exp[g] = e;
+        row_of[r] = static_cast<int32_t>(g);
+    }
+    NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.group_tok, group_tok, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.group_exp, group_exp, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.row_of, row_of, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    NITRO_CUDA_ASSERT(static_cast<size_t>(R * E) <= sc.gemm.act_elems);
+    NITRO_CUDA_ASSERT(static_cast<size_t>(F * E) <= sc.gemm.w_elems);
+    auto* hg = reinterpret_cast<__half*>(sc.gemm.act);
+    to_f16_kernel<<<ceil_div(R * E, 256), 256, 0, s>>>(h, E, sc.group_tok, R, E, hg);
+    NITRO_CUDA_LAUNCH_CHECK();
+    auto* wbuf = reinterpret_cast<__half*>(sc.gemm.w);
+    auto expert_w = [](const DWeight& base, size_t stride, int slot) {
+        DWeight d = base;
+        d.data = base.data + static_cast<size_t>(slot) * stride;
+        return d;
+    };
+    for (int64_t e = 0; e < ex.n_expert; ++e) {
+        const int64_t b = count[static_cast<size_t>(e)], c = count[static_cast<size_t>(e) + 1] - b;
+        const int slot = host_slot_of[e];
+        if (c == 0 || slot < 0) continue;
+        const DWeight g = expert_w(ex.gate, ex.gate_stride, slot), u = expert_w(ex.up, ex.up_stride, slot);
+        dequantize_f16(s, g, 0, F, sc.gemm.w);
+        gemm_f16(sc.gemm.cublas, wbuf, F, E, E, hg + b * E, c, sc.gate + b * F, F, false);
+        dequantize_f16(s, u, 0, F, sc.gemm.w);
+        gemm_f16(sc.gemm.cublas, wbuf, F, E, E, hg + b * E, c, sc.up + b * F, F, false);
+    }
+    auto* act16 = reinterpret_cast<__half*>(sc.act);
+    moe_glu_kernel<<<ceil_div(R * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, ex.slot_of, ex.gate_b, ex.up_b,
+                                                       ex.oai_act ? 1 : 0, R, F, act16);
+    NITRO_CUDA_LAUNCH_CHECK();
+    for (int64_t e = 0; e < ex.n_expert; ++e) {
+        const int64_t b = count[static_cast<size_t>(e)], c = count[static_cast<size_t>(e) + 1] - b;
+        const int slot = host_slot_of[e];
+        if (c == 0 || slot < 0) continue;
+        dequantize_f16(s, expert_w(ex.down, ex.down_stride, slot), 0, E, sc.gemm.w);
+        gemm_f16(sc.gemm.cublas, wbuf, E, F, F, act16 + b * F, c, sc.down + b * E, E, false);
+    }
+    moe_combine_kernel<<<dim3(ceil_div(E, 256), static_cast<unsigned>(n)), 256, 0, s>>>(
+        x, partial, sc.down, sc.row_of, ex.down_b, ids, w, ex.slot_of, K, E);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace nitro::cuda

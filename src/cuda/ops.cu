@@ -1,0 +1,410 @@
+// Kernels of src/cuda/ops.h. Numerics notes (docs/cuda.md has the full story):
+//  - weights are decoded to f32 exactly as src/quant does (quant.cuh);
+//  - matrix-vector products keep activations in f32 (the CPU reference rounds them to its
+//    vec-dot type first; the parity harness bounds the difference);
+//  - RMSNorm sums squares in double and RoPE computes its angles with the CPU's operation order.
+#include "cuda/ops.h"
+
+#include "cuda/common.cuh"
+
+
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace nitro::cuda {
+
+// ------------------------------------------------------------------------------ norms, add
+
+namespace {
+
+__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t n, int64_t ld_x,
+                                float eps, float* __restrict__ out, int64_t ld_out, float* __restrict__ host_out) {
+    const float* xr = x + blockIdx.x * ld_x;
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(xr[i]) * xr[i];
+    __shared__ double red[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        double v = threadIdx.x < blockDim.x / 32 ? red[threadIdx.x] : 0.0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    const float scale = 1.0f / sqrtf(static_cast<float>(red[0] / static_cast<double>(n)) + eps);
+    float* o = out + blockIdx.x * ld_out;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float y = w ? __fmul_rn(__fmul_rn(xr[i], scale), w[i]) : __fmul_rn(xr[i], scale);
+        o[i] = y;
+        if (host_out) host_out[blockIdx.x * n + i] = y;
+    }
+}
+
+__global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ b, int64_t total,
+                           int64_t n) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= total) return;
+    float v = x[i];
+    if (y) v += y[i];
+    if (b) v += b[i % n];
+    x[i] = v;
+}
+
+}  // namespace
+
+void rms_norm(cudaStream_t s, const float* x, const float* w, int64_t n_rows, int64_t n, int64_t ld_x, float eps, float* out,
+              int64_t ld_out, float* host_out) {
+    if (n_rows <= 0) return;
+    const int threads = n >= 1024 ? 512 : (n >= 256 ? 256 : 64);
+    rms_norm_kernel<<<static_cast<unsigned>(n_rows), threads, 0, s>>>(x, w, n, ld_x, eps, out, ld_out, host_out);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+void add(cudaStream_t s, float* x, const float* y, const float* b, int64_t n_rows, int64_t n) {
+    if (n_rows * n <= 0) return;
+    add_kernel<<<ceil_div(n_rows * n, 256), 256, 0, s>>>(x, y, b, n_rows * n, n);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+// ------------------------------------------------------------------------------ RoPE, KV
+
+namespace {
+
+struct RopeDev {
+    int n_rot;
+    float theta_scale, freq_scale, ext_factor, mscale, corr0, corr1;
+};
+
+__global__ void rope_kernel(float* __restrict__ x, int64_t n_heads, int64_t head_dim, int64_t ld, RopeDev p,
+                            const int32_t* __restrict__ pos0, int64_t total) {
+    const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    const int half = p.n_rot / 2;
+    if (idx >= total) return;
+    const int i = static_cast<int>(idx % half);
+    const int64_t h = (idx / half) % n_heads;
+    const int64_t t = idx / (static_cast<int64_t>(half) * n_heads);
+    // cpu::rope_cache: theta_extrap = pos * theta_scale^i by repeated multiplication.
+    float theta_extrap = static_cast<float>(*pos0 + t);
+    for (int k = 0; k < i; ++k) theta_extrap = __fmul_rn(theta_extrap, p.theta_scale);
+    const float theta_interp = __fmul_rn(p.freq_scale, theta_extrap);
+    float theta = theta_interp;
+    float mscale = 1.0f;
+    if (p.ext_factor != 0.0f) {
+        const float y = __fdiv_rn(static_cast<float>(i) - p.corr0, fmaxf(0.001f, p.corr1 - p.corr0));
+        const float ramp = 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+        const float ramp_mix = __fmul_rn(ramp, p.ext_factor);
+        theta = __fadd_rn(__fmul_rn(theta_interp, 1 - ramp_mix), __fmul_rn(theta_extrap, ramp_mix));
+        mscale = p.mscale;
+    } else {
+        mscale = p.mscale;
+    }
+    const float c = __fmul_rn(cosf(theta), mscale), sn = __fmul_rn(sinf(theta), mscale);
+    float* v = x + t * ld + h * head_dim;
+    const float a = v[i], b = v[i + half];
+    v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn));
+    v[i + half] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, c));
+}
+
+float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return static_cast<float>(n_dims) * std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2.0f * 3.14159265358979323846f)) /
+           (2.0f * std::log(base));
+}
+
+__global__ void kv_store_kernel(const float* __restrict__ src, int64_t n_tok, int64_t dim, __half* __restrict__ cache,
+                                int64_t capacity, const int32_t* __restrict__ pos0) {
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= n_tok * dim) return;
+    const int64_t t = i / dim, d = i % dim;
+    const int64_t slot = (*pos0 + t) % capacity;
+    cache[slot * dim + d] = __float2half_rn(src[i]);
+}
+
+}  // namespace
+
+void rope_neox(cudaStream_t s, float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t ld,
+               const cpu::RopeParams& p, const int32_t* pos0) {
+    RopeDev d{};
+    d.n_rot = p.n_rot;
+    d.theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+    d.freq_scale = p.freq_scale;
+    d.ext_factor = p.ext_factor;
+    d.mscale = p.attn_factor;
+    if (p.ext_factor != 0.0f) {
+        const float start = std::floor(yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base));
+        const float end = std::ceil(yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base));
+        d.corr0 = std::max(0.0f, start);
+        d.corr1 = std::min(static_cast<float>(p.n_rot - 1), end);
+        d.mscale = p.attn_factor * (1.0f + 0.1f * std::log(1.0f / p.freq_scale));
+    }
+    const int64_t total = n_tok * n_heads * (p.n_rot / 2);
+    if (total <= 0) return;
+    rope_kernel<<<ceil_div(total, 256), 256, 0, s>>>(x, n_heads, head_dim, ld, d, pos0, total);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+void kv_store(cudaStream_t s, const float* k, const float* v, int64_t n_tok, int64_t dim_k, int64_t dim_v,
+              uint16_t* k_cache, uint16_t* v_cache, int64_t capacity, const int32_t* pos0) {
+    kv_store_kernel<<<ceil_div(n_tok * dim_k, 256), 256, 0, s>>>(k, n_tok, dim_k, reinterpret_cast<__half*>(k_cache),
+                                                                  capacity, pos0);
+    NITRO_CUDA_LAUNCH_CHECK();
+    kv_store_kernel<<<ceil_div(n_tok * dim_v, 256), 256, 0, s>>>(v, n_tok, dim_v, reinterpret_cast<__half*>(v_cache),
+                                                                  capacity, pos0);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+// ------------------------------------------------------------------------------ attention
+
+namespace {
+
+/// One block per (KV head, query, split); warp w handles query head kvh * G + w. Lane j scores
+/// key kb + j of each 32-key chunk; softmax is online (running max and sum, flash style); each
+/// lane accumulates head dims lane, lane + 32, ... of the value sum.
+template <int HD>
+__global__ void attention_kernel(const float* __restrict__ q, const __half* __restrict__ kc, const __half* __restrict__ vc,
+                                 int64_t capacity, int n_head, int n_head_kv, int64_t window,
+                                 const float* __restrict__ sinks, float scale, const int32_t* __restrict__ pos0,
+                                 int n_split, float* __restrict__ partial, float* __restrict__ out) {
+    constexpr int ND = HD / 32;
+    const int G = n_head / n_head_kv;
+    const int kvh = blockIdx.x, qi = blockIdx.y, split = blockIdx.z;
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int h = kvh * G + warp;
+    extern __shared__ float sq[];
+    float* myq = sq + warp * HD;
+    const float* qrow = q + (static_cast<int64_t>(qi) * n_head + h) * HD;
+    for (int d = lane; d < HD; d += kWarp) myq[d] = __half2float(__float2half_rn(qrow[d]));  // Q in the K cache's type
+    __syncwarp();
+
+    const int64_t p = *pos0 + qi;
+    const int64_t lo = window > 0 ? max(static_cast<int64_t>(0), p - window + 1) : 0;
+    const int64_t nk = p - lo + 1;
+    const int64_t chunk = (nk + n_split - 1) / n_split;
+    const int64_t kb0 = lo + split * chunk;
+    const int64_t ke = min(p + 1, kb0 + chunk);
+    const int64_t ld = static_cast<int64_t>(n_head_kv) * HD;
+
+    float m = -INFINITY, l = 0.f, acc[ND];
+#pragma unroll
+    for (int i = 0; i < ND; ++i) acc[i] = 0.f;
+    for (int64_t kb = kb0; kb < ke; kb += kWarp) {
+        const int64_t j = kb + lane;
+        float sc = -INFINITY;
+        if (j < ke) {
+            const uint4* kr = reinterpret_cast<const uint4*>(kc + (j % capacity) * ld + kvh * HD);
+            float dot = 0.f;
+#pragma unroll
+            for (int c = 0; c < HD / 8; ++c) {
+                const uint4 u = kr[c];
+                const __half2* hh = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 f = __half22float2(hh[e]);
+                    dot = fmaf(myq[8 * c + 2 * e], f.x, dot);
+                    dot = fmaf(myq[8 * c + 2 * e + 1], f.y, dot);
+                }
+            }
+            sc = dot * scale;
+        }
+        const float mc = warp_max(sc);
+        const float mn = fmaxf(m, mc);
+        const float corr = expf(m - mn);
+        const float pj = j < ke ? expf(sc - mn) : 0.f;
+        l = l * corr + warp_sum(pj);
+#pragma unroll
+        for (int i = 0; i < ND; ++i) acc[i] *= corr;
+        const int nvalid = static_cast<int>(min(static_cast<int64_t>(kWarp), ke - kb));
+        for (int jj = 0; jj < nvalid; ++jj) {
+            const float pw = __shfl_sync(0xffffffffu, pj, jj);
+            const __half* vr = vc + ((kb + jj) % capacity) * ld + kvh * HD;
+#pragma unroll
+            for (int i = 0; i < ND; ++i) acc[i] = fmaf(pw, __half2float(vr[lane + 32 * i]), acc[i]);
+        }
+        m = mn;
+    }
+    if (n_split == 1) {
+        const float denom = l + (sinks ? expf(sinks[h] - m) : 0.f);
+        float* o = out + (static_cast<int64_t>(qi) * n_head + h) * HD;
+#pragma unroll
+        for (int i = 0; i < ND; ++i) o[lane + 32 * i] = acc[i] / denom;
+    } else {
+        float* pp = partial + ((static_cast<int64_t>(qi) * n_head + h) * n_split + split) * (HD + 2);
+        if (lane == 0) {
+            pp[0] = m;
+            pp[1] = l;
+        }
+#pragma unroll
+        for (int i = 0; i < ND; ++i) pp[2 + lane + 32 * i] = acc[i];
+    }
+}
+
+__global__ void attention_combine_kernel(const float* __restrict__ partial, int n_head, int hd, int n_split,
+                                         const float* __restrict__ sinks, float* __restrict__ out) {
+    const int h = blockIdx.x, qi = blockIdx.y;
+    const float* pp = partial + (static_cast<int64_t>(qi) * n_head + h) * n_split * (hd + 2);
+    float M = sinks ? sinks[h] : -INFINITY;
+    for (int s = 0; s < n_split; ++s) M = fmaxf(M, pp[s * (hd + 2)]);
+    float L = sinks ? expf(sinks[h] - M) : 0.f;
+    for (int s = 0; s < n_split; ++s) L += pp[s * (hd + 2) + 1] * expf(pp[s * (hd + 2)] - M);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.f;
+        for (int s = 0; s < n_split; ++s) {
+            const float ms = pp[s * (hd + 2)];
+            if (ms == -INFINITY) continue;
+            a += pp[s * (hd + 2) + 2 + d] * expf(ms - M);
+        }
+        out[(static_cast<int64_t>(qi) * n_head + h) * hd + d] = a / L;
+    }
+}
+
+}  // namespace
+
+size_t attention_partial_floats(int64_t n_q, int64_t n_head, int64_t head_dim, int n_split) {
+    return n_split > 1 ? static_cast<size_t>(n_q * n_head * n_split * (head_dim + 2)) : 0;
+}
+
+void attention(cudaStream_t s, const AttnArgs& a) {
+    if (a.n_head % a.n_head_kv != 0) cfail("CUDA attention: {} query heads are not a multiple of {} KV heads", a.n_head, a.n_head_kv);
+    const int G = static_cast<int>(a.n_head / a.n_head_kv);
+    if (G > 32) cfail("CUDA attention: {} query heads per KV head (at most 32 supported)", G);
+    dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(a.n_q), static_cast<unsigned>(a.n_split));
+    const size_t shmem = static_cast<size_t>(G) * a.head_dim * sizeof(float);
+    auto launch = [&](auto kernel) {
+        kernel<<<grid, G * kWarp, shmem, s>>>(a.q, reinterpret_cast<const __half*>(a.k_cache),
+                                              reinterpret_cast<const __half*>(a.v_cache), a.capacity,
+                                              static_cast<int>(a.n_head), static_cast<int>(a.n_head_kv), a.window, a.sinks,
+                                              a.scale, a.pos0, a.n_split, a.partial, a.out);
+    };
+    if (a.head_dim == 32) launch(attention_kernel<32>);
+    else if (a.head_dim == 64) launch(attention_kernel<64>);
+    else if (a.head_dim == 128) launch(attention_kernel<128>);
+    else if (a.head_dim == 256) launch(attention_kernel<256>);
+    else cfail("CUDA attention: head_dim {} is not supported (32, 64, 128, 256)", a.head_dim);
+    NITRO_CUDA_LAUNCH_CHECK();
+    if (a.n_split > 1) {
+        attention_combine_kernel<<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_q)), 128, 0, s>>>(
+            a.partial, static_cast<int>(a.n_head), static_cast<int>(a.head_dim), a.n_split, a.sinks, a.out);
+        NITRO_CUDA_LAUNCH_CHECK();
+    }
+}
+
+// ------------------------------------------------------------------------------ router
+
+namespace {
+
+constexpr int kMaxExpertsPerLane = 16;  // up to 512 experts
+
+__device__ __forceinline__ void warp_argmax(float& v, int& idx) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ov > v || (ov == v && oi < idx)) {
+            v = ov;
+            idx = oi;
+        }
+    }
+}
+
+__global__ void route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int n, int X, int K,
+                             int softmax_all, int32_t* __restrict__ ids, float* __restrict__ wout, int32_t* host_ids,
+                             float* host_w, volatile uint32_t* host_ready, const uint32_t* __restrict__ step) {
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int t = blockIdx.x * (blockDim.x / kWarp) + warp;
+    if (t >= n) return;
+    float v[kMaxExpertsPerLane];
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+        const int e = lane + 32 * i;
+        v[i] = e < X ? logits[static_cast<int64_t>(t) * X + e] + (bias ? bias[e] : 0.f) : -INFINITY;
+    }
+    if (softmax_all) {  // cpu::softmax: float exp, double sum, multiply by (float)(1/sum)
+        float m = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < kMaxExpertsPerLane; ++i) m = fmaxf(m, v[i]);
+        m = warp_max(m);
+        double sum = 0.0;
+#pragma unroll
+        for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+            const int e = lane + 32 * i;
+            v[i] = e < X ? expf(v[i] - m) : -INFINITY;
+            if (e < X) sum += v[i];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float inv = static_cast<float>(1.0 / sum);
+#pragma unroll
+        for (int i = 0; i < kMaxExpertsPerLane; ++i)
+            if (lane + 32 * i < X) v[i] *= inv;
+    }
+    // top-k: K rounds of a warp arg-max; ties to the lower id (cpu::top_k).
+    float selv[32];
+    int seli[32];
+    for (int k = 0; k < K; ++k) {
+        float bv = -INFINITY;
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+            const int e = lane + 32 * i;
+            if (e < X && (v[i] > bv || (v[i] == bv && e < bi))) {
+                bv = v[i];
+                bi = e;
+            }
+        }
+        warp_argmax(bv, bi);
+        selv[k] = bv;
+        seli[k] = bi;
+#pragma unroll
+        for (int i = 0; i < kMaxExpertsPerLane; ++i)
+            if (lane + 32 * i == bi) v[i] = -INFINITY;
+    }
+    if (lane == 0) {
+        float w[32];
+        if (softmax_all) {  // renormalise the selected probabilities
+            float sum = 0.f;
+            for (int k = 0; k < K; ++k) sum += (w[k] = selv[k]);
+            for (int k = 0; k < K; ++k) w[k] /= sum;
+        } else {  // softmax over the selected logits
+            float m = -INFINITY;
+            for (int k = 0; k < K; ++k) m = fmaxf(m, selv[k]);
+            double sum = 0.0;
+            for (int k = 0; k < K; ++k) sum += (w[k] = expf(selv[k] - m));
+            const float inv = static_cast<float>(1.0 / sum);
+            for (int k = 0; k < K; ++k) w[k] *= inv;
+        }
+        for (int k = 0; k < K; ++k) {
+            ids[t * K + k] = seli[k];
+            wout[t * K + k] = w[k];
+            if (host_ids) {
+                host_ids[t * K + k] = seli[k];
+                host_w[t * K + k] = w[k];
+            }
+        }
+        if (host_ready) {
+            __threadfence_system();  // ids and weights reach host memory before the flag
+            *host_ready = *step;
+        }
+    }
+}
+
+}  // namespace
+
+void top_k_route(cudaStream_t s, const float* logits, const float* bias, int64_t n, int64_t X, int K, bool softmax_all,
+                 int32_t* ids, float* w, const RouterHostOut* host) {
+    if (X > 32 * kMaxExpertsPerLane) cfail("CUDA router: {} experts (at most {} supported)", X, 32 * kMaxExpertsPerLane);
+    if (K > 32 || K > X) cfail("CUDA router: {} experts used of {} (at most 32)", K, X);
+    if (host && host->ready && n != 1) cfail("CUDA router: the host ready flag is for single-token steps");
+    constexpr int kWarpsPerBlock = 4;
+    route_kernel<<<ceil_div(n, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, s>>>(
+        logits, bias, static_cast<int>(n), static_cast<int>(X), K, softmax_all ? 1 : 0, ids, w, host ? host->ids : nullptr,
+        host ? host->w : nullptr, host ? host->ready : nullptr, host ? host->step : nullptr);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+
+}  // namespace nitro::cuda

@@ -1,0 +1,149 @@
+// CUDA kernels of the forward pass, with the same names as src/cpu (ops.h, matmul.h). Each
+// launcher takes the stream (or the device context) it runs on; nothing here is global.
+// All tensors are device pointers, row-major, f32 unless said otherwise.
+#pragma once
+
+#include "cpu/ops.h"
+#include "quant/types.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+typedef struct cublasContext* cublasHandle_t;
+
+namespace nitro::cuda {
+
+/// True for the weight types the CUDA matmul handles (F32, F16, BF16, Q8_0, Q4_0, MXFP4, Q4_K, Q5_K,
+/// Q6_K, IQ4_XS).
+bool supported_weight_type(GgmlType t);
+
+/// A weight matrix on the device: n_rows rows of ne0 values, rows row_bytes apart.
+struct DWeight {
+    GgmlType type = GgmlType::F32;
+    const uint8_t* data = nullptr;
+    int64_t ne0 = 0, n_rows = 0;
+    size_t row_bytes = 0;
+};
+
+/// out[r, :] = rms_norm(x[r, :]) * w for n_rows rows of n values (rows ld_x / ld_out apart).
+/// host_out (optional, mapped pinned memory): the result is also written there.
+void rms_norm(cudaStream_t s, const float* x, const float* w, int64_t n_rows, int64_t n, int64_t ld_x,
+              float eps, float* out, int64_t ld_out, float* host_out = nullptr);
+
+/// x[i] += y[i] (+ b[i % n] if b) for i < n_rows * n.
+void add(cudaStream_t s, float* x, const float* y, const float* b, int64_t n_rows, int64_t n);
+
+/// NEOX RoPE in place on n_tok tokens of n_heads heads (head stride head_dim, token stride ld),
+/// token i at position *pos0 + i (pos0 in device memory, so graphs can replay it). The cos/sin
+/// are computed exactly as cpu::rope_cache does (same float operation order).
+void rope_neox(cudaStream_t s, float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t ld,
+               const cpu::RopeParams& p, const int32_t* pos0);
+
+/// K/V of n_tok tokens (f32 [n_tok, dim]) into an F16 cache ring of `capacity` rows at slots
+/// (*pos0 + i) % capacity.
+void kv_store(cudaStream_t s, const float* k, const float* v, int64_t n_tok, int64_t dim_k, int64_t dim_v,
+              uint16_t* k_cache, uint16_t* v_cache, int64_t capacity, const int32_t* pos0);
+
+/// Attention of n_q queries (token i at position *pos0 + i) over the F16 cache (causal; window
+/// > 0: the last `window` positions; sinks: per-head logits in the softmax denominator; GQA:
+/// n_head / n_head_kv query heads per KV head). q [n_q, n_head*hd], out [n_q, n_head*hd].
+/// n_split > 1 splits each query's keys over that many blocks (flash-decoding) and needs
+/// `partial` of attention_partial_floats() floats.
+struct AttnArgs {
+    const float* q = nullptr;
+    const uint16_t* k_cache = nullptr;
+    const uint16_t* v_cache = nullptr;
+    int64_t capacity = 0;
+    int64_t n_q = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+    int64_t window = 0;
+    const float* sinks = nullptr;
+    float scale = 1.f;
+    const int32_t* pos0 = nullptr;
+    int n_split = 1;
+    float* partial = nullptr;
+    float* out = nullptr;
+};
+size_t attention_partial_floats(int64_t n_q, int64_t n_head, int64_t head_dim, int n_split);
+void attention(cudaStream_t s, const AttnArgs& a);
+
+/// Rows of an embedding matrix for token ids (device) -> f32 [n, ne0].
+void get_rows(cudaStream_t s, const DWeight& w, const int32_t* ids, int64_t n, float* out);
+
+/// Scratch for the matrix-matrix path (prefill): f16 copies of activations and of a weight chunk.
+struct GemmScratch {
+    cublasHandle_t cublas = nullptr;
+    uint16_t* act = nullptr;     ///< f16
+    size_t act_elems = 0;
+    uint16_t* w = nullptr;       ///< f16
+    size_t w_elems = 0;
+};
+
+/// out[t*ldo + r] (+)= dot(w.row(r), x[t*ldx ..]) + bias[r] for t < n_tok, r < w.n_rows.
+/// n_tok <= kGemvMaxTokens: quantized matrix-vector kernel, f32 activations, weights decoded in
+/// registers. Otherwise (and scratch given): weights dequantized to f16 in row chunks (F16 used
+/// as stored), activations rounded to f16, cuBLAS GEMM with f32 accumulation (tensor cores).
+/// accumulate: add to out instead of overwriting.
+inline constexpr int64_t kGemvMaxTokens = 8;
+void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
+            const float* bias, bool accumulate, const GemmScratch* scratch);
+
+/// f16 copy of rows [r0, r0 + n) of w into out (n * ne0 values).
+void dequantize_f16(cudaStream_t s, const DWeight& w, int64_t r0, int64_t n, uint16_t* out);
+/// f32 copy of rows [r0, r0 + n) of w into out.
+void dequantize_f32(cudaStream_t s, const DWeight& w, int64_t r0, int64_t n, float* out);
+
+/// The router (llama.cpp build_moe_ffn): logits [n, X] (+ bias) -> ids [n, K], weights [n, K].
+/// SoftmaxSelected (gpt-oss): top-k on logits, softmax over the k. SoftmaxAll (qwen3): softmax
+/// over all, top-k, renormalise. Ties go to the lower expert id.
+/// host_ids / host_w / host_ready (optional, mapped pinned memory): the results are also written
+/// there, then a system fence, then *host_ready = *step (so a CPU thread polling host_ready sees
+/// complete ids and weights without a copy or a stream synchronisation).
+struct RouterHostOut {
+    int32_t* ids = nullptr;
+    float* w = nullptr;
+    volatile uint32_t* ready = nullptr;
+    const uint32_t* step = nullptr;  ///< device
+};
+void top_k_route(cudaStream_t s, const float* logits, const float* bias, int64_t n, int64_t X, int K, bool softmax_all,
+                 int32_t* ids, float* w, const RouterHostOut* host);
+
+/// The experts of one MoE layer, addressed through a slot table: expert e is resident in slot
+/// slot_of[e] (device array, -1 = not on the GPU), and slot s's matrices start at
+/// gate + s * gate_stride (likewise up, down). Biases are per expert id.
+struct ExpertSlots {
+    DWeight gate, up, down;        ///< one expert's matrix (data = slot 0's)
+    size_t gate_stride = 0, up_stride = 0, down_stride = 0;  ///< bytes between slots
+    const int32_t* slot_of = nullptr;  ///< [n_expert] device
+    const float* gate_b = nullptr;     ///< [n_expert, F] or null
+    const float* up_b = nullptr;
+    const float* down_b = nullptr;     ///< [n_expert, E] or null
+    int64_t n_expert = 0;
+    bool oai_act = false;              ///< swiglu_oai (gpt-oss) instead of swiglu
+};
+
+/// Work buffers of moe_ffn for up to n_max tokens.
+struct MoeScratch {
+    float* act = nullptr;       ///< [n*K, F] f32 (decode) / f16 (prefill, as uint16)
+    float* gate = nullptr;      ///< [n*K, F] (prefill)
+    float* up = nullptr;        ///< [n*K, F] (prefill)
+    float* down = nullptr;      ///< [n*K, E]
+    int32_t* group_tok = nullptr;   ///< [n*K] device (prefill)
+    int32_t* row_of = nullptr;      ///< [n*K] device (prefill)
+    int32_t* group_exp = nullptr;   ///< [n*K] device (prefill)
+    int32_t* host_idx = nullptr;    ///< pinned [3 * n*K + n*K] (prefill grouping)
+    GemmScratch gemm;
+};
+
+/// The MoE FFN for n tokens: x[t] += partial[t] (if given: a sum computed elsewhere, e.g. by the
+/// CPU for experts that are not resident) + sum_j w[t,j] * expert_{ids[t,j]}(h[t]) over the
+/// selected experts that are resident (slot_of >= 0). Results do not depend on launch order:
+/// the sum over j is in router order.
+/// host_ids: the same ids already on the host (the prefill path groups tokens by expert there);
+/// may be null for n <= kGemvMaxTokens.
+void moe_ffn(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
+             const float* w, const int32_t* host_ids, const int32_t* host_slot_of, const float* partial, float* x,
+             MoeScratch& scratch);
+
+}  // namespace nitro::cuda

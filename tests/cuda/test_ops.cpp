@@ -1,0 +1,579 @@
+// Op parity harness (like llama.cpp's test-backend-ops): every CUDA op x weight type x several
+// shapes against the CPU reference, with fresh random inputs each run and outputs poisoned
+// before each kernel. Thresholds (normalised error ||gpu - ref|| / ||ref||), and why:
+//   - dequantize / get_rows / kv_store: exact (0): the decoders reproduce ggml bit for bit and
+//     f32 -> f16 rounds to nearest even on both sides;
+//   - GEMV (<= 8 tokens; f32 activations, f32 accumulation) vs an f64 product of the exactly
+//     dequantized weights: 2e-5 (f32 sums of <= 4096 terms: about sqrt(n) * 6e-8 = 4e-6);
+//   - GEMV vs the CPU engine's matmul (cpu::matmul, whose activations are rounded to its vec-dot
+//     type, Q8_0/Q8_K 8-bit: relative rms error about 1/(127*sqrt(12)) = 2.3e-3 per value): 1e-2;
+//   - f16 GEMM path (> 8 tokens; activations and weights rounded to f16, 11-bit mantissa, f32
+//     accumulation in the tensor cores): relative rms about 2^-11 per operand -> 3e-3 bound;
+//   - rms_norm, rope, attention, router weights, decode MoE: f32 with different summation
+//     order / libm ulps: 1e-5 (MoE decode 1e-4: two chained products and an activation);
+//   - router ids: identical (ties go to the lower id on both sides); prefill MoE: 5e-3 (f16).
+#include "cpu/matmul.h"
+#include "cpu/ops.h"
+#include "core/fp16.h"
+#include "core/error.h"
+#include <cstring>
+#include "cuda/ops.h"
+#include "cuda_test_util.h"
+#include "quant/types.h"
+
+#include <algorithm>
+#include <numeric>
+
+using namespace nitro;
+using namespace nitro::cuda;
+using namespace nitro::cuda::test;
+
+namespace {
+
+struct HostWeight {
+    GgmlType type;
+    int64_t ne0, rows;
+    std::vector<uint8_t> bytes;
+    std::vector<float> deq;  // exactly dequantized (src/quant), rows x ne0
+};
+
+HostWeight make_weight(GgmlType t, int64_t ne0, int64_t rows, float sigma = 0.05f) {
+    HostWeight w{t, ne0, rows, {}, {}};
+    const size_t rb = row_size(t, ne0);
+    w.bytes.resize(rb * rows);
+    auto f = randn(static_cast<size_t>(ne0 * rows), sigma);
+    for (int64_t r = 0; r < rows; ++r) quantize(t, f.data() + r * ne0, w.bytes.data() + r * rb, ne0);
+    w.deq.resize(static_cast<size_t>(ne0 * rows));
+    dequantize(t, w.bytes.data(), w.deq.data(), ne0 * rows);
+    return w;
+}
+
+DWeight dev_weight(DeviceContext& ctx, const HostWeight& w) {
+    DWeight d;
+    d.type = w.type;
+    d.data = to_dev(ctx, w.bytes);
+    d.ne0 = w.ne0;
+    d.n_rows = w.rows;
+    d.row_bytes = row_size(w.type, w.ne0);
+    return d;
+}
+
+std::vector<double> ref_matmul(const HostWeight& w, const std::vector<float>& x, int64_t n) {
+    std::vector<double> out(static_cast<size_t>(n * w.rows));
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < w.rows; ++r) {
+            double s = 0;
+            for (int64_t i = 0; i < w.ne0; ++i) s += static_cast<double>(w.deq[r * w.ne0 + i]) * x[t * w.ne0 + i];
+            out[t * w.rows + r] = s;
+        }
+    return out;
+}
+
+const GgmlType kTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::MXFP4,
+                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS};
+const std::pair<int64_t, int64_t> kShapes[] = {{256, 96}, {2048, 300}, {2880, 515}, {4096, 77}};
+
+bool shape_ok(GgmlType t, int64_t ne0) { return ne0 % type_traits(t).block_size == 0; }
+
+class CudaOps : public ::testing::Test {
+protected:
+    void SetUp() override {
+        require_gpu();
+        ctx = std::make_unique<DeviceContext>(0, 0.0);
+    }
+    std::unique_ptr<DeviceContext> ctx;
+};
+
+}  // namespace
+
+TEST_F(CudaOps, DequantizeAndGetRowsAreExact) {
+    for (GgmlType t : kTypes)
+        for (auto [ne0, rows] : kShapes) {
+            if (!shape_ok(t, ne0)) continue;
+            SCOPED_TRACE(type_display_name(t) + " " + std::to_string(ne0) + "x" + std::to_string(rows));
+            HostWeight w = make_weight(t, ne0, rows);
+            DWeight d = dev_weight(*ctx, w);
+            float* out = ctx->alloc_n<float>(w.deq.size(), "out");
+            poison(out, w.deq.size());
+            dequantize_f32(ctx->compute(), d, 0, rows, out);
+            auto got = to_host(out, w.deq.size());
+            EXPECT_EQ(std::memcmp(got.data(), w.deq.data(), got.size() * 4), 0) << "dequantize differs from src/quant";
+            std::vector<int32_t> ids = {static_cast<int32_t>(rows - 1), 0, static_cast<int32_t>(rows / 2)};
+            int32_t* dids = to_dev(*ctx, ids);
+            poison(out, ids.size() * ne0);
+            get_rows(ctx->compute(), d, dids, 3, out);
+            auto gr = to_host(out, ids.size() * ne0);
+            for (size_t i = 0; i < ids.size(); ++i)
+                EXPECT_EQ(std::memcmp(gr.data() + i * ne0, w.deq.data() + ids[i] * ne0, ne0 * 4), 0) << "get_rows row " << i;
+            ctx->alloc().free(out);
+            ctx->alloc().free(dids);
+            ctx->alloc().free(const_cast<uint8_t*>(d.data));
+        }
+}
+
+TEST_F(CudaOps, MatmulGemvMatchesReference) {
+    cpu::ThreadPool pool(2);
+    double worst = 0, worst_cpu = 0;
+    for (GgmlType t : kTypes)
+        for (auto [ne0, rows] : kShapes) {
+            if (!shape_ok(t, ne0)) continue;
+            HostWeight w = make_weight(t, ne0, rows);
+            DWeight d = dev_weight(*ctx, w);
+            for (int64_t n : {1, 3, 8}) {
+                SCOPED_TRACE(type_display_name(t) + " " + std::to_string(ne0) + "x" + std::to_string(rows) + " n=" +
+                             std::to_string(n));
+                auto x = randn(static_cast<size_t>(n * ne0));
+                auto bias = randn(static_cast<size_t>(rows));
+                float* dx = to_dev(*ctx, x);
+                float* db = to_dev(*ctx, bias);
+                float* out = ctx->alloc_n<float>(static_cast<size_t>(n * rows), "out");
+                poison(out, static_cast<size_t>(n * rows));
+                matmul(ctx->compute(), d, dx, n, ne0, out, rows, nullptr, false, nullptr);
+                auto got = to_host(out, static_cast<size_t>(n * rows));
+                auto ref = ref_matmul(w, x, n);
+                const double e = nerr(got, ref);
+                worst = std::max(worst, e);
+                EXPECT_LT(e, 2e-5);
+                // the CPU engine's own matmul (activations in its vec-dot type)
+                cpu::ActBuffer acts;
+                cpu::quantize_acts(x.data(), n, ne0, t, acts);
+                std::vector<float> cref(static_cast<size_t>(n * rows));
+                cpu::WeightView wv{t, w.bytes.data(), ne0, rows, row_size(t, ne0)};
+                cpu::matmul(pool, wv, acts, cref.data());
+                const double ec = nerr(got, cref);
+                worst_cpu = std::max(worst_cpu, ec);
+                EXPECT_LT(ec, 1e-2);
+                // bias + accumulate
+                matmul(ctx->compute(), d, dx, n, ne0, out, rows, db, true, nullptr);
+                auto got2 = to_host(out, static_cast<size_t>(n * rows));
+                for (int64_t i = 0; i < n * rows; ++i) ref[i] = 2 * ref[i] + bias[i % rows];
+                EXPECT_LT(nerr(got2, ref), 2e-5) << "accumulate + bias";
+                for (void* p : {static_cast<void*>(dx), static_cast<void*>(db), static_cast<void*>(out)}) ctx->alloc().free(p);
+            }
+            ctx->alloc().free(const_cast<uint8_t*>(d.data));
+        }
+    std::printf("GEMV: worst normalised error %.2e vs f64 reference, %.2e vs cpu::matmul\n", worst, worst_cpu);
+}
+
+TEST_F(CudaOps, MatmulGemmMatchesReference) {
+    GemmScratch gs;
+    gs.cublas = ctx->cublas();
+    gs.act_elems = 300 * 4096;
+    gs.act = ctx->alloc_n<uint16_t>(gs.act_elems, "act");
+    double worst = 0;
+    for (GgmlType t : kTypes) {
+        if (t == GgmlType::F32) continue;  // F32 weights always take the GEMV path
+        for (auto [ne0, rows] : kShapes) {
+            if (!shape_ok(t, ne0)) continue;
+            HostWeight w = make_weight(t, ne0, rows);
+            DWeight d = dev_weight(*ctx, w);
+            // a weight scratch of ~1/3 of the matrix forces the row-chunk loop
+            gs.w_elems = static_cast<size_t>(std::max<int64_t>(ne0, ne0 * rows / 3));
+            gs.w = ctx->alloc_n<uint16_t>(gs.w_elems, "w");
+            for (int64_t n : {9, 64, 200}) {
+                SCOPED_TRACE(type_display_name(t) + " " + std::to_string(ne0) + "x" + std::to_string(rows) + " n=" +
+                             std::to_string(n));
+                auto x = randn(static_cast<size_t>(n * ne0));
+                auto bias = randn(static_cast<size_t>(rows));
+                float* dx = to_dev(*ctx, x);
+                float* db = to_dev(*ctx, bias);
+                float* out = ctx->alloc_n<float>(static_cast<size_t>(n * rows), "out");
+                poison(out, static_cast<size_t>(n * rows));
+                matmul(ctx->compute(), d, dx, n, ne0, out, rows, db, false, &gs);
+                auto got = to_host(out, static_cast<size_t>(n * rows));
+                auto ref = ref_matmul(w, x, n);
+                for (int64_t i = 0; i < n * rows; ++i) ref[i] += bias[i % rows];
+                const double e = nerr(got, ref);
+                worst = std::max(worst, e);
+                EXPECT_LT(e, 3e-3);
+                for (void* p : {static_cast<void*>(dx), static_cast<void*>(db), static_cast<void*>(out)}) ctx->alloc().free(p);
+            }
+            ctx->alloc().free(gs.w);
+            ctx->alloc().free(const_cast<uint8_t*>(d.data));
+        }
+    }
+    std::printf("GEMM (f16, cuBLAS): worst normalised error %.2e vs f64 reference\n", worst);
+}
+
+TEST_F(CudaOps, RmsNormMatchesCpu) {
+    for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 2880}, {7, 2048}, {33, 64}, {5, 4096}}) {
+        auto x = randn(static_cast<size_t>(rows * n), 3.f);
+        auto w = randn(static_cast<size_t>(n));
+        float* dx = to_dev(*ctx, x);
+        float* dw = to_dev(*ctx, w);
+        float* out = ctx->alloc_n<float>(static_cast<size_t>(rows * n), "out");
+        void* hdev = nullptr;
+        auto* host = static_cast<float*>(ctx->host_mapped(rows * n * 4, &hdev));
+        poison(out, static_cast<size_t>(rows * n));
+        std::memset(host, 0xFF, rows * n * 4);
+        rms_norm(ctx->compute(), dx, dw, rows, n, n, 1e-5f, out, n, static_cast<float*>(hdev));
+        auto got = to_host(out, static_cast<size_t>(rows * n));
+        std::vector<float> ref(static_cast<size_t>(rows * n));
+        for (int64_t r = 0; r < rows; ++r) cpu::rms_norm(&x[r * n], w.data(), n, 1e-5f, &ref[r * n]);
+        EXPECT_LT(nerr(got, ref), 1e-6) << rows << "x" << n;
+        EXPECT_EQ(std::memcmp(host, got.data(), rows * n * 4), 0) << "mapped host copy";
+    }
+}
+
+TEST_F(CudaOps, RopeMatchesCpuIncludingYarn) {
+    for (int variant = 0; variant < 2; ++variant) {
+        cpu::RopeParams p;
+        int64_t heads = 64, hd = 64;
+        if (variant == 0) {  // gpt-oss: YaRN x32 from 4096
+            p.n_rot = 64; p.freq_base = 150000; p.freq_scale = 1.f / 32; p.ext_factor = 1; p.n_ctx_orig = 4096;
+        } else {  // qwen3
+            heads = 32; hd = 128; p.n_rot = 128; p.freq_base = 1e6f;
+        }
+        const int64_t n = 5;
+        const int32_t pos0 = randint(0, 60000);
+        auto x = randn(static_cast<size_t>(n * heads * hd));
+        float* dx = to_dev(*ctx, x);
+        int32_t* dpos = to_dev(*ctx, std::vector<int32_t>{pos0});
+        rope_neox(ctx->compute(), dx, n, heads, hd, heads * hd, p, dpos);
+        auto got = to_host(dx, x.size());
+        std::vector<float> cache(static_cast<size_t>(p.n_rot));
+        for (int64_t t = 0; t < n; ++t) {
+            cpu::rope_cache(p, pos0 + t, cache.data());
+            cpu::rope_neox(&x[t * heads * hd], heads, hd, p.n_rot, cache.data());
+        }
+        EXPECT_LT(nerr(got, x), 1e-5) << "variant " << variant << " pos " << pos0;
+    }
+}
+
+TEST_F(CudaOps, KvStoreIsExact) {
+    const int64_t n = 6, dk = 512, dv = 512, cap = 16;
+    auto k = randn(static_cast<size_t>(n * dk)), v = randn(static_cast<size_t>(n * dv));
+    float *dk_ = to_dev(*ctx, k), *dv_ = to_dev(*ctx, v);
+    uint16_t* kc = ctx->alloc_n<uint16_t>(static_cast<size_t>(cap * dk), "kc");
+    uint16_t* vc = ctx->alloc_n<uint16_t>(static_cast<size_t>(cap * dv), "vc");
+    const int32_t pos0 = 13;  // wraps around the ring
+    int32_t* dpos = to_dev(*ctx, std::vector<int32_t>{pos0});
+    kv_store(ctx->compute(), dk_, dv_, n, dk, dv, kc, vc, cap, dpos);
+    auto hk = to_host(kc, static_cast<size_t>(cap * dk)), hv = to_host(vc, static_cast<size_t>(cap * dv));
+    for (int64_t t = 0; t < n; ++t) {
+        const int64_t slot = (pos0 + t) % cap;
+        for (int64_t d = 0; d < dk; ++d) ASSERT_EQ(hk[slot * dk + d], f32_to_fp16(k[t * dk + d]));
+        for (int64_t d = 0; d < dv; ++d) ASSERT_EQ(hv[slot * dv + d], f32_to_fp16(v[t * dv + d]));
+    }
+}
+
+namespace {
+
+/// session.cpp's attention, for the cache contents given (positions -> ring slots).
+std::vector<double> ref_attention(const std::vector<float>& q, const std::vector<uint16_t>& kc, const std::vector<uint16_t>& vc,
+                                  int64_t cap, int64_t n_q, int64_t H, int64_t Hkv, int64_t hd, int64_t pos0, int64_t window,
+                                  const std::vector<float>* sinks) {
+    std::vector<double> out(static_cast<size_t>(n_q * H * hd));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    for (int64_t i = 0; i < n_q; ++i)
+        for (int64_t h = 0; h < H; ++h) {
+            const int64_t kvh = h / (H / Hkv), p = pos0 + i;
+            const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+            std::vector<double> sc;
+            double m = sinks ? (*sinks)[h] : -INFINITY;
+            for (int64_t j = lo; j <= p; ++j) {
+                double dot = 0;
+                for (int64_t d = 0; d < hd; ++d)
+                    dot += static_cast<double>(fp16_to_f32(f32_to_fp16(q[(i * H + h) * hd + d]))) *
+                           fp16_to_f32(kc[(j % cap) * Hkv * hd + kvh * hd + d]);
+                sc.push_back(dot * scale);
+                m = std::max(m, sc.back());
+            }
+            double den = sinks ? std::exp((*sinks)[h] - m) : 0;
+            std::vector<double> acc(static_cast<size_t>(hd), 0.0);
+            for (int64_t j = lo; j <= p; ++j) {
+                const double w = std::exp(sc[j - lo] - m);
+                den += w;
+                for (int64_t d = 0; d < hd; ++d) acc[d] += w * fp16_to_f32(vc[(j % cap) * Hkv * hd + kvh * hd + d]);
+            }
+            for (int64_t d = 0; d < hd; ++d) out[(i * H + h) * hd + d] = acc[d] / den;
+        }
+    return out;
+}
+
+}  // namespace
+
+TEST_F(CudaOps, AttentionMatchesCpu) {
+    struct Cfg { int64_t H, Hkv, hd, window, n_q, pos0, cap; bool sinks; int n_split; };
+    const Cfg cfgs[] = {
+        {64, 8, 64, 0, 1, 300, 512, true, 1},     // gpt-oss full layer, decode
+        {64, 8, 64, 0, 1, 1000, 1024, true, 8},   // decode, flash-decoding splits
+        {64, 8, 64, 128, 1, 700, 128, true, 4},   // sliding window over a ring (wrapped)
+        {64, 8, 64, 16, 20, 40, 35, true, 1},     // prefill chunk, window ring of window + ubatch - 1
+        {32, 4, 128, 0, 17, 5, 64, false, 1},     // qwen3 prefill, causal
+        {32, 4, 128, 0, 1, 2047, 2048, false, 32},
+        {4, 2, 32, 16, 9, 30, 24, true, 1},       // the fixtures' tiny heads
+        {4, 2, 32, 0, 1, 100, 128, false, 4},
+    };
+    for (const Cfg& c : cfgs) {
+        SCOPED_TRACE("H=" + std::to_string(c.H) + " hd=" + std::to_string(c.hd) + " window=" + std::to_string(c.window) +
+                     " n_q=" + std::to_string(c.n_q) + " split=" + std::to_string(c.n_split));
+        auto q = randn(static_cast<size_t>(c.n_q * c.H * c.hd));
+        auto kf = randn(static_cast<size_t>(c.cap * c.Hkv * c.hd)), vf = randn(static_cast<size_t>(c.cap * c.Hkv * c.hd));
+        std::vector<uint16_t> kc(kf.size()), vc(vf.size());
+        for (size_t i = 0; i < kf.size(); ++i) kc[i] = f32_to_fp16(kf[i]), vc[i] = f32_to_fp16(vf[i]);
+        auto sinks = randn(static_cast<size_t>(c.H));
+        AttnArgs a;
+        a.q = to_dev(*ctx, q);
+        a.k_cache = to_dev(*ctx, kc);
+        a.v_cache = to_dev(*ctx, vc);
+        a.capacity = c.cap;
+        a.n_q = c.n_q; a.n_head = c.H; a.n_head_kv = c.Hkv; a.head_dim = c.hd; a.window = c.window;
+        a.sinks = c.sinks ? to_dev(*ctx, sinks) : nullptr;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+        a.pos0 = to_dev(*ctx, std::vector<int32_t>{static_cast<int32_t>(c.pos0)});
+        a.n_split = c.n_split;
+        a.partial = ctx->alloc_n<float>(attention_partial_floats(c.n_q, c.H, c.hd, c.n_split) + 1, "partial");
+        float* out = ctx->alloc_n<float>(q.size(), "out");
+        poison(out, q.size());
+        a.out = out;
+        attention(ctx->compute(), a);
+        auto got = to_host(out, q.size());
+        auto ref = ref_attention(q, kc, vc, c.cap, c.n_q, c.H, c.Hkv, c.hd, c.pos0, c.window, c.sinks ? &sinks : nullptr);
+        EXPECT_LT(nerr(got, ref), 1e-5);
+    }
+}
+
+TEST_F(CudaOps, RouterMatchesCpuTopK) {
+    for (bool softmax_all : {false, true})
+        for (auto [X, K] : {std::pair<int, int>{32, 4}, {128, 8}, {16, 4}}) {
+            const int64_t n = 37;
+            auto lg = randn(static_cast<size_t>(n * X));
+            auto bias = randn(static_cast<size_t>(X), 0.1f);
+            // a forced tie: expert 3 and 5 equal and largest for token 0
+            lg[3] = lg[5] = 10.f;
+            bias[5] = bias[3];  // still a tie after the gpt-oss router bias
+            float* dl = to_dev(*ctx, lg);
+            float* db = to_dev(*ctx, bias);
+            int32_t* ids = ctx->alloc_n<int32_t>(static_cast<size_t>(n * K), "ids");
+            float* w = ctx->alloc_n<float>(static_cast<size_t>(n * K), "w");
+            poison(ids, static_cast<size_t>(n * K));
+            poison(w, static_cast<size_t>(n * K));
+            top_k_route(ctx->compute(), dl, softmax_all ? nullptr : db, n, X, K, softmax_all, ids, w, nullptr);
+            auto gi = to_host(ids, static_cast<size_t>(n * K));
+            auto gw = to_host(w, static_cast<size_t>(n * K));
+            std::vector<float> rw;
+            for (int64_t t = 0; t < n; ++t) {
+                std::vector<float> l(lg.begin() + t * X, lg.begin() + (t + 1) * X);
+                if (!softmax_all) for (int e = 0; e < X; ++e) l[e] += bias[e];
+                std::vector<int32_t> sel(K);
+                std::vector<float> ww(K);
+                if (!softmax_all) {
+                    cpu::top_k(l.data(), X, K, sel.data());
+                    for (int j = 0; j < K; ++j) ww[j] = l[sel[j]];
+                    cpu::softmax(ww.data(), K);
+                } else {
+                    cpu::softmax(l.data(), X);
+                    cpu::top_k(l.data(), X, K, sel.data());
+                    float s = 0;
+                    for (int j = 0; j < K; ++j) s += (ww[j] = l[sel[j]]);
+                    for (int j = 0; j < K; ++j) ww[j] /= s;
+                }
+                for (int j = 0; j < K; ++j) ASSERT_EQ(gi[t * K + j], sel[j]) << "token " << t << " rank " << j;
+                rw.insert(rw.end(), ww.begin(), ww.end());
+            }
+            EXPECT_EQ(gi[0], 3) << "ties go to the lower id";
+            EXPECT_LT(nerr(gw, rw), 1e-5);
+        }
+}
+
+TEST_F(CudaOps, RouterWritesPinnedHostOutputsAndReadyFlag) {
+    const int X = 32, K = 4;
+    auto lg = randn(X);
+    float* dl = to_dev(*ctx, lg);
+    int32_t* ids = ctx->alloc_n<int32_t>(K, "ids");
+    float* w = ctx->alloc_n<float>(K, "w");
+    void* dev = nullptr;
+    auto* host = static_cast<uint8_t*>(ctx->host_mapped(K * 8 + 16, &dev));
+    std::memset(host, 0xFF, K * 8 + 16);
+    *reinterpret_cast<uint32_t*>(host + K * 8) = 0;
+    uint32_t* dstep = to_dev(*ctx, std::vector<uint32_t>{77});
+    RouterHostOut ho{reinterpret_cast<int32_t*>(static_cast<uint8_t*>(dev)), reinterpret_cast<float*>(static_cast<uint8_t*>(dev) + K * 4),
+                     reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(dev) + K * 8), dstep};
+    top_k_route(ctx->compute(), dl, nullptr, 1, X, K, false, ids, w, &ho);
+    // poll the flag as a CPU worker would: no stream synchronisation
+    volatile uint32_t* ready = reinterpret_cast<volatile uint32_t*>(host + K * 8);
+    for (int spin = 0; spin < 100000000 && *ready != 77; ++spin) {
+    }
+    ASSERT_EQ(*ready, 77u);
+    auto gi = to_host(ids, K);
+    auto gw = to_host(w, K);
+    EXPECT_EQ(std::memcmp(host, gi.data(), K * 4), 0);
+    EXPECT_EQ(std::memcmp(host + K * 4, gw.data(), K * 4), 0);
+}
+
+namespace {
+
+struct HostExperts {
+    HostWeight gate, up, down;  // all experts stacked: rows = X * F (gate/up), X * E (down)
+    std::vector<float> gb, ub, db;
+};
+
+/// CPU reference of the MoE FFN for the experts in `use` (others contribute nothing).
+std::vector<double> ref_moe(const HostExperts& H, const std::vector<float>& h, int64_t n, int64_t E, int64_t F, int K,
+                            const std::vector<int32_t>& ids, const std::vector<float>& w, bool oai,
+                            const std::vector<bool>& use) {
+    std::vector<double> out(static_cast<size_t>(n * E), 0.0);
+    std::vector<float> g(F), u(F), a(F);
+    for (int64_t t = 0; t < n; ++t)
+        for (int j = 0; j < K; ++j) {
+            const int e = ids[t * K + j];
+            if (!use[e]) continue;
+            for (int64_t f = 0; f < F; ++f) {
+                double sg = 0, su = 0;
+                for (int64_t i = 0; i < E; ++i) {
+                    sg += static_cast<double>(H.gate.deq[(e * F + f) * E + i]) * h[t * E + i];
+                    su += static_cast<double>(H.up.deq[(e * F + f) * E + i]) * h[t * E + i];
+                }
+                g[f] = static_cast<float>(sg) + (H.gb.empty() ? 0.f : H.gb[e * F + f]);
+                u[f] = static_cast<float>(su) + (H.ub.empty() ? 0.f : H.ub[e * F + f]);
+            }
+            if (oai) cpu::swiglu_oai(g.data(), u.data(), F, 1.702f, 7.0f, a.data());
+            else cpu::swiglu(g.data(), u.data(), F, a.data());
+            for (int64_t c = 0; c < E; ++c) {
+                double s = 0;
+                for (int64_t f = 0; f < F; ++f) s += static_cast<double>(H.down.deq[(e * E + c) * F + f]) * a[f];
+                s += H.db.empty() ? 0.0 : H.db[e * E + c];
+                out[t * E + c] += w[t * K + j] * s;
+            }
+        }
+    return out;
+}
+
+}  // namespace
+
+TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
+    struct Cfg { GgmlType t; int64_t E, F, X; int K; bool oai, biases; };
+    const Cfg cfgs[] = {{GgmlType::MXFP4, 256, 512, 8, 4, true, true},
+                        {GgmlType::Q4_K, 512, 256, 16, 8, false, false},
+                        {GgmlType::Q8_0, 256, 256, 8, 2, false, true},
+                        {GgmlType::Q6_K, 256, 256, 8, 4, true, false},
+                        {GgmlType::IQ4_XS, 256, 256, 8, 4, false, false},
+                        {GgmlType::Q5_K, 256, 256, 8, 4, false, false}};
+    for (const Cfg& c : cfgs) {
+        HostExperts H{make_weight(c.t, c.E, c.X * c.F, 0.1f), make_weight(c.t, c.E, c.X * c.F, 0.1f),
+                      make_weight(c.t, c.F, c.X * c.E, 0.1f), {}, {}, {}};
+        if (c.biases) {
+            H.gb = randn(static_cast<size_t>(c.X * c.F), 0.1f);
+            H.ub = randn(static_cast<size_t>(c.X * c.F), 0.1f);
+            H.db = randn(static_cast<size_t>(c.X * c.E), 0.1f);
+        }
+        // Slot pool in a shuffled order: expert e lives in slot perm[e]; experts with odd ids
+        // are "not resident" in the second pass.
+        std::vector<int32_t> perm(static_cast<size_t>(c.X));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng());
+        auto pool_bytes = [&](const HostWeight& w, int64_t rows_per_expert) {
+            const size_t eb = row_size(w.type, w.ne0) * rows_per_expert;
+            std::vector<uint8_t> p(w.bytes.size());
+            for (int64_t e = 0; e < c.X; ++e) std::memcpy(p.data() + perm[e] * eb, w.bytes.data() + e * eb, eb);
+            return std::make_pair(p, eb);
+        };
+        auto [gp, gstride] = pool_bytes(H.gate, c.F);
+        auto [upb, ustride] = pool_bytes(H.up, c.F);
+        auto [dp, dstride] = pool_bytes(H.down, c.E);
+        ExpertSlots ex;
+        ex.gate = {c.t, to_dev(*ctx, gp), c.E, c.F, row_size(c.t, c.E)};
+        ex.up = {c.t, to_dev(*ctx, upb), c.E, c.F, row_size(c.t, c.E)};
+        ex.down = {c.t, to_dev(*ctx, dp), c.F, c.E, row_size(c.t, c.F)};
+        ex.gate_stride = gstride; ex.up_stride = ustride; ex.down_stride = dstride;
+        ex.gate_b = c.biases ? to_dev(*ctx, H.gb) : nullptr;
+        ex.up_b = c.biases ? to_dev(*ctx, H.ub) : nullptr;
+        ex.down_b = c.biases ? to_dev(*ctx, H.db) : nullptr;
+        ex.n_expert = c.X;
+        ex.oai_act = c.oai;
+        for (int64_t n : {1, 3, 40}) {
+            SCOPED_TRACE(type_display_name(c.t) + " n=" + std::to_string(n));
+            auto h = randn(static_cast<size_t>(n * c.E));
+            std::vector<int32_t> ids(static_cast<size_t>(n * c.K));
+            std::vector<float> w(ids.size());
+            for (int64_t t = 0; t < n; ++t) {
+                std::vector<int32_t> all(static_cast<size_t>(c.X));
+                std::iota(all.begin(), all.end(), 0);
+                std::shuffle(all.begin(), all.end(), rng());
+                for (int j = 0; j < c.K; ++j) ids[t * c.K + j] = all[j], w[t * c.K + j] = std::uniform_real_distribution<float>(0.1f, 1.f)(rng());
+            }
+            auto x0 = randn(static_cast<size_t>(n * c.E));
+            MoeScratch sc;
+            const int64_t R = n * c.K;
+            sc.act = ctx->alloc_n<float>(static_cast<size_t>(R * c.F), "act");
+            sc.gate = ctx->alloc_n<float>(static_cast<size_t>(R * c.F), "gate");
+            sc.up = ctx->alloc_n<float>(static_cast<size_t>(R * c.F), "up");
+            sc.down = ctx->alloc_n<float>(static_cast<size_t>(R * c.E), "down");
+            sc.group_tok = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
+            sc.row_of = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
+            sc.group_exp = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
+            void* dummy;
+            sc.host_idx = static_cast<int32_t*>(ctx->host_mapped(static_cast<size_t>(3 * R) * 4, &dummy));
+            sc.gemm.cublas = ctx->cublas();
+            sc.gemm.act_elems = static_cast<size_t>(R * std::max(c.E, c.F));
+            sc.gemm.act = ctx->alloc_n<uint16_t>(sc.gemm.act_elems, "act16");
+            sc.gemm.w_elems = static_cast<size_t>(c.E * c.F);
+            sc.gemm.w = ctx->alloc_n<uint16_t>(sc.gemm.w_elems, "w16");
+            poison(sc.act, static_cast<size_t>(R * c.F));
+            poison(sc.down, static_cast<size_t>(R * c.E));
+            float* dh = to_dev(*ctx, h);
+            int32_t* dids = to_dev(*ctx, ids);
+            float* dw = to_dev(*ctx, w);
+            const double tol = n > kGemvMaxTokens ? 5e-3 : 1e-4;
+            for (int pass = 0; pass < 2; ++pass) {
+                std::vector<int32_t> slot_of(perm);
+                std::vector<bool> use(static_cast<size_t>(c.X), true), missing(static_cast<size_t>(c.X), false);
+                if (pass == 1)
+                    for (int64_t e = 1; e < c.X; e += 2) slot_of[e] = -1, use[e] = false, missing[e] = true;
+                int32_t* dslot = to_dev(*ctx, slot_of);
+                ex.slot_of = dslot;
+                // pass 1: the missing experts' sum comes in as the partial, computed "by the CPU"
+                float* dpartial = nullptr;
+                if (pass == 1) {
+                    auto part = ref_moe(H, h, n, c.E, c.F, c.K, ids, w, c.oai, missing);
+                    dpartial = to_dev(*ctx, std::vector<float>(part.begin(), part.end()));
+                }
+                float* dx = to_dev(*ctx, x0);
+                moe_ffn(ctx->compute(), ex, dh, n, c.E, c.K, dids, dw, n > kGemvMaxTokens ? ids.data() : nullptr,
+                        slot_of.data(), dpartial, dx, sc);
+                auto got = to_host(dx, x0.size());
+                auto full = ref_moe(H, h, n, c.E, c.F, c.K, ids, w, c.oai, std::vector<bool>(c.X, true));
+                std::vector<float> delta(got.size());
+                for (size_t i = 0; i < got.size(); ++i) delta[i] = got[i] - x0[i];
+                EXPECT_LT(nerr(delta, full), tol) << (pass ? "half the experts resident + CPU partial" : "all resident");
+            }
+        }
+    }
+}
+
+TEST_F(CudaOps, ScratchAllocationsRespectTheBudget) {
+    DeviceContext small(0, 0.05);  // 51 MiB
+    void* a = small.alloc().alloc(40ull << 20, "first block");
+    EXPECT_NE(a, nullptr);
+    try {
+        small.alloc().alloc(20ull << 20, "second block");
+        FAIL() << "the budget was exceeded without an error";
+    } catch (const std::exception& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("budget"), std::string::npos) << m;
+        EXPECT_NE(m.find("second block"), std::string::npos) << m;
+    }
+    small.alloc().free(a);
+    EXPECT_EQ(small.alloc().used(), 0u);
+    EXPECT_NE(small.alloc().alloc(20ull << 20, "after free"), nullptr);
+}
+
+TEST_F(CudaOps, StagingRingUploadsPinnedAndPageable) {
+    for (bool pageable : {false, true}) {
+        const size_t n = (37ull << 20) + 12345;
+        std::vector<uint8_t> src(n);
+        for (size_t i = 0; i < n; i += 4096) src[i] = static_cast<uint8_t>(randint(0, 255));
+        for (size_t i = 0; i < n; ++i) src[i] ^= static_cast<uint8_t>(i * 2654435761u >> 24);
+        uint8_t* d = ctx->alloc_n<uint8_t>(n, "upload target");
+        {
+            StagingRing ring(ctx->copy(), 4ull << 20, 3, pageable);
+            EXPECT_EQ(ring.pinned(), !pageable);
+            ring.upload(d, src.data(), n);
+            ring.finish();
+        }
+        auto back = to_host(d, n);
+        EXPECT_EQ(std::memcmp(back.data(), src.data(), n), 0) << (pageable ? "pageable" : "pinned");
+        ctx->alloc().free(d);
+    }
+}
