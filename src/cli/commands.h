@@ -20,5 +20,7 @@ Action add_sim(CLI::App& app);
 /// `nitro trace info|export|import|synth`: router trace files (docs/trace-format.md).
 Action add_trace(CLI::App& app);
 Action add_tokenize(CLI::App& app);
+/// `nitro serve`: the OpenAI-compatible HTTP server (docs/server.md).
+Action add_serve(CLI::App& app);
 
 }  // namespace nitro::cli
