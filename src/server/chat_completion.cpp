@@ -54,7 +54,12 @@ PreparedChat prepare_chat(const ChatRequest& req, const Tokenizer& tok, ChatForm
     opt.add_generation_prompt = true;
     if (req.reasoning_effort) opt.reasoning_effort = req.reasoning_effort;
     if (opt.date.empty()) opt.date = date;
-    const ojson tools = req.tool_choice == ToolChoice::NONE ? ojson() : req.tools;
+    ojson tools = req.tool_choice == ToolChoice::NONE ? ojson() : req.tools;
+    // OpenAI makes a tool's description optional; the gpt-oss template concatenates it (and
+    // raises when it is undefined), so an absent description is rendered as empty.
+    if (format == ChatFormat::HARMONY && tools.is_array())
+        for (auto& t : tools)
+            if (!t["function"].contains("description")) t["function"]["description"] = "";
     PreparedChat p;
     try {
         p.prompt_text = render_chat(format, normalize_messages(req.messages, format), tools, opt);
