@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 # Debian packages (see README "Dependencies" for what each is for).
 PKGS=(build-essential cmake ninja-build pkg-config git
-      nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev libpcre2-dev
+      nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev libpcre2-dev libcpp-httplib-dev
+      nodejs curl
       libgtest-dev libgmock-dev libbenchmark-dev
       clang libclang-rt-14-dev)
 SUDO=""
@@ -20,6 +21,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# The server's client tests (tests/server) use the OpenAI Node SDK pinned in its lockfile.
+# nodejs from NodeSource ships npm; Debian's nodejs needs the npm package.
+if ! command -v npm >/dev/null; then
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm
+fi
+npm ci --prefix tests/server --no-audit --no-fund --loglevel=error
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${NITRO_CMAKE_ARGS:-}
 cmake --build build -j"$(nproc)"

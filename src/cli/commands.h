@@ -21,5 +21,7 @@ Action add_sim(CLI::App& app);
 Action add_trace(CLI::App& app);
 Action add_tokenize(CLI::App& app);
 Action add_convert(CLI::App& app);
+/// `nitro serve`: the OpenAI-compatible HTTP server (docs/server.md).
+Action add_serve(CLI::App& app);
 
 }  // namespace nitro::cli

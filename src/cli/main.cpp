@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     add(nitro::cli::add_trace);
     add(nitro::cli::add_tokenize);
     add(nitro::cli::add_convert);
+    add(nitro::cli::add_serve);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,169 @@
+// nitro serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-c CTX] [-t THREADS] [--trace FILE]
+// An OpenAI-compatible HTTP server (docs/server.md).
+#include "arch/summary.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "runtime/generate.h"
+#include "runtime/model.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/chat.h"
+
+#include <fmt/format.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+namespace nitro::cli {
+
+namespace {
+
+struct ServeOptions {
+    std::string model;
+    server::ServerOptions http;
+    SessionOptions session;
+    std::string trace_path;
+    bool no_prefault = false;
+};
+
+/// Reads every page of the weights once, so the first request does not pay for page faults,
+/// printing the percentage done to stderr (a large model takes a while to come off disk).
+void prefault_weights(const Model& model) {
+    const uint64_t total = model.gguf().total_file_bytes();
+    const auto t0 = std::chrono::steady_clock::now();
+    const long page = sysconf(_SC_PAGESIZE);
+    uint64_t done = 0;
+    int last_pct = -1;
+    volatile uint8_t sink = 0;
+    const bool tty = isatty(STDERR_FILENO);
+    for (const auto& shard : model.gguf().shards()) {
+        const uint8_t* base = shard->mapping();
+        const uint64_t size = shard->file_size();
+        madvise(const_cast<uint8_t*>(base), size, MADV_WILLNEED);
+        constexpr uint64_t step = 64ull << 20;
+        for (uint64_t off = 0; off < size; off += step) {
+            const uint64_t end = std::min(size, off + step);
+            uint8_t acc = 0;
+            for (uint64_t p = off; p < end; p += static_cast<uint64_t>(page)) acc ^= base[p];
+            sink = sink ^ acc;
+            done += end - off;
+            const int pct = static_cast<int>(100 * done / std::max<uint64_t>(1, total));
+            if (pct != last_pct && (tty || pct / 10 != last_pct / 10 || pct == 100)) {
+                std::fprintf(stderr, tty ? "\rloading weights: %3d%% (%s of %s)" : "loading weights: %3d%% (%s of %s)\n", pct,
+                             format_bytes(done).c_str(), format_bytes(total).c_str());
+                last_pct = pct;
+            }
+        }
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "%sloaded %s in %.2f s\n", tty ? "\n" : "", format_bytes(total).c_str(), s);
+}
+
+int serve(const ServeOptions& o) {
+    // The embedded default model will be picked here as `nitro run` picks it.
+    if (o.model.empty()) fail("no model given (-m MODEL.gguf or NITRO_MODEL)");
+    // SIGINT/SIGTERM are taken by a dedicated thread (below); every other thread inherits the mask.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    signal(SIGPIPE, SIG_IGN);  // a client that went away must not kill the server on write
+
+    std::fprintf(stderr, "nitro serve: opening %s\n", o.model.c_str());
+    Model model(o.model);
+    if (!o.no_prefault) prefault_weights(model);
+    const Tokenizer tok = Tokenizer::from_gguf(model.gguf().metadata());
+    std::optional<ChatFormat> format;
+    try {
+        format = chat_format_for(tok.vocab());
+    } catch (const Error&) {
+        std::fprintf(stderr, "warning: no known chat format in the vocabulary; /v1/chat/completions is disabled\n");
+    }
+
+    server::Metrics metrics;
+    server::SchedulerOptions so;
+    so.session = o.session;
+    so.end_of_generation = end_of_generation_tokens(model, tok);
+    so.trace_path = o.trace_path;
+    server::Scheduler scheduler(model, so, metrics);
+
+    server::ServerContext ctx;
+    ctx.model = &model;
+    ctx.tokenizer = &tok;
+    ctx.chat_format = format;
+    ctx.scheduler = &scheduler;
+    ctx.metrics = &metrics;
+    server::HttpServer http(ctx, o.http);
+    const int port = http.bind();
+
+    // Startup summary: what is served, where the weights are, what memory it takes.
+    const ModelSummary sum = summarize_model(model.gguf());
+    const ModelHparams& hp = model.hp();
+    const uint64_t kv = scheduler.kv_bytes();
+    std::fprintf(stderr,
+                 "model      %s (%s, %lld layers, %lld experts, %lld used per token, vocab %lld, chat format %s)\n"
+                 "weights    %s in %d file(s), memory-mapped; routed experts %s (%s per expert per layer)\n"
+                 "placement  every tensor on the CPU (this build has no GPU backend)\n"
+                 "memory     weights %s (page cache) + KV cache %s for %lld tokens\n"
+                 "threads    %d compute, %d HTTP; prompt chunk %lld tokens\n",
+                 http.model_id().c_str(), model.gguf().metadata().get_string("general.architecture").value_or("?").c_str(),
+                 static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_expert), static_cast<long long>(hp.n_expert_used),
+                 static_cast<long long>(model.n_vocab()), format ? chat_format_name(*format) : "none",
+                 format_bytes(sum.file_bytes).c_str(), sum.n_shards,
+                 format_bytes(sum.bytes_by_category.count(TensorCategory::RoutedExperts) ? sum.bytes_by_category.at(TensorCategory::RoutedExperts) : 0).c_str(),
+                 format_bytes(sum.bytes_per_expert).c_str(), format_bytes(sum.file_bytes).c_str(), format_bytes(kv).c_str(),
+                 static_cast<long long>(scheduler.n_ctx()),
+                 o.session.n_threads > 0 ? o.session.n_threads : static_cast<int>(std::thread::hardware_concurrency()),
+                 o.http.http_threads, static_cast<long long>(o.session.n_ubatch));
+    if (!o.trace_path.empty()) std::fprintf(stderr, "trace      routing of every request -> %s\n", o.trace_path.c_str());
+    if (o.http.allow_scripted_output) std::fprintf(stderr, "WARNING    --debug-scripted-output: requests may dictate the output (test only)\n");
+    if (!o.http.api_key.empty()) std::fprintf(stderr, "auth       API key required (Authorization: Bearer ...)\n");
+    std::fprintf(stderr, "listening on http://%s:%d (OpenAI base URL http://%s:%d/v1)\n", o.http.host.c_str(), port,
+                 o.http.host.c_str(), port);
+    std::fflush(stderr);
+
+    std::thread([&http, sigs] {
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        std::fprintf(stderr, "nitro serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        http.stop();
+    }).detach();
+    http.run();
+    scheduler.stop();
+    std::fprintf(stderr, "nitro serve: stopped\n");
+    return 0;
+}
+
+}  // namespace
+
+Action add_serve(CLI::App& app) {
+    auto o = std::make_shared<ServeOptions>();
+    CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, completions, models, metrics)");
+    sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model)")->envname("NITRO_MODEL");
+    sub->add_option("--host", o->http.host, "Address to listen on")->capture_default_str()->envname("NITRO_HOST");
+    sub->add_option("--port", o->http.port, "Port to listen on (0 = any free port, printed at startup)")->capture_default_str()->envname("NITRO_PORT");
+    sub->add_option("--api-key", o->http.api_key, "Require 'Authorization: Bearer KEY' on every route but /health")->envname("NITRO_API_KEY");
+    sub->add_option("--alias", o->http.model_id, "Model name clients use (default: the file name without .gguf)");
+    sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str()->envname("NITRO_CTX_SIZE");
+    sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
+    sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk (cancellation is checked between chunks)")->capture_default_str();
+    sub->add_option("--http-threads", o->http.http_threads, "Connections served at once")->capture_default_str();
+    sub->add_option("--chat-date", o->http.chat_date, "Date the gpt-oss template prints, YYYY-MM-DD (default: today)")->envname("NITRO_CHAT_DATE");
+    sub->add_option("--trace", o->trace_path, "Capture routing (expert ids and weights per token and layer) of every request to this trace file; seq = request number");
+    sub->add_flag("--debug-scripted-output", o->http.allow_scripted_output,
+                  "TEST ONLY: accept the request field debug_scripted_output (text the server emits instead of sampling)");
+    sub->add_flag("--no-prefault", o->no_prefault, "Do not read the weights at startup (pages load on first use)");
+    return [o]() { return serve(*o); };
+}
+
+}  // namespace nitro::cli

@@ -1,0 +1,71 @@
+// The HTTP front of `nitro serve` (cpp-httplib): OpenAI routes, API-key check, SSE streaming,
+// client-disconnect detection, and errors in OpenAI's shape.
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/ID], GET /health,
+// GET /metrics. Each generation request is validated and tokenized on its HTTP thread (so a bad
+// request never waits in the queue), then submitted to the Scheduler; the HTTP thread relays the
+// response builder's chunks (SSE) or waits for the whole body, watching the client's socket: when
+// the client goes away the job is cancelled (dropped from the queue, or stopped at the next prompt
+// chunk / decode step).
+#pragma once
+
+#include "runtime/model.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/chat.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace nitro::server {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;          ///< 0: any free port (printed at startup)
+    std::string api_key;      ///< "" = no authentication
+    std::string model_id;     ///< the name clients use ("" = the file name without .gguf)
+    std::string chat_date;    ///< gpt-oss template date, YYYY-MM-DD ("" = today)
+    int http_threads = 32;    ///< connections served at once (streams hold one each)
+    /// Test-only: accept the request field "debug_scripted_output" (tokens to emit instead of
+    /// sampling), so client tests can drive tool calls, reasoning and stop sequences through the
+    /// real HTTP/SSE path with a random-weight model. Never enable it for users.
+    bool allow_scripted_output = false;
+};
+
+/// What the handlers need, owned by the caller (cmd_serve) and alive while the server runs.
+struct ServerContext {
+    const Model* model = nullptr;
+    const Tokenizer* tokenizer = nullptr;
+    std::optional<ChatFormat> chat_format;  ///< none: /v1/chat/completions answers 400
+    Scheduler* scheduler = nullptr;
+    Metrics* metrics = nullptr;
+};
+
+class HttpServer {
+public:
+    HttpServer(ServerContext ctx, ServerOptions opt);
+    ~HttpServer();
+
+    /// Binds host:port. Returns the port bound. Throws nitro::Error if it cannot bind.
+    int bind();
+    /// Serves until stop(). Call after bind().
+    void run();
+    /// Stops accepting and returns from run() (thread-safe).
+    void stop();
+    const std::string& model_id() const { return opt_.model_id; }
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    ServerOptions opt_;
+};
+
+/// The socket of the connection a request arrived on, found by its local and remote ports
+/// (cpp-httplib 0.11 does not hand the socket to handlers). -1 if not found.
+int find_connection_socket(const std::string& remote_addr, int remote_port, int local_port);
+/// True when the peer of a connected socket has closed it or reset it (no data is consumed).
+bool peer_closed(int fd);
+
+}  // namespace nitro::server

@@ -1,0 +1,341 @@
+#include "server/openai_schema.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+namespace nitro::server {
+
+using json = nlohmann::ordered_json;
+
+nlohmann::json ApiError::to_json() const {
+    nlohmann::json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+    if (!param.empty()) e["param"] = param;
+    if (!code.empty()) e["code"] = code;
+    return {{"error", e}};
+}
+
+void bad_request(const std::string& param, const std::string& message, const std::string& code) {
+    ApiError e;
+    e.status = 400;
+    e.message = message;
+    e.param = param;
+    e.code = code;
+    throw ApiException(std::move(e));
+}
+
+namespace {
+
+const char* type_name(const json& v) {
+    if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+    if (v.is_number_float()) return "number";
+    return v.type_name();
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const json& v, const char* expected) {
+    bad_request(param, fmt::format("'{}' must be {}, got {}", param, expected, type_name(v)), "invalid_type");
+}
+
+/// obj[key] when present and not null, else nullptr.
+const json* opt_field(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
+std::optional<double> get_number(const json& obj, const char* key, double lo, double hi) {
+    const json* v = opt_field(obj, key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) wrong_type(key, *v, "a number");
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi) bad_request(key, fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, d), "invalid_value");
+    return d;
+}
+
+std::optional<int64_t> get_int(const json& obj, const char* key, int64_t lo, int64_t hi) {
+    const json* v = opt_field(obj, key);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer() && !v->is_number_unsigned()) wrong_type(key, *v, "an integer");
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        bad_request(key, fmt::format("'{}' is too large", key), "invalid_value");
+    const int64_t i = v->get<int64_t>();
+    if (i < lo || i > hi) bad_request(key, fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, i), "invalid_value");
+    return i;
+}
+
+std::optional<bool> get_bool(const json& obj, const char* key) {
+    const json* v = opt_field(obj, key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) wrong_type(key, *v, "a boolean");
+    return v->get<bool>();
+}
+
+std::optional<std::string> get_string(const json& obj, const char* key) {
+    const json* v = opt_field(obj, key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) wrong_type(key, *v, "a string");
+    return v->get<std::string>();
+}
+
+json parse_body(const std::string& body) {
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded()) {
+        // Find where it broke for the message.
+        try {
+            const json again = json::parse(body);
+            (void)again;
+        } catch (const json::parse_error& e) {
+            bad_request("", fmt::format("We could not parse the JSON body of your request: {}", e.what()), "invalid_json");
+        }
+        bad_request("", "We could not parse the JSON body of your request.", "invalid_json");
+    }
+    if (!j.is_object()) bad_request("", fmt::format("the request body must be a JSON object, got {}", type_name(j)), "invalid_json");
+    return j;
+}
+
+void parse_generation(const json& j, GenerationRequest& g, bool chat) {
+    // OpenAI's defaults: temperature 1, no top-k, a fresh seed per request unless one is given.
+    g.sampling.temperature = 1.0f;
+    g.sampling.top_k = 0;
+    g.sampling.seed = std::random_device{}();
+    if (auto m = get_string(j, "model")) g.model = *m;
+    if (auto v = get_number(j, "temperature", 0.0, 2.0)) g.sampling.temperature = static_cast<float>(*v);
+    if (auto v = get_number(j, "top_p", 0.0, 1.0)) g.sampling.top_p = static_cast<float>(*v);
+    if (auto v = get_number(j, "min_p", 0.0, 1.0)) g.sampling.min_p = static_cast<float>(*v);
+    if (auto v = get_int(j, "top_k", 0, std::numeric_limits<int32_t>::max())) g.sampling.top_k = static_cast<int>(*v);
+    if (auto v = get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+        g.sampling.seed = static_cast<uint64_t>(*v);
+    // max_completion_tokens is the newer name; it wins when both are given.
+    if (auto v = get_int(j, "max_tokens", 0, std::numeric_limits<int32_t>::max())) g.max_tokens = *v;
+    if (auto v = get_int(j, "max_completion_tokens", 0, std::numeric_limits<int32_t>::max())) g.max_tokens = *v;
+    if (g.max_tokens == 0) bad_request(j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", "the token limit must be at least 1", "invalid_value");
+    (void)get_int(j, "n", 1, 1);  // one choice per request
+    for (const char* pen : {"frequency_penalty", "presence_penalty"})
+        if (auto v = get_number(j, pen, -2.0, 2.0); v && *v != 0.0)
+            bad_request(pen, fmt::format("'{}' is not supported by this server (only 0)", pen), "unsupported_parameter");
+
+    if (const json* s = opt_field(j, "stop")) {
+        if (s->is_string()) {
+            g.stop.push_back(s->get<std::string>());
+        } else if (s->is_array()) {
+            if (s->size() > 4) bad_request("stop", "'stop' may hold at most 4 sequences", "invalid_value");
+            for (size_t i = 0; i < s->size(); ++i) {
+                if (!(*s)[i].is_string()) wrong_type(fmt::format("stop[{}]", i), (*s)[i], "a string");
+                g.stop.push_back((*s)[i].get<std::string>());
+            }
+        } else {
+            wrong_type("stop", *s, "a string or an array of strings");
+        }
+        for (const auto& x : g.stop)
+            if (x.empty()) bad_request("stop", "stop sequences must not be empty", "invalid_value");
+    }
+    if (auto v = get_string(j, "debug_scripted_output")) g.scripted_output = *v;
+    if (auto v = get_bool(j, "stream")) g.stream = *v;
+    if (const json* so = opt_field(j, "stream_options")) {
+        if (!so->is_object()) wrong_type("stream_options", *so, "an object");
+        if (!g.stream) bad_request("stream_options", "'stream_options' is only allowed when 'stream' is true", "invalid_value");
+        if (auto v = get_bool(*so, "include_usage")) g.include_usage = *v;
+    }
+    if (chat) {
+        if (auto v = get_bool(j, "logprobs")) g.logprobs = *v;
+        if (auto v = get_int(j, "top_logprobs", 0, 20)) {
+            if (!g.logprobs) bad_request("top_logprobs", "'top_logprobs' needs 'logprobs' set to true", "invalid_value");
+            g.top_logprobs = static_cast<int>(*v);
+        }
+    } else if (auto v = get_int(j, "logprobs", 0, 5)) {  // legacy completions: an integer
+        g.logprobs = true;
+        g.top_logprobs = static_cast<int>(*v);
+    }
+}
+
+const std::vector<std::string>& known_roles() {
+    static const std::vector<std::string> r = {"system", "developer", "user", "assistant", "tool"};
+    return r;
+}
+
+json normalize_tool_call(const json& c, const std::string& where) {
+    if (!c.is_object()) wrong_type(where, c, "an object");
+    const json* fn = opt_field(c, "function");
+    if (!fn || !fn->is_object()) bad_request(where + ".function", fmt::format("'{}.function' must be an object", where), "invalid_value");
+    auto name = get_string(*fn, "name");
+    if (!name || name->empty()) bad_request(where + ".function.name", fmt::format("'{}.function.name' is required", where), "missing_required_parameter");
+    json out = {{"id", c.value("id", std::string())}, {"type", "function"}, {"function", {{"name", *name}}}};
+    const json* args = opt_field(*fn, "arguments");
+    if (!args) out["function"]["arguments"] = "{}";
+    else if (args->is_string() || args->is_object()) out["function"]["arguments"] = *args;
+    else wrong_type(where + ".function.arguments", *args, "a string");
+    return out;
+}
+
+json parse_messages(const json& j) {
+    const json* msgs = opt_field(j, "messages");
+    if (!msgs) bad_request("messages", "Missing required parameter: 'messages'.", "missing_required_parameter");
+    if (!msgs->is_array()) wrong_type("messages", *msgs, "an array");
+    if (msgs->empty()) bad_request("messages", "'messages' must contain at least one message", "invalid_value");
+    json out = json::array();
+    for (size_t i = 0; i < msgs->size(); ++i) {
+        const json& m = (*msgs)[i];
+        const std::string where = fmt::format("messages[{}]", i);
+        if (!m.is_object()) wrong_type(where, m, "an object");
+        auto role = get_string(m, "role");
+        if (!role) bad_request(where + ".role", fmt::format("'{}.role' is required", where), "missing_required_parameter");
+        if (std::find(known_roles().begin(), known_roles().end(), *role) == known_roles().end())
+            bad_request(where + ".role", fmt::format("'{}.role' must be one of system, developer, user, assistant, tool; got '{}'", where, *role), "invalid_value");
+        json n = {{"role", *role}};
+        const auto content_it = m.find("content");
+        const bool has_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
+        if (content_it == m.end() && *role != "assistant")
+            bad_request(where + ".content", fmt::format("'{}.content' is required", where), "missing_required_parameter");
+        n["content"] = content_text(content_it == m.end() ? json() : *content_it, where + ".content");
+        for (const char* key : {"reasoning_content", "thinking"}) {
+            if (auto r = get_string(m, key); r && !r->empty()) n["reasoning_content"] = *r;
+        }
+        if (*role == "assistant" && has_calls) {
+            const json& calls = m["tool_calls"];
+            if (!calls.is_array()) wrong_type(where + ".tool_calls", calls, "an array");
+            json nc = json::array();
+            for (size_t k = 0; k < calls.size(); ++k) nc.push_back(normalize_tool_call(calls[k], fmt::format("{}.tool_calls[{}]", where, k)));
+            if (!nc.empty()) n["tool_calls"] = std::move(nc);
+        }
+        if (*role == "tool") {
+            if (auto id = get_string(m, "tool_call_id")) n["tool_call_id"] = *id;
+        }
+        if (auto name = get_string(m, "name")) n["name"] = *name;
+        out.push_back(std::move(n));
+    }
+    return out;
+}
+
+json parse_tools(const json& j) {
+    const json* tools = opt_field(j, "tools");
+    if (!tools) return nullptr;
+    if (!tools->is_array()) wrong_type("tools", *tools, "an array");
+    if (tools->empty()) return nullptr;
+    json out = json::array();
+    for (size_t i = 0; i < tools->size(); ++i) {
+        const json& t = (*tools)[i];
+        const std::string where = fmt::format("tools[{}]", i);
+        if (!t.is_object()) wrong_type(where, t, "an object");
+        auto type = get_string(t, "type");
+        if (type && *type != "function") bad_request(where + ".type", fmt::format("'{}.type' must be 'function', got '{}'", where, *type), "invalid_value");
+        const json* fn = opt_field(t, "function");
+        if (!fn || !fn->is_object()) bad_request(where + ".function", fmt::format("'{}.function' must be an object", where), "missing_required_parameter");
+        auto name = get_string(*fn, "name");
+        if (!name || name->empty()) bad_request(where + ".function.name", fmt::format("'{}.function.name' is required", where), "missing_required_parameter");
+        json f = {{"name", *name}};
+        if (auto d = get_string(*fn, "description")) f["description"] = *d;
+        if (const json* p = opt_field(*fn, "parameters")) {
+            if (!p->is_object()) wrong_type(where + ".function.parameters", *p, "an object");
+            f["parameters"] = *p;
+        }
+        out.push_back({{"type", "function"}, {"function", std::move(f)}});
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string content_text(const json& content, const std::string& param) {
+    if (content.is_null()) return "";
+    if (content.is_string()) return content.get<std::string>();
+    if (!content.is_array()) wrong_type(param, content, "a string or an array of content parts");
+    std::string text;
+    for (size_t i = 0; i < content.size(); ++i) {
+        const json& part = content[i];
+        const std::string where = fmt::format("{}[{}]", param, i);
+        if (!part.is_object()) wrong_type(where, part, "an object");
+        auto type = get_string(part, "type");
+        if (!type || (*type != "text" && *type != "input_text"))
+            bad_request(where + ".type", fmt::format("'{}.type' must be 'text' (this server reads text only), got '{}'", where, type.value_or("")),
+                        "unsupported_content");
+        auto t = get_string(part, "text");
+        if (!t) bad_request(where + ".text", fmt::format("'{}.text' is required", where), "missing_required_parameter");
+        text += *t;
+    }
+    return text;
+}
+
+ChatRequest parse_chat_request(const std::string& body) {
+    const json j = parse_body(body);
+    ChatRequest r;
+    parse_generation(j, r.gen, true);
+    r.messages = parse_messages(j);
+    r.tools = parse_tools(j);
+    if (const json* tc = opt_field(j, "tool_choice")) {
+        if (tc->is_string()) {
+            const std::string s = tc->get<std::string>();
+            if (s == "auto") r.tool_choice = ToolChoice::AUTO;
+            else if (s == "none") r.tool_choice = ToolChoice::NONE;
+            else if (s == "required") r.tool_choice = ToolChoice::REQUIRED;
+            else bad_request("tool_choice", fmt::format("'tool_choice' must be 'auto', 'none', 'required' or a function, got '{}'", s), "invalid_value");
+        } else if (tc->is_object()) {
+            const json* fn = opt_field(*tc, "function");
+            auto name = fn && fn->is_object() ? get_string(*fn, "name") : std::nullopt;
+            if (!name) bad_request("tool_choice.function.name", "'tool_choice.function.name' is required", "missing_required_parameter");
+            r.tool_choice = ToolChoice::NAMED;
+            r.tool_choice_name = *name;
+        } else {
+            wrong_type("tool_choice", *tc, "a string or an object");
+        }
+        if (r.tool_choice == ToolChoice::REQUIRED || r.tool_choice == ToolChoice::NAMED) {
+            if (r.tools.is_null()) bad_request("tool_choice", "'tool_choice' requires 'tools'", "invalid_value");
+        }
+        if (r.tool_choice == ToolChoice::NAMED) {
+            bool found = false;
+            for (const auto& t : r.tools) found |= t["function"]["name"] == r.tool_choice_name;
+            if (!found) bad_request("tool_choice", fmt::format("tool_choice names '{}', which is not in 'tools'", r.tool_choice_name), "invalid_value");
+        }
+    }
+    if (auto v = get_bool(j, "parallel_tool_calls")) r.parallel_tool_calls = *v;
+    if (auto e = get_string(j, "reasoning_effort")) {
+        if (*e != "low" && *e != "medium" && *e != "high")
+            bad_request("reasoning_effort", fmt::format("'reasoning_effort' must be 'low', 'medium' or 'high', got '{}'", *e), "invalid_value");
+        r.reasoning_effort = *e;
+    }
+    if (const json* k = opt_field(j, "chat_template_kwargs")) {
+        if (!k->is_object()) wrong_type("chat_template_kwargs", *k, "an object");
+        r.chat_template_kwargs = *k;
+    }
+    if (const json* rf = opt_field(j, "response_format")) {
+        if (!rf->is_object()) wrong_type("response_format", *rf, "an object");
+        auto type = get_string(*rf, "type");
+        if (!type || (*type != "text" && *type != "json_object" && *type != "json_schema"))
+            bad_request("response_format.type", "'response_format.type' must be 'text', 'json_object' or 'json_schema'", "invalid_value");
+        r.response_format = *type;
+    }
+    return r;
+}
+
+CompletionRequest parse_completion_request(const std::string& body) {
+    const json j = parse_body(body);
+    CompletionRequest r;
+    parse_generation(j, r.gen, false);
+    const json* p = opt_field(j, "prompt");
+    if (!p) bad_request("prompt", "Missing required parameter: 'prompt'.", "missing_required_parameter");
+    if (p->is_string()) {
+        r.prompt = p->get<std::string>();
+    } else if (p->is_array()) {
+        if (p->size() == 1 && (*p)[0].is_string()) {
+            r.prompt = (*p)[0].get<std::string>();
+        } else {
+            for (size_t i = 0; i < p->size(); ++i) {
+                const json& t = (*p)[i];
+                if (!t.is_number_integer() && !t.is_number_unsigned())
+                    bad_request(fmt::format("prompt[{}]", i), "'prompt' must be a string or an array of token ids (one prompt per request)", "invalid_type");
+                const int64_t id = t.get<int64_t>();
+                if (id < 0 || id > std::numeric_limits<int32_t>::max()) bad_request(fmt::format("prompt[{}]", i), fmt::format("token id {} is out of range", id), "invalid_value");
+                r.prompt_ids.push_back(static_cast<int32_t>(id));
+            }
+            if (r.prompt_ids.empty()) bad_request("prompt", "'prompt' must not be empty", "invalid_value");
+        }
+    } else {
+        wrong_type("prompt", *p, "a string or an array of token ids");
+    }
+    if (auto v = get_bool(j, "echo")) r.echo = *v;
+    return r;
+}
+
+}  // namespace nitro::server
