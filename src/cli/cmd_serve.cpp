@@ -4,6 +4,8 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "runtime/generate.h"
+#include "runtime/default_model.h"
+#include "runtime/engine.h"
 #include "runtime/model.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -33,6 +35,8 @@ struct ServeOptions {
     SessionOptions session;
     std::string trace_path;
     bool no_prefault = false;
+    std::string mode = "cpu";
+    GpuOptions gpu;
 };
 
 /// Reads every page of the weights once, so the first request does not pay for page faults,
@@ -68,9 +72,9 @@ void prefault_weights(const Model& model) {
     std::fprintf(stderr, "%sloaded %s in %.2f s\n", tty ? "\n" : "", format_bytes(total).c_str(), s);
 }
 
-int serve(const ServeOptions& o) {
-    // The embedded default model will be picked here as `nitro run` picks it.
-    if (o.model.empty()) fail("no model given (-m MODEL.gguf or NITRO_MODEL)");
+int serve(const ServeOptions& opts) {
+    ServeOptions o = opts;
+    if (o.model.empty()) o.model = default_model_path();  // the embedded model, as `nitro run`
     // SIGINT/SIGTERM are taken by a dedicated thread (below); every other thread inherits the mask.
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -95,6 +99,8 @@ int serve(const ServeOptions& o) {
     so.session = o.session;
     so.end_of_generation = end_of_generation_tokens(model, tok);
     so.trace_path = o.trace_path;
+    so.mode = parse_engine_mode(o.mode);
+    so.gpu = o.gpu;
     server::Scheduler scheduler(model, so, metrics);
 
     server::ServerContext ctx;
@@ -113,7 +119,7 @@ int serve(const ServeOptions& o) {
     std::fprintf(stderr,
                  "model      %s (%s, %lld layers, %lld experts, %lld used per token, vocab %lld, chat format %s)\n"
                  "weights    %s in %d file(s), memory-mapped; routed experts %s (%s per expert per layer)\n"
-                 "placement  every tensor on the CPU (this build has no GPU backend)\n"
+                 "placement  %s\n"
                  "memory     weights %s (page cache) + KV cache %s for %lld tokens\n"
                  "threads    %d compute, %d HTTP; prompt chunk %lld tokens\n",
                  http.model_id().c_str(), model.gguf().metadata().get_string("general.architecture").value_or("?").c_str(),
@@ -121,7 +127,7 @@ int serve(const ServeOptions& o) {
                  static_cast<long long>(model.n_vocab()), format ? chat_format_name(*format) : "none",
                  format_bytes(sum.file_bytes).c_str(), sum.n_shards,
                  format_bytes(sum.bytes_by_category.count(TensorCategory::RoutedExperts) ? sum.bytes_by_category.at(TensorCategory::RoutedExperts) : 0).c_str(),
-                 format_bytes(sum.bytes_per_expert).c_str(), format_bytes(sum.file_bytes).c_str(), format_bytes(kv).c_str(),
+                 format_bytes(sum.bytes_per_expert).c_str(), scheduler.placement().c_str(), format_bytes(sum.file_bytes).c_str(), format_bytes(kv).c_str(),
                  static_cast<long long>(scheduler.n_ctx()),
                  o.session.n_threads > 0 ? o.session.n_threads : static_cast<int>(std::thread::hardware_concurrency()),
                  o.http.http_threads, static_cast<long long>(o.session.n_ubatch));
@@ -149,7 +155,7 @@ int serve(const ServeOptions& o) {
 Action add_serve(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
     CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, completions, models, metrics)");
-    sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model)")->envname("NITRO_MODEL");
+    sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model); default: the embedded models/tiny-moe-pystd.gguf")->envname("NITRO_MODEL");
     sub->add_option("--host", o->http.host, "Address to listen on")->capture_default_str()->envname("NITRO_HOST");
     sub->add_option("--port", o->http.port, "Port to listen on (0 = any free port, printed at startup)")->capture_default_str()->envname("NITRO_PORT");
     sub->add_option("--api-key", o->http.api_key, "Require 'Authorization: Bearer KEY' on every route but /health")->envname("NITRO_API_KEY");
@@ -162,6 +168,9 @@ Action add_serve(CLI::App& app) {
     sub->add_option("--trace", o->trace_path, "Capture routing (expert ids and weights per token and layer) of every request to this trace file; seq = request number");
     sub->add_flag("--debug-scripted-output", o->http.allow_scripted_output,
                   "TEST ONLY: accept the request field debug_scripted_output (text the server emits instead of sampling)");
+    sub->add_option("--mode", o->mode, "Where the model runs: cpu (reference) or gpu (GPU-all, needs a CUDA build)")->capture_default_str();
+    sub->add_option("--gpu", o->gpu.device, "CUDA device index for --mode gpu")->capture_default_str();
+    sub->add_option("--vram-budget", o->gpu.vram_budget_gib, "GPU memory budget, GiB (0 = free memory minus a margin)")->capture_default_str();
     sub->add_flag("--no-prefault", o->no_prefault, "Do not read the weights at startup (pages load on first use)");
     return [o]() { return serve(*o); };
 }

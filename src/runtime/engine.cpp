@@ -24,6 +24,7 @@ public:
     int64_t n_ctx() const override { return s_.n_ctx(); }
     void truncate(int64_t n) override { s_.truncate(n); }
     std::string describe() const override { return fmt::format("cpu ({} threads)", const_cast<Session&>(s_).pool().size()); }
+    uint64_t kv_host_bytes() const override { return s_.kv_cache().bytes(); }
     bool set_route_callback(std::function<void(const RouteEvent&)> cb) override {
         s_.on_route = std::move(cb);
         return true;

@@ -42,6 +42,8 @@ public:
     /// Installs a callback for every (token, layer) routing decision once it is final (router
     /// traces). Returns false if this engine cannot report routing.
     virtual bool set_route_callback(std::function<void(const RouteEvent&)> cb) { return false; }
+    /// Bytes of host memory held by the K/V cache (0 when it lives on the GPU).
+    virtual uint64_t kv_host_bytes() const { return 0; }
 };
 
 using GpuEngineFactory =

@@ -43,7 +43,7 @@ struct Scheduler::Slot {
 
 Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& metrics)
     : model_(model), opt_(opt), metrics_(metrics) {
-    session_ = std::make_unique<Session>(model, opt.session);
+    session_ = make_engine(opt.mode, model, opt.session, opt.gpu);
     n_ctx_ = session_->n_ctx();
     // A sliding-window layer keeps a ring of window + n_ubatch - 1 positions (kv_cache.h), so a
     // truncation that drops more than n_ubatch - 1 positions would leave the keep-prefix's last
@@ -53,7 +53,7 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
     max_rewind_ = swa ? std::max<int64_t>(0, opt.session.n_ubatch - 1) : std::numeric_limits<int64_t>::max();
     if (!opt.trace_path.empty()) {
         trace_ = std::make_unique<TraceWriter>(opt.trace_path, trace_header_from_model(model.gguf(), true));
-        session_->on_route = [this, ids = std::vector<ExpertId>()](const RouteEvent& e) mutable {
+        const bool ok = session_->set_route_callback([this, ids = std::vector<ExpertId>()](const RouteEvent& e) mutable {
             ids.assign(e.experts.begin(), e.experts.end());
             TraceRecordIn rec;
             rec.seq = static_cast<uint32_t>(current_seq_);
@@ -63,7 +63,8 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
             rec.ids = ids;
             rec.weights = e.weights;
             trace_->write(rec);
-        };
+        });
+        if (!ok) fail("--trace: routing capture is not available with this engine ({})", session_->describe());
     }
     thread_ = std::thread([this] { worker(); });
 }

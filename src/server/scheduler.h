@@ -15,6 +15,7 @@
 // step (the next prompt chunk or the next token), so the next job starts right after.
 #pragma once
 
+#include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "server/metrics.h"
@@ -91,6 +92,8 @@ struct Job {
 
 struct SchedulerOptions {
     SessionOptions session;
+    EngineMode mode = EngineMode::Cpu;       ///< --mode cpu|gpu
+    GpuOptions gpu;                          ///< --gpu, --vram-budget (GPU mode)
     std::vector<int32_t> end_of_generation;  ///< tokens that end generation
     std::string trace_path;                  ///< capture routing of every job to this trace file ("" = off)
 };
@@ -111,7 +114,9 @@ public:
 
     int64_t n_ctx() const { return n_ctx_; }
     /// Bytes of the session's K/V cache.
-    uint64_t kv_bytes() const { return session_->kv_cache().bytes(); }
+    uint64_t kv_bytes() const { return session_->kv_host_bytes(); }
+    /// What runs where (the engine's own description).
+    std::string placement() const { return session_->describe(); }
     size_t queue_length() const;
 
 private:
@@ -126,7 +131,7 @@ private:
     const Model& model_;
     SchedulerOptions opt_;
     Metrics& metrics_;
-    std::unique_ptr<Session> session_;
+    std::unique_ptr<Engine> session_;
     std::unique_ptr<TraceWriter> trace_;
     int64_t n_ctx_ = 0;
     int64_t max_rewind_ = 0;           ///< most tokens a truncation may drop (SWA ring bound)
