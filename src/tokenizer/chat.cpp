@@ -28,7 +28,11 @@ ChatOptions ChatOptions::from_kwargs(const json& kwargs) {
     ChatOptions o;
     if (kwargs.is_null()) return o;
     if (!kwargs.is_object()) fail("chat kwargs must be a JSON object, got {}", kwargs.type_name());
-    for (const auto& [k, v] : kwargs.items()) {
+    for (const auto& item : kwargs.items()) {
+        // Named copies rather than a structured binding: clang 14 (the fuzz build) cannot
+        // capture bindings in lambdas.
+        const std::string& k = item.key();
+        const json& v = item.value();
         auto want = [&](bool ok, const char* type) {
             if (!ok) fail("chat kwargs: '{}' must be {}, got {}", k, type, v.type_name());
         };
