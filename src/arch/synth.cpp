@@ -38,21 +38,45 @@ uint64_t name_hash(const std::string& s, uint64_t seed) {
     return h;
 }
 
-/// Target standard deviation of a tensor's values (scales as in ../shared/fixtures/README.md:
-/// gain / sqrt(fan_in) for projections, 1 + 0.1 N(0,1) for norms).
-double target_std(const TensorSpec& s) {
+/// How a tensor's random values are drawn: value = sign * (mean + std * N(0,1)), with sign = +-1 at
+/// random when `random_sign`, else +1.
+struct InitScale {
+    double std = 0;
+    double mean = 0;
+    bool random_sign = false;
+};
+
+bool has(const std::string& name, const char* part) { return name.find(part) != std::string::npos; }
+
+/// Initial scales of a synthetic model, those of the fixtures (../shared/fixtures/README.md, "Weight
+/// scales"): a well-conditioned network, so that rounding differences of the size llama.cpp makes
+/// (Q8_0 activations, F16 K/V) stay that small instead of growing, and two correct engines agree
+/// as closely on a synthetic model as on the fixtures. Projections: gain / sqrt(fan_in).
+///  - gpt-oss: token_embd std 1.5; q/k/v/o gain 1; biases 0.02; sinks std 1; router gain 2;
+///    experts gate/up gain 0.5, down gain 1.4; output gain 3 (logit std ~3); norms 1 + 0.1 N.
+///  - qwen3moe: token_embd std 0.3; q/k/v/o gain 2; q_norm/k_norm 2 (1 + 0.1 N); router gain 2;
+///    experts gate/up gain 0.5, down gain 2. Tied LM head (no output.weight): output_norm is
+///    +-1.76 (1 + 0.1 N) with random signs, which removes the current token's self-boost through the
+///    tied embedding (otherwise greedy output repeats one token); untied: output gain 3.
+InitScale init_scale(const std::string& arch, const TensorSpec& s, bool tied_output) {
     const double inv = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(s.fan_in, 1)));
+    const bool qwen = arch == "qwen3moe";
     switch (s.kind) {
-        case TensorKind::Embedding: return 1.0;
-        case TensorKind::Output: return 3.0 * inv;
-        case TensorKind::Norm: return 0.1;
-        case TensorKind::Matrix: return inv;
-        case TensorKind::Bias: case TensorKind::RouterBias: case TensorKind::ExpertBias: return 0.02;
-        case TensorKind::Router: return 2.0 * inv;
-        case TensorKind::Sinks: return 1.0;
-        case TensorKind::Expert: return inv;
+        case TensorKind::Embedding: return {qwen ? 0.3 : 1.5};
+        case TensorKind::Output: return {3.0 * inv};
+        case TensorKind::Norm:
+            if (qwen && (has(s.name, "attn_q_norm") || has(s.name, "attn_k_norm"))) return {0.2, 2.0};
+            if (qwen && tied_output && s.name == "output_norm.weight") return {0.176, 1.76, true};
+            return {0.1, 1.0};
+        case TensorKind::Matrix: return {(qwen ? 2.0 : 1.0) * inv};
+        case TensorKind::Bias: case TensorKind::RouterBias: case TensorKind::ExpertBias: return {0.02};
+        case TensorKind::Router: return {2.0 * inv};
+        case TensorKind::Sinks: return {1.0};
+        case TensorKind::Expert:
+            if (has(s.name, "ffn_down_exps")) return {(qwen ? 2.0 : 1.4) * inv};
+            return {0.5 * inv};
     }
-    return inv;
+    return {inv};
 }
 
 GgmlType default_type(TensorKind k, GgmlType expert_type) {
@@ -90,17 +114,18 @@ uint32_t file_type_for(GgmlType t) {
 /// Fills `out` with `n_rows` rows of tensor data of type `t`, row length `ne0`.
 /// MXFP4, Q8_0 and Q4_0 are written as random codes with a scale chosen for the target std
 /// (fast enough for 60 GB models); other quantized types quantize Gaussian floats.
-void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const TensorSpec& spec, Rng& rng, std::vector<uint8_t>& out,
+void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const InitScale& init, Rng& rng, std::vector<uint8_t>& out,
                std::vector<float>& scratch) {
-    const double sd = target_std(spec);
+    const double sd = init.std;
     const size_t rb = row_size(t, ne0);
     out.resize(rb * static_cast<size_t>(n_rows));
     uint8_t* p = out.data();
     const int64_t n = ne0 * n_rows;
     auto gaussian = [&](float* dst, int64_t count) {
         for (int64_t i = 0; i < count; ++i) {
-            const float g = rng.normal() * static_cast<float>(sd);
-            dst[i] = spec.kind == TensorKind::Norm ? 1.0f + g : g;
+            float v = static_cast<float>(init.mean) + rng.normal() * static_cast<float>(sd);
+            if (init.random_sign && (rng.next() & 1)) v = -v;
+            dst[i] = v;
         }
     };
     switch (t) {
@@ -322,10 +347,12 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     std::vector<TensorSpec> specs = arch->tensors(hp, n_vocab);
     const bool tie_output = hp.arch == "qwen3moe" && opt.preset == "tiny";
     std::vector<TensorSpec> written;
+    std::vector<InitScale> inits;
     for (auto& s : specs) {
         if (tie_output && s.name == "output.weight") continue;
         w.add_tensor(s.name, default_type(s.kind, expert_type), s.ne);
         written.push_back(s);
+        inits.push_back(init_scale(hp.arch, s, tie_output));
     }
     uint64_t total = 0;
     for (const auto& t : w.tensors()) total += t.n_bytes;
@@ -343,7 +370,7 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
         const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((4u << 20) / rb));
         for (int64_t r = 0; r < rows; r += chunk) {
             const int64_t k = std::min(chunk, rows - r);
-            fill_rows(info.type, ne0, k, written[i], rng, buf, scratch);
+            fill_rows(info.type, ne0, k, inits[i], rng, buf, scratch);
             w.write_data(buf.data(), buf.size());
             done += buf.size();
             if (progress) progress(done, total);
