@@ -3,9 +3,11 @@
 #include "arch/arch.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "gguf/hf_tokenizer.h"
 #include "gguf/writer.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -253,7 +255,49 @@ int64_t write_minimal_vocab(GgufMetadata& m, const std::string& arch, int64_t n_
     return size;
 }
 
+int64_t layer_of(const std::string& name);
+
+/// --router-skew zipf:S on rows [r0, r0 + n) of a router tensor (F32; row = expert), in place.
+void apply_router_skew(const std::string& arch, const TensorSpec& spec, const SynthOptions& opt, int64_t r0, int64_t n,
+                       std::vector<uint8_t>& buf) {
+    const bool bias = arch == "gpt-oss" && spec.kind == TensorKind::RouterBias;
+    const bool rows = arch == "qwen3moe" && spec.kind == TensorKind::Router;
+    if (!bias && !rows) return;
+    const int64_t n_expert = bias ? spec.ne[0] : spec.ne[1];
+    const std::vector<int> rank = synth_router_ranks(opt.seed, layer_of(spec.name), n_expert);
+    auto* f = reinterpret_cast<float*>(buf.data());
+    if (bias) {  // one row of n_expert biases
+        for (int64_t e = 0; e < n_expert; ++e) f[e] = static_cast<float>(-opt.router_skew * std::log(rank[static_cast<size_t>(e)] + 1.0));
+        return;
+    }
+    const int64_t ne0 = spec.ne[0];
+    for (int64_t j = 0; j < n; ++j) {
+        const float c = static_cast<float>(std::pow(rank[static_cast<size_t>(r0 + j)] + 1.0, -opt.router_skew));
+        for (int64_t x = 0; x < ne0; ++x) f[j * ne0 + x] *= c;
+    }
+}
+
+/// Layer index of a "blk.N.*" tensor name, or -1.
+int64_t layer_of(const std::string& name) {
+    if (name.rfind("blk.", 0) != 0) return -1;
+    return std::strtoll(name.c_str() + 4, nullptr, 10);
+}
+
+/// The vocabulary size of the real models of an architecture (config.json vocab_size).
+int64_t real_vocab_size(const std::string& arch) { return arch == "gpt-oss" ? 201088 : 151936; }
+
 }  // namespace
+
+std::vector<int> synth_router_ranks(uint64_t seed, int64_t layer, int64_t n_expert) {
+    std::vector<int> perm(static_cast<size_t>(n_expert));
+    for (int64_t i = 0; i < n_expert; ++i) perm[static_cast<size_t>(i)] = static_cast<int>(i);
+    Rng rng{name_hash("router_skew.blk." + std::to_string(layer), seed)};
+    for (int64_t i = n_expert - 1; i > 0; --i) std::swap(perm[static_cast<size_t>(i)], perm[rng.next() % static_cast<uint64_t>(i + 1)]);
+    // perm[r] is the expert of rank r; return the rank of each expert.
+    std::vector<int> rank(static_cast<size_t>(n_expert));
+    for (int64_t r = 0; r < n_expert; ++r) rank[static_cast<size_t>(perm[static_cast<size_t>(r)])] = static_cast<int>(r);
+    return rank;
+}
 
 ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab) {
     ModelHparams h;
@@ -332,7 +376,14 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     m.set("general.file_type", file_type_for(expert_type));
     m.set("general.quantization_version", uint32_t{2});
 
-    if (!opt.vocab_from.empty()) {
+    if (!opt.vocab_from.empty() && !opt.tokenizer_dir.empty())
+        fail("nitro synth: --vocab-from and --tokenizer both give the tokenizer; use one");
+    if (!(opt.router_skew >= 0) || !std::isfinite(opt.router_skew))
+        fail("nitro synth: router skew must be a finite number >= 0, got {}", opt.router_skew);
+    if (opt.router_skew > 0) m.set("nitro.synth.router_skew_zipf", static_cast<float>(opt.router_skew));
+    if (!opt.tokenizer_dir.empty()) {
+        n_vocab = write_hf_tokenizer(m, opt.tokenizer_dir, n_vocab > 0 ? n_vocab : real_vocab_size(hp.arch));
+    } else if (!opt.vocab_from.empty()) {
         GgufModel src(opt.vocab_from);
         const GgufArray* toks = src.metadata().get_array("tokenizer.ggml.tokens");
         if (!toks) fail("'{}' has no tokenizer.ggml.tokens to copy", opt.vocab_from);
@@ -371,6 +422,7 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
         for (int64_t r = 0; r < rows; r += chunk) {
             const int64_t k = std::min(chunk, rows - r);
             fill_rows(info.type, ne0, k, inits[i], rng, buf, scratch);
+            if (opt.router_skew > 0) apply_router_skew(hp.arch, written[i], opt, r, k, buf);
             w.write_data(buf.data(), buf.size());
             done += buf.size();
             if (progress) progress(done, total);
