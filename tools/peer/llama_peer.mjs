@@ -28,9 +28,12 @@
 // Never builds or downloads anything: getLlama({gpu: false, build: "never", skipDownload: true}).
 // Any failure (peer not installed, model rejected) exits with status 1 and a message on stderr.
 import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 const LLAMA_CPP_COMMIT = "80fb11ac73e66d89eae2c6a91d8a77428fa733ed";
+const NODE_LLAMA_CPP_VERSION = "3.21.1";
 
 function parseIds(s) {
     if (s === undefined || s === null) return undefined;
@@ -102,6 +105,11 @@ let llamaPromise = null;
 async function getPeerLlama() {
     if (!llamaPromise) {
         llamaPromise = (async () => {
+            // The pinned version is what ties the peer to llama.cpp 80fb11a (the goldens' commit).
+            const require = createRequire(import.meta.url);
+            const pkg = JSON.parse(readFileSync(path.join(path.dirname(require.resolve("node-llama-cpp")), "..", "package.json"), "utf8"));
+            if (pkg.version !== NODE_LLAMA_CPP_VERSION)
+                throw new Error(`node-llama-cpp ${pkg.version} is installed, the peer needs ${NODE_LLAMA_CPP_VERSION} (run scripts/setup.sh)`);
             const { getLlama, LlamaLogLevel } = await import("node-llama-cpp");
             const llama = await getLlama({
                 gpu: false, build: "never", skipDownload: true, usePrebuiltBinaries: true, progressLogs: false,
@@ -185,7 +193,7 @@ export async function runRequests(requests) {
                 n_ctx: q.ctx, n_batch: q.batch, threads: q.threads, flash_attention: "auto", kv_cache: "f16",
                 swa_full: false, n_probs: q.n_probs, n_predict: q.n_predict,
             };
-            r.llama_cpp = { commit: LLAMA_CPP_COMMIT, node_llama_cpp: "3.21.1", build: llama.buildType,
+            r.llama_cpp = { commit: LLAMA_CPP_COMMIT, node_llama_cpp: NODE_LLAMA_CPP_VERSION, build: llama.buildType,
                             cpu_math_cores: llama.cpuMathCores };
             out.push(r);
         }
