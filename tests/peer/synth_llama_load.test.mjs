@@ -58,7 +58,7 @@ describe("llama.cpp loads every file nitro synth writes", { concurrency: 2 }, ()
             const models = [
                 synth(`${arch}-vocab-from`, ["--arch", arch, "--vocab-from", fx]),
                 synth(`${arch}-tokenizer`, ["--arch", arch, "--tokenizer", tokenizerDir(arch)]),
-                synth(`${arch}-skew`, ["--arch", arch, "--router-skew", "zipf:1.2"]),
+                synth(`${arch}-skew`, ["--arch", arch, "--vocab-from", fx, "--router-skew", "zipf:1.2"]),
             ];
             await checkLoads(models, [976, 4853, 19705, 68347]);
         });

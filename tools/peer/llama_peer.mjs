@@ -183,9 +183,11 @@ export async function runRequests(requests) {
                 model = await llama.loadModel({ modelPath: q.model, gpuLayers: 0, useMmap: true });
                 models.set(q.model, model);
             }
-            const vocab = model.tokens.size ?? undefined;
+            // llama.cpp only logs an out-of-range id and fails the whole evaluation ("Eval has failed").
+            const vocab = model.fileInfo?.metadata?.tokenizer?.ggml?.tokens?.length;
+            if (!Number.isInteger(vocab) || vocab <= 0) throw new Error(`'${q.model}': no tokenizer.ggml.tokens`);
             for (const id of [...q.prompt_ids, ...(q.teacher_forced_ids ?? [])])
-                if (vocab !== undefined && id >= vocab) throw new Error(`token id ${id} is outside the vocabulary (${vocab})`);
+                if (id >= vocab) throw new Error(`token id ${id} is outside the vocabulary of '${q.model}' (${vocab} tokens)`);
             const r = { model: q.model, prompt_ids: q.prompt_ids };
             if (q.n_predict > 0 || q.teacher_forced_ids === undefined) Object.assign(r, await greedy(model, q));
             if (q.teacher_forced_ids !== undefined) r.teacher_forced = await teacherForced(model, q);
