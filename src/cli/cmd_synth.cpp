@@ -1,10 +1,13 @@
-// nitro synth --arch gpt-oss|qwen3moe --preset NAME [--type T] [--vocab-from FILE] [--seed S] -o OUT.gguf
+// nitro synth --arch gpt-oss|qwen3moe --preset NAME [--type T] [--vocab-from FILE | --tokenizer DIR]
+//             [--router-skew zipf:S] [--seed S] -o OUT.gguf
 #include "arch/summary.h"
 #include "arch/synth.h"
 #include "cli/commands.h"
 #include "core/error.h"
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 
@@ -16,6 +19,7 @@ Action add_synth(CLI::App& app) {
     struct Opts {
         SynthOptions s;
         std::string type;
+        std::string skew;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* sub = app.add_subcommand("synth", "Write a GGUF of a real model's shapes with random weights "
@@ -26,6 +30,12 @@ Action add_synth(CLI::App& app) {
     sub->add_option("--type", o->type, "Routed-expert weight type (mxfp4, q8_0, q4_0, q4_k, q5_k, q6_k, iq4_xs, f16...); "
                                        "default mxfp4 for gpt-oss, q8_0 for qwen3moe");
     sub->add_option("--vocab-from", o->s.vocab_from, "Copy the tokenizer (tokenizer.* keys) from this GGUF");
+    sub->add_option("--tokenizer", o->s.tokenizer_dir,
+                    "Take the tokenizer from a Hugging Face folder (tokenizer.json; optional tokenizer_config.json, "
+                    "config.json, chat_template.jinja), written as convert_hf_to_gguf.py would");
+    sub->add_option("--router-skew", o->skew,
+                    "zipf:S - bias routing towards a fixed random Zipf popularity of experts per layer "
+                    "(gpt-oss: router bias -S ln(rank+1); qwen3moe: router row scaled by (rank+1)^-S)");
     sub->add_option("--seed", o->s.seed, "Random seed")->capture_default_str();
     sub->add_option("-o,--output", o->s.out, "Output GGUF path")->required();
     return [o]() {
@@ -33,6 +43,14 @@ Action add_synth(CLI::App& app) {
             auto t = type_from_name(o->type);
             if (!t) fail("nitro synth: unknown weight type '{}'", o->type);
             o->s.expert_type = *t;
+        }
+        if (!o->skew.empty()) {
+            const std::string p = "zipf:";
+            char* end = nullptr;
+            const double v = o->skew.rfind(p, 0) == 0 ? std::strtod(o->skew.c_str() + p.size(), &end) : -1;
+            if (!end || *end != '\0' || end == o->skew.c_str() + p.size() || !(v >= 0) || !std::isfinite(v))
+                fail("nitro synth: --router-skew expects zipf:S with a number S >= 0, got '{}'", o->skew);
+            o->s.router_skew = v;
         }
         const auto t0 = std::chrono::steady_clock::now();
         int last_pct = -1;

@@ -45,11 +45,14 @@ TEST(Synth, TinyGptOssEveryExpertType) {
         const auto& tt = type_traits(t);
         const uint64_t per_matrix = 256u * (256u / static_cast<uint64_t>(tt.block_size)) * tt.type_size;
         EXPECT_EQ(s.bytes_per_expert, 3 * per_matrix + 3 * 256 * 4);
-        // Expert weights have rms near 1/sqrt(fan_in) = 1/16 (quantization and MXFP4's power-of-two
-        // scale allow a factor of 1.5 either way).
+        // Expert gate weights have rms near gain 0.5 / sqrt(fan_in) = 1/32, down 1.4 / 16 (the fixtures'
+        // scales; quantization and MXFP4's power-of-two scale allow a factor of 1.5 either way).
         const double r = rms(dequantize_tensor(m.get("blk.0.ffn_gate_exps.weight")));
-        EXPECT_GT(r, 0.0625 / 1.5);
-        EXPECT_LT(r, 0.0625 * 1.5);
+        EXPECT_GT(r, 0.03125 / 1.5);
+        EXPECT_LT(r, 0.03125 * 1.5);
+        const double rd = rms(dequantize_tensor(m.get("blk.0.ffn_down_exps.weight")));
+        EXPECT_GT(rd, 1.4 / 16 / 1.5);
+        EXPECT_LT(rd, 1.4 / 16 * 1.5);
     }
 }
 
