@@ -33,22 +33,6 @@ const MODELS = [
     ...["q8_0", "q4_k", "q5_k"].map((t) => ({ arch: "qwen3moe", type: t, fixture: "tiny-qwen3moe-q8" })),
 ];
 
-// ---- GUARD (remove when `nitro run` lands) ----------------------------------------------------
-// Skips this file, with an explicit message, ONLY when the nitro binary has no `run` subcommand.
-// Any other problem (no nitro binary at all, peer missing, a model llama.cpp rejects) fails.
-// (`nitro run --help` is no test: CLI11 prints the main help and exits 0 for an unknown name, so
-// the subcommand list of `nitro --help` is read instead.)
-function nitroRunMissing() {
-    const bin = nitroBinary();
-    const help = run(bin, ["--help"]);
-    if (help.status !== 0) throw new Error(`'${bin} --help' failed (status ${help.status}): ${help.stderr}`);
-    if (!/^\s+synth\s/m.test(help.stdout)) throw new Error(`'${bin} --help' lists no subcommands: ${help.stdout}`);
-    return !/^\s+run\s/m.test(help.stdout);
-}
-const SKIP = nitroRunMissing()
-    ? "nitro binary has no `run` subcommand yet (guard in tests/peer/cross_check.test.mjs: nitroRunMissing)"
-    : false;
-// ---- end of GUARD -------------------------------------------------------------------------------
 
 function margin(top) {
     return top.length < 2 ? Infinity : Math.log(top[0].p) - Math.log(top[1].p);
@@ -78,7 +62,7 @@ function nitroRun(model, ids, n, echo) {
     return JSON.parse(r.stdout);
 }
 
-describe("nitro vs llama.cpp on synthetic models", { skip: SKIP }, () => {
+describe("nitro vs llama.cpp on synthetic models", () => {
     for (const m of MODELS) {
         it(`${m.arch} ${m.type}`, async () => {
             const shared = sharedDir();

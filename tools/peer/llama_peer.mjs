@@ -102,7 +102,7 @@ function normalizeRequest(q) {
 }
 
 let llamaPromise = null;
-async function getPeerLlama() {
+export async function getPeerLlama() {
     if (!llamaPromise) {
         llamaPromise = (async () => {
             // The pinned version is what ties the peer to llama.cpp 80fb11a (the goldens' commit).
