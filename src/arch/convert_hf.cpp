@@ -135,17 +135,6 @@ T cfg_opt(const json& c, const char* key, T def) {
     return it->get<T>();
 }
 
-uint32_t file_type_of(GgmlType t) {
-    switch (t) {
-        case GgmlType::F32: return 0;
-        case GgmlType::F16: return 1;
-        case GgmlType::Q4_0: return 2;
-        case GgmlType::Q8_0: return 7;
-        case GgmlType::BF16: return 32;
-        case GgmlType::MXFP4: return 38;
-        default: return 0;
-    }
-}
 
 /// How one GGUF tensor is made from a safetensors tensor: `fill(row0, n_rows, dst)` writes
 /// ggml rows (ne[0] values each) [row0, row0 + n_rows) as floats.
@@ -306,31 +295,9 @@ ConvertHfResult convert_hf_gptoss(const ConvertHfOptions& opt, const std::functi
 
     GgufWriter w;
     GgufMetadata& m = w.metadata();
-    const std::string a = "gpt-oss.";
-    m.set("general.architecture", hp.arch);
-    m.set("general.type", std::string("model"));
-    m.set("general.name", hp.name);
+    write_hparams(m, hp);
     for (const auto& [k, v] : opt.extra_strings) m.set("general." + k, v);
-    m.set(a + "block_count", static_cast<uint32_t>(hp.n_layer));
-    m.set(a + "context_length", static_cast<uint32_t>(hp.n_ctx_train));
-    m.set(a + "embedding_length", static_cast<uint32_t>(hp.n_embd));
-    m.set(a + "feed_forward_length", static_cast<uint32_t>(hp.n_ff));
-    m.set(a + "attention.head_count", static_cast<uint32_t>(hp.n_head));
-    m.set(a + "attention.head_count_kv", static_cast<uint32_t>(hp.n_head_kv));
-    m.set(a + "rope.freq_base", static_cast<float>(hp.rope_freq_base));
-    m.set(a + "attention.layer_norm_rms_epsilon", static_cast<float>(hp.rms_eps));
-    m.set(a + "expert_count", static_cast<uint32_t>(hp.n_expert));
-    m.set(a + "expert_used_count", static_cast<uint32_t>(hp.n_expert_used));
-    m.set(a + "attention.key_length", static_cast<uint32_t>(hp.head_dim));
-    m.set(a + "attention.value_length", static_cast<uint32_t>(hp.head_dim_v));
-    if (hp.rope_scaling == "yarn") {
-        m.set(a + "rope.scaling.type", hp.rope_scaling);
-        m.set(a + "rope.scaling.factor", static_cast<float>(hp.rope_scaling_factor));
-        m.set(a + "rope.scaling.original_context_length", static_cast<uint32_t>(hp.rope_orig_ctx));
-    }
-    m.set(a + "attention.sliding_window", static_cast<uint32_t>(hp.sliding_window));
-    m.set(a + "expert_feed_forward_length", static_cast<uint32_t>(hp.n_ff_exp));
-    m.set("general.file_type", file_type_of(opt.expert_type));
+    m.set("general.file_type", llama_file_type_for(opt.expert_type));
     m.set("general.quantization_version", uint32_t{2});
     const int64_t n_vocab = write_vocab(m, dir / "tokenizer.json");
     if (!opt.chat_template.empty()) {

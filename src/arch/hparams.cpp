@@ -80,4 +80,52 @@ ModelHparams read_hparams(const GgufMetadata& m) {
     return h;
 }
 
+void write_hparams(GgufMetadata& m, const ModelHparams& hp) {
+    const std::string a = hp.arch + ".";
+    m.set("general.architecture", hp.arch);
+    m.set("general.type", std::string("model"));
+    m.set("general.name", hp.name);
+    m.set(a + "block_count", static_cast<uint32_t>(hp.n_layer));
+    m.set(a + "context_length", static_cast<uint32_t>(hp.n_ctx_train));
+    m.set(a + "embedding_length", static_cast<uint32_t>(hp.n_embd));
+    m.set(a + "feed_forward_length", static_cast<uint32_t>(hp.n_ff));
+    m.set(a + "attention.head_count", static_cast<uint32_t>(hp.n_head));
+    m.set(a + "attention.head_count_kv", static_cast<uint32_t>(hp.n_head_kv));
+    m.set(a + "rope.freq_base", static_cast<float>(hp.rope_freq_base));
+    m.set(a + "attention.layer_norm_rms_epsilon", static_cast<float>(hp.rms_eps));
+    m.set(a + "expert_count", static_cast<uint32_t>(hp.n_expert));
+    m.set(a + "expert_used_count", static_cast<uint32_t>(hp.n_expert_used));
+    m.set(a + "attention.key_length", static_cast<uint32_t>(hp.head_dim));
+    m.set(a + "attention.value_length", static_cast<uint32_t>(hp.head_dim_v));
+    m.set(a + "expert_feed_forward_length", static_cast<uint32_t>(hp.n_ff_exp));
+    if (hp.rope_scaling == "yarn") {
+        m.set(a + "rope.scaling.type", hp.rope_scaling);
+        m.set(a + "rope.scaling.factor", static_cast<float>(hp.rope_scaling_factor));
+        m.set(a + "rope.scaling.original_context_length", static_cast<uint32_t>(hp.rope_orig_ctx));
+    }
+    if (hp.sliding_window > 0) m.set(a + "attention.sliding_window", static_cast<uint32_t>(hp.sliding_window));
+}
+
+uint32_t llama_file_type_for(GgmlType t) {
+    switch (t) {
+        case GgmlType::F32: return 0;
+        case GgmlType::F16: return 1;
+        case GgmlType::Q4_0: return 2;
+        case GgmlType::Q4_1: return 3;
+        case GgmlType::Q8_0: return 7;
+        case GgmlType::Q5_0: return 8;
+        case GgmlType::Q5_1: return 9;
+        case GgmlType::Q2_K: return 10;
+        case GgmlType::Q3_K: return 12;
+        case GgmlType::Q4_K: return 15;
+        case GgmlType::Q5_K: return 17;
+        case GgmlType::Q6_K: return 18;
+        case GgmlType::IQ4_NL: return 25;
+        case GgmlType::IQ4_XS: return 30;
+        case GgmlType::BF16: return 32;
+        case GgmlType::MXFP4: return 38;
+        default: return 0;
+    }
+}
+
 }  // namespace nitro

@@ -39,6 +39,14 @@ struct ModelHparams {
     int64_t swa_period = 0;               ///< {arch}.attention.sliding_window_pattern: every Nth layer is full attention (0 = none)
 };
 
+/// Writes the hyperparameters under llama.cpp's keys (the inverse of read_hparams): general.*
+/// architecture/type/name and {arch}.* shape, rope (YaRN when set) and sliding-window keys.
+void write_hparams(GgufMetadata& meta, const ModelHparams& hp);
+
+/// llama.cpp's general.file_type (enum llama_ftype) for a model whose routed experts are `t`
+/// (MOSTLY_MXFP4_MOE = 38, MOSTLY_Q8_0 = 7, MOSTLY_Q4_K_M = 15, ...); 0 (ALL_F32) if none fits.
+uint32_t llama_file_type_for(GgmlType expert_type);
+
 /// Reads the hyperparameters. Throws nitro::Error naming the file and key when general.architecture
 /// or {arch}.block_count / embedding_length / attention.head_count is missing or mistyped.
 ModelHparams read_hparams(const GgufMetadata& meta);
