@@ -16,6 +16,7 @@
 #include "cpu/kernels.h"
 
 #include <algorithm>
+#include <cpuid.h>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -35,10 +36,16 @@ enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
 /// Best level this CPU supports (AVX-512 kernels need F, BW, VL and VNNI; a CPU with AVX-512 but
 /// no VNNI, e.g. Skylake-X, uses the AVX2 kernels).
+/// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c".
+bool cpu_has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    return (ecx >> 29) & 1u;
+}
+
 Isa detect_isa() {
     __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                      __builtin_cpu_supports("f16c");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     return avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;
