@@ -5,7 +5,7 @@
 // --vocab-from) and several prompts (golden prompt ids, one longer than the sliding window):
 //  1. teacher-forced on llama.cpp's greedy tokens (nitro run --echo over prompt + greedy tokens):
 //     at every position nitro's argmax equals llama.cpp's wherever llama.cpp's top1-top2 margin is
-//     >= 0.25 nats, and the top-5 probabilities agree within 0.03;
+//     >= 0.25 nats, and the top-5 probabilities agree within 0.04 (see MAX_DP);
 //  2. free-running greedy (nitro run -n N): nitro's tokens equal llama.cpp's up to the first step
 //     whose llama.cpp margin is < 0.25, with the same probability bound on those steps.
 // Tolerances: ../shared/fixtures/README.md, "How closely two correct engines agree" (largest
@@ -24,7 +24,12 @@ import { describe, it } from "node:test";
 import { nitroBinary, run, runPeer, sharedDir } from "./peer_util.mjs";
 
 const MARGIN = 0.25;  // nats
-const MAX_DP = 0.03;  // probability
+// Probability bound: two correct engines differed by up to 0.025 on the fixtures
+// (fixtures/README.md), and this peer (node-llama-cpp's prebuilt CPU binaries) itself differs from
+// the native llama.cpp build that made the goldens by up to 0.0149 (qwen3moe, teacher-forced;
+// docs/peer.md). Comparing against the peer therefore allows 0.025 + 0.015 = 0.04. (Largest seen,
+// MEASURED: 0.035 on the qwen3moe synth models; gpt-oss synth models stay under 0.03.)
+const MAX_DP = 0.04;  // probability
 const N_PREDICT = 24;
 const K = 5;
 const PROMPTS = ["sentence", "code", "unicode", "long"];  // golden case names; "long" is ~79 tokens (> SWA window 16)
