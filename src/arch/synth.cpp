@@ -58,8 +58,11 @@ bool has(const std::string& name, const char* part) { return name.find(part) != 
 ///    experts gate/up gain 0.5, down gain 1.4; output gain 3 (logit std ~3); norms 1 + 0.1 N.
 ///  - qwen3moe: token_embd std 0.3; q/k/v/o gain 2; q_norm/k_norm 2 (1 + 0.1 N); router gain 2;
 ///    experts gate/up gain 0.5, down gain 2. Tied LM head (no output.weight): output_norm is
-///    +-1.76 (1 + 0.1 N) with random signs, which removes the current token's self-boost through the
-///    tied embedding (otherwise greedy output repeats one token); untied: output gain 3.
+///    +-g (1 + 0.1 N) with random signs, which removes the current token's self-boost through the
+///    tied embedding (otherwise greedy output repeats one token), and g = 10 / sqrt(n_embd) gives
+///    logits of std 3 as the fixtures have (their 1.76 is this g at n_embd 32; kept at 1.76 for a
+///    wider model, the logits get sharper by sqrt(n_embd / 32) and magnify every rounding
+///    difference); untied: output gain 3.
 InitScale init_scale(const std::string& arch, const TensorSpec& s, bool tied_output) {
     const double inv = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(s.fan_in, 1)));
     const bool qwen = arch == "qwen3moe";
@@ -68,7 +71,13 @@ InitScale init_scale(const std::string& arch, const TensorSpec& s, bool tied_out
         case TensorKind::Output: return {3.0 * inv};
         case TensorKind::Norm:
             if (qwen && (has(s.name, "attn_q_norm") || has(s.name, "attn_k_norm"))) return {0.2, 2.0};
-            if (qwen && tied_output && s.name == "output_norm.weight") return {0.176, 1.76, true};
+            if (qwen && tied_output && s.name == "output_norm.weight") {
+                // Logit std 3 whatever n_embd: logit = sum over n_embd of (+-g * x_i) * embd_i with
+                // x of rms 1 and embd std 0.3, so g = 3 / (0.3 * sqrt(n_embd)) (1.77 at the
+                // fixtures' n_embd 32, 0.66 at the tiny preset's 256).
+                const double g = 3.0 / (0.3 * std::sqrt(static_cast<double>(s.ne[0])));
+                return {0.1 * g, g, true};
+            }
             return {0.1, 1.0};
         case TensorKind::Matrix: return {(qwen ? 2.0 : 1.0) * inv};
         case TensorKind::Bias: case TensorKind::RouterBias: case TensorKind::ExpertBias: return {0.02};

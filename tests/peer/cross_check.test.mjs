@@ -28,18 +28,14 @@ const MARGIN = 0.25;  // nats
 // (fixtures/README.md), and this peer (node-llama-cpp's prebuilt CPU binaries) itself differs from
 // the native llama.cpp build that made the goldens by up to 0.0149 (qwen3moe, teacher-forced;
 // docs/peer.md). Comparing against the peer therefore allows 0.025 + 0.015 = 0.04. (Largest seen,
-// MEASURED: 0.035 on the qwen3moe synth models; gpt-oss synth models stay under 0.03.)
+// MEASURED: 0.021 on the qwen3moe synth models, teacher-forced; gpt-oss synth models stay under 0.03.)
 const MAX_DP = 0.04;  // probability
 const N_PREDICT = 24;
 const K = 5;
 const PROMPTS = ["sentence", "code", "unicode", "long"];  // golden case names; "long" is ~79 tokens (> SWA window 16)
 const MODELS = [
     ...["mxfp4", "q8_0", "q4_k", "q6_k", "iq4_xs"].map((t) => ({ arch: "gpt-oss", type: t, fixture: "tiny-gptoss-mxfp4" })),
-    // OPEN: the qwen3moe synth models (q8_0, q4_k, q5_k experts; n_embd 256, head_dim 64) are
-    // left out until a difference is explained: nitro and llama.cpp differ there by up to 0.108
-    // in probability (MEASURED, teacher-forced), far above the engines' 0.025, while the qwen3moe
-    // fixture matches llama.cpp's native goldens within 0.0092 (tests/unit/test_golden_fixtures).
-    // Issue 4 stays open on this.
+    ...["q8_0", "q4_k", "q5_k"].map((t) => ({ arch: "qwen3moe", type: t, fixture: "tiny-qwen3moe-q8" })),
 ];
 
 
@@ -113,9 +109,11 @@ describe("nitro vs llama.cpp on synthetic models", () => {
                     assert.equal(free.ids.length, N_PREDICT, `${p.name}: nitro generated ${free.ids.length} tokens`);
                     for (let s = 0; s < N_PREDICT; ++s) {
                         const lp = greedy[i].probs[s];
-                        assert.equal(free.ids[s], G[s], `${m.arch} ${m.type} ${p.name} greedy step ${s}: nitro ${free.ids[s]}, llama.cpp ${G[s]}`);
+                        // Same prefix so far, so the distributions at step s are comparable.
                         checkTopK(free.probs[s], lp, `${m.arch} ${m.type} ${p.name} greedy step ${s}`, m.maxDp);
+                        // At a near-tie either token is a correct greedy choice, and the sequences may part.
                         if (margin(lp) < MARGIN) break;
+                        assert.equal(free.ids[s], G[s], `${m.arch} ${m.type} ${p.name} greedy step ${s}: nitro ${free.ids[s]}, llama.cpp ${G[s]} (margin ${margin(lp).toFixed(3)})`);
                     }
                 });
                 // The argmax check must have covered a real share of the positions.

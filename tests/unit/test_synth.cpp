@@ -83,6 +83,28 @@ TEST(Synth, Qwen3TinyIsTiedAndDeterministic) {
     EXPECT_NE(0, std::memcmp(ta.data, c.get("blk.1.ffn_up_exps.weight").data, ta.n_bytes));
 }
 
+// The tied LM head's logits have std rms(output_norm) * rms(token_embd) * sqrt(n_embd) for a
+// unit-rms hidden state. The fixture sets it to 3.0 (fixtures/README.md, "Weight scales"); the
+// synth models must too at their own n_embd. At 3 * sqrt(256 / 32) = 8.5 (the fixture's 1.76 gain
+// copied to n_embd 256) nitro and llama.cpp differed by up to 0.108 in probability on these
+// models, against 0.02 at std 3 (docs/peer.md).
+TEST(Synth, Qwen3TiedLogitScaleIsTheFixtures) {
+    const auto logit_std = [](const GgufModel& m) {
+        const auto& norm = m.get("output_norm.weight");
+        return rms(dequantize_tensor(norm)) * rms(dequantize_tensor(m.get("token_embd.weight"))) *
+               std::sqrt(static_cast<double>(norm.ne[0]));
+    };
+    const double fixture = logit_std(GgufModel(std::string(NITRO_SHARED_DIR) + "/fixtures/tiny-qwen3moe-q8.gguf"));
+    EXPECT_NEAR(fixture, 3.0, 0.3);
+    const std::string dir = test::temp_dir("synth-scale");
+    SynthOptions o;
+    o.arch = "qwen3moe";
+    o.preset = "tiny";
+    o.out = dir + "/q.gguf";
+    synth_model(o);
+    EXPECT_NEAR(logit_std(GgufModel(o.out)), 3.0, 0.3);
+}
+
 TEST(Synth, VocabFromCopiesTokenizer) {
     SynthOptions o;
     o.arch = "qwen3moe";
