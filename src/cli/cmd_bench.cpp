@@ -44,6 +44,13 @@ Action add_bench(CLI::App& app) {
             {"expert_gemv_gb_s", g.gb_s}, {"expert_gemv_ms_per_token", g.ms_per_token},
             {"expert_floor_tok_s", floor}, {"prompt_tokens", e.n_prompt}, {"prompt_tok_s", e.prompt_tok_s},
             {"gen_tokens", e.n_gen}, {"decode_tok_s", e.decode_tok_s}};
+        nlohmann::json phases = nlohmann::json::array();
+        for (size_t p = 0; p < e.decode_ms.size(); ++p) {
+            const double gb_s = e.decode_ms[p] > 0 ? e.decode_bytes[p] / (e.decode_ms[p] * 1e-3) / 1e9 : 0.0;
+            phases.push_back({{"phase", phase_name(static_cast<Phase>(p))}, {"ms_per_token", e.decode_ms[p]},
+                              {"weight_bytes_per_token", e.decode_bytes[p]}, {"gb_s", gb_s}});
+        }
+        j["decode_phases"] = phases;
         if (o->json) {
             std::puts(j.dump(2).c_str());
             return 0;
@@ -57,6 +64,16 @@ Action add_bench(CLI::App& app) {
         std::printf("prompt           %8.2f tok/s  MEASURED (%lld tokens)\n", e.prompt_tok_s, static_cast<long long>(e.n_prompt));
         std::printf("decode           %8.2f tok/s  MEASURED (%lld tokens, %.1f%% of the floor)\n", e.decode_tok_s,
                     static_cast<long long>(e.n_gen), 100.0 * e.decode_tok_s / floor);
+        std::printf("\nwhere decode time goes (MEASURED wall time per token; weight GB/s CALCULATED from it)\n");
+        std::printf("  %-22s %9s %7s %12s %9s\n", "phase", "ms/token", "share", "weights", "GB/s");
+        double total = 0;
+        for (double ms : e.decode_ms) total += ms;
+        for (const auto& p : phases) {
+            const double ms = p["ms_per_token"].get<double>(), bytes = p["weight_bytes_per_token"].get<double>();
+            std::printf("  %-22s %9.3f %6.1f%% %12s %9s\n", p["phase"].get<std::string>().c_str(), ms, 100.0 * ms / total,
+                        bytes > 0 ? format_bytes(static_cast<uint64_t>(bytes)).c_str() : "-",
+                        bytes > 0 ? fmt::format("{:.1f}", p["gb_s"].get<double>()).c_str() : "-");
+        }
         return 0;
     };
 }

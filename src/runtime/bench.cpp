@@ -45,6 +45,26 @@ double measure_read_bandwidth(cpu::ThreadPool& pool, size_t bytes, int reps) {
     return best;
 }
 
+PhaseTimes decode_weight_bytes(const Model& model) {
+    PhaseTimes b{};
+    const auto add = [&](Phase p, const GgufTensorInfo* t, double share = 1.0) {
+        if (t) b[static_cast<size_t>(p)] += share * static_cast<double>(t->n_bytes);
+    };
+    const double used = static_cast<double>(model.hp().n_expert_used) / static_cast<double>(model.hp().n_expert);
+    for (const LayerWeights& L : model.layers()) {
+        add(Phase::AttnProj, L.wq);
+        add(Phase::AttnProj, L.wk);
+        add(Phase::AttnProj, L.wv);
+        add(Phase::AttnOut, L.wo);
+        add(Phase::Router, L.gate_inp);
+        add(Phase::ExpertGateUp, L.gate_exps, used);
+        add(Phase::ExpertGateUp, L.up_exps, used);
+        add(Phase::ExpertDown, L.down_exps, used);
+    }
+    add(Phase::LmHead, &model.output());
+    return b;
+}
+
 EngineBench bench_engine(const Model& model, const SessionOptions& so, int64_t n_prompt, int64_t n_gen) {
     EngineBench b;
     b.n_prompt = n_prompt;
@@ -57,12 +77,15 @@ EngineBench bench_engine(const Model& model, const SessionOptions& so, int64_t n
     auto t = Clock::now();
     s.eval(prompt, false, logits);
     b.prompt_tok_s = static_cast<double>(n_prompt) / secs(t);
+    s.reset_phase_times();
     t = Clock::now();
     for (int64_t i = 0; i < n_gen; ++i) {
         const int32_t tok[1] = {argmax(logits)};
         s.eval(tok, false, logits);
     }
     b.decode_tok_s = static_cast<double>(n_gen) / secs(t);
+    for (size_t p = 0; p < b.decode_ms.size(); ++p) b.decode_ms[p] = 1000.0 * s.phase_times()[p] / static_cast<double>(n_gen);
+    b.decode_bytes = decode_weight_bytes(model);
     return b;
 }
 

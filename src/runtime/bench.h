@@ -17,7 +17,13 @@ double measure_read_bandwidth(cpu::ThreadPool& pool, size_t bytes = size_t{1} <<
 struct EngineBench {
     int64_t n_prompt = 0, n_gen = 0;
     double prompt_tok_s = 0, decode_tok_s = 0;
+    PhaseTimes decode_ms{};     ///< decode time per token in each phase, ms (Session::phase_times)
+    PhaseTimes decode_bytes{};  ///< weight bytes one decode token reads in each phase (0: none)
 };
+/// Weight bytes one decode token reads per phase: q/k/v, attn_output, router, the
+/// n_expert_used selected experts' gate+up and down (share n_expert_used / n_expert of each
+/// expert tensor), LM head. Activations and the KV cache are not counted.
+PhaseTimes decode_weight_bytes(const Model& model);
 /// Prefills `n_prompt` pseudo-random tokens, then decodes `n_gen` tokens greedily.
 EngineBench bench_engine(const Model& model, const SessionOptions& so, int64_t n_prompt, int64_t n_gen);
 

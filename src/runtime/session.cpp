@@ -4,6 +4,7 @@
 #include "core/fp16.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <thread>
@@ -15,6 +16,22 @@ namespace {
 const float* f32(const GgufTensorInfo* t) { return t ? reinterpret_cast<const float*>(t->data) : nullptr; }
 
 }  // namespace
+
+const char* phase_name(Phase p) {
+    switch (p) {
+        case Phase::Embed: return "embedding";
+        case Phase::AttnProj: return "attn q/k/v";
+        case Phase::Attention: return "attention (KV cache)";
+        case Phase::AttnOut: return "attn output";
+        case Phase::Router: return "router";
+        case Phase::ExpertGateUp: return "expert gate/up";
+        case Phase::ExpertDown: return "expert down";
+        case Phase::MoeSum: return "expert sum";
+        case Phase::LmHead: return "LM head";
+        case Phase::Count: break;
+    }
+    return "?";
+}
 
 /// Per-chunk working memory, sized once for n_ubatch tokens (no allocation on the token path
 /// beyond first use).
@@ -58,6 +75,12 @@ Session::Session(const Model& model, const SessionOptions& opt) : model_(model) 
 
 Session::~Session() = default;
 
+void Session::mark(Phase p) {
+    const auto now = std::chrono::steady_clock::now();
+    phase_s_[static_cast<size_t>(p)] += std::chrono::duration<double>(now - phase_t_).count();
+    phase_t_ = now;
+}
+
 void Session::truncate(int64_t n) {
     if (n < 0 || n > n_past_) fail("cannot truncate a session of {} tokens to {}", n_past_, n);
     n_past_ = n;
@@ -85,6 +108,7 @@ void Session::forward_chunk(std::span<const int32_t> tokens, bool all_logits, fl
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t E = hp.n_embd;
     Scratch& s = *s_;
+    phase_t_ = std::chrono::steady_clock::now();
     s.x.resize(static_cast<size_t>(n * E));
     s.h.resize(static_cast<size_t>(n * E));
 
@@ -96,6 +120,7 @@ void Session::forward_chunk(std::span<const int32_t> tokens, bool all_logits, fl
     // RoPE tables for the chunk's positions.
     s.rope_cache.resize(static_cast<size_t>(n * rope_.n_rot));
     for (int64_t i = 0; i < n; ++i) cpu::rope_cache(rope_, n_past_ + i, &s.rope_cache[i * rope_.n_rot]);
+    mark(Phase::Embed);
 
     for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
         attention_block(il, n, n_past_);
@@ -111,6 +136,7 @@ void Session::forward_chunk(std::span<const int32_t> tokens, bool all_logits, fl
         cpu::quantize_acts(s.h.data(), n_out, E, model_.output().type, s.acts);
         cpu::matmul(*pool_, cpu::weight_view(model_.output()), s.acts, logits_out);
     }
+    mark(Phase::LmHead);
     n_past_ += n;
 }
 
@@ -161,6 +187,7 @@ void Session::attention_block(int il, int64_t n, int64_t pos0) {
         for (int64_t d = 0; d < nk; ++d) kc[d] = f32_to_fp16(k[d]);
         for (int64_t d = 0; d < nv; ++d) vc[d] = f32_to_fp16(v[d]);
     }
+    mark(Phase::AttnProj);
 
     // Attention: one task per (token, head). Query rounded to F16 like llama.cpp's CPU flash
     // attention (Q is converted to the K cache's type before the dot products); scores, softmax
@@ -203,6 +230,8 @@ void Session::attention_block(int il, int64_t n, int64_t pos0) {
         }
     });
 
+    mark(Phase::Attention);
+
     // Output projection and residual.
     s.proj.resize(static_cast<size_t>(n * E));
     cpu::quantize_acts(s.attn.data(), n, no, L.wo->type, s.acts);
@@ -212,6 +241,7 @@ void Session::attention_block(int il, int64_t n, int64_t pos0) {
         if (L.bo) cpu::add(o, f32(L.bo), E);
         cpu::add(&s.x[i * E], o, E);
     }
+    mark(Phase::AttnOut);
 }
 
 void Session::moe_block(int il, int64_t n, int64_t pos0) {
@@ -251,6 +281,8 @@ void Session::moe_block(int il, int64_t n, int64_t pos0) {
                                 std::span<const float>(w, static_cast<size_t>(K))});
     }
 
+    mark(Phase::Router);
+
     // Group the (token, slot) pairs by expert: MUL_MAT_ID runs each selected expert once over
     // all tokens that chose it.
     const int64_t R = n * K;
@@ -285,6 +317,7 @@ void Session::moe_block(int il, int64_t n, int64_t pos0) {
                           &s.up[b * F], F});
     }
     cpu::matmul_batch(*pool_, s.jobs);
+    mark(Phase::ExpertGateUp);
 
     // Biases and activation, row by row in grouped order.
     for (int64_t g = 0; g < R; ++g) {
@@ -307,6 +340,7 @@ void Session::moe_block(int il, int64_t n, int64_t pos0) {
         s.jobs.push_back({cpu::expert_view(*L.down_exps, e), &s.acts, &s.iota[static_cast<size_t>(b)], c, &s.down[b * E], E});
     }
     cpu::matmul_batch(*pool_, s.jobs);
+    mark(Phase::ExpertDown);
 
     // Weighted sum over the token's experts in router order (fixed order), plus residual.
     for (int64_t i = 0; i < n; ++i) {
@@ -321,6 +355,7 @@ void Session::moe_block(int il, int64_t n, int64_t pos0) {
         }
         cpu::add(x, &s.h[i * E], E);
     }
+    mark(Phase::MoeSum);
 }
 
 }  // namespace nitro

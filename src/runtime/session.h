@@ -13,6 +13,8 @@
 #include "runtime/kv_cache.h"
 #include "runtime/model.h"
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,6 +38,23 @@ struct RouteEvent {
     std::span<const float> weights;    ///< their weights
 };
 
+/// Parts of the forward pass timed by Session (wall-clock seconds, summed over layers and calls).
+enum class Phase : int {
+    Embed,         ///< token_embd rows, RoPE tables
+    AttnProj,      ///< attn_norm, q/k/v projections (+ bias, q/k norm, RoPE, K/V cache append)
+    Attention,     ///< scores, softmax and V sum over the KV cache
+    AttnOut,       ///< attn_output projection and residual
+    Router,        ///< ffn_norm, ffn_gate_inp, top-k and expert weights
+    ExpertGateUp,  ///< ffn_gate_exps and ffn_up_exps products (MUL_MAT_ID), grouping
+    ExpertDown,    ///< activation, ffn_down_exps products
+    MoeSum,        ///< weighted sum of the experts' outputs and residual
+    LmHead,        ///< output_norm and the output (LM head) product
+    Count
+};
+/// Name of a phase as `nitro bench` prints it, e.g. "expert gate/up".
+const char* phase_name(Phase p);
+using PhaseTimes = std::array<double, static_cast<size_t>(Phase::Count)>;
+
 class Session {
 public:
     /// Throws nitro::Error if n_ctx or n_ubatch is not positive.
@@ -57,6 +76,11 @@ public:
     cpu::ThreadPool& pool() { return *pool_; }
     const KvCache& kv_cache() const { return *kv_; }
 
+    /// Seconds spent in each phase since construction or the last reset_phase_times() (a few
+    /// clock reads per layer; always on).
+    const PhaseTimes& phase_times() const { return phase_s_; }
+    void reset_phase_times() { phase_s_.fill(0.0); }
+
     /// Called for every (token, layer) with the final routing, if set.
     std::function<void(const RouteEvent&)> on_route;
 
@@ -65,6 +89,8 @@ private:
     void forward_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
     void attention_block(int il, int64_t n, int64_t pos0);
     void moe_block(int il, int64_t n, int64_t pos0);
+    /// Adds the time since the previous mark to phase p.
+    void mark(Phase p);
 
     const Model& model_;
     int64_t n_ctx_, n_ubatch_;
@@ -73,6 +99,8 @@ private:
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<Scratch> s_;
     cpu::RopeParams rope_;
+    PhaseTimes phase_s_{};
+    std::chrono::steady_clock::time_point phase_t_;
 };
 
 }  // namespace nitro
