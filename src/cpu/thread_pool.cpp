@@ -1,14 +1,19 @@
 // Persistent worker team: see thread_pool.h.
 //
-// Protocol. The caller publishes a region (fn_, n_, grain_, next_ = 0, busy_ = n_threads - 1)
-// and bumps generation_ under mu_, then notifies cv_start_. A worker waits, after a short spin on
-// generation_, for generation_ to differ from the last one it served (the predicate is checked
-// under mu_, so a bump between the check and the wait cannot be lost). Everyone, the caller
+// Protocol (lock-free on the hot path, like ggml's CPU threadpool). The caller publishes a region
+// (fn_, n_, grain_, next_ = 0, pending_ = n_threads - 1), then bumps generation_ (release). A
+// worker spins on generation_ for a while after each region, so back-to-back regions of one
+// token start without a system call; only a worker idle for longer sleeps on cv_start_, counted
+// in sleepers_, and the caller takes mu_ to wake it only when sleepers_ > 0. Everyone, the caller
 // included, claims chunks with next_.fetch_add(grain) until the range is exhausted; a worker then
-// decrements busy_ under mu_ and the last one signals cv_done_. The caller returns only when
-// busy_ == 0, so no worker still reads fn_ or next_ when the next region is published.
+// decrements pending_ (release), and the caller spins until pending_ == 0 (acquire), so no worker
+// still reads fn_ or next_ when the next region is published.
+//
+// Sleeping without a lost wake-up: the worker increments sleepers_ and re-checks generation_ under
+// mu_ before waiting; the caller bumps generation_ then reads sleepers_. Both are sequentially
+// consistent, so either the worker sees the new generation or the caller sees the sleeper and
+// notifies under mu_ (which it cannot do between the worker's check and its wait).
 #include "cpu/thread_pool.h"
-
 
 #include <immintrin.h>
 
@@ -16,9 +21,10 @@ namespace nitro::cpu {
 namespace {
 
 /// Spin iterations (each a pause, ~40-140 cycles) before a worker sleeps on the condition
-/// variable: long enough to catch back-to-back regions of one layer, short enough not to burn a
-/// core shared with others (~10-50 us).
-constexpr int kSpinIterations = 400;
+/// variable: long enough to bridge the serial work between the regions of one decode token
+/// (norms, top-k, quantizing activations: microseconds), short enough not to burn an idle core
+/// (~0.1-0.5 ms).
+constexpr int kSpinIterations = 4000;
 
 }  // namespace
 
@@ -30,7 +36,8 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 ThreadPool::~ThreadPool() {
     {
         std::lock_guard<std::mutex> lk(mu_);
-        stop_ = true;
+        stop_.store(true, std::memory_order_relaxed);
+        generation_.fetch_add(1, std::memory_order_seq_cst);  // release: stop_ is seen with it
     }
     cv_start_.notify_all();
     for (std::thread& t : threads_) t.join();
@@ -47,6 +54,7 @@ void ThreadPool::run_chunks(int thread_index) {
         } catch (...) {
             std::lock_guard<std::mutex> lk(mu_);
             if (!error_) error_ = std::current_exception();
+            failed_.store(true, std::memory_order_relaxed);
             next_.store(n, std::memory_order_relaxed);  // nobody starts another chunk
             return;
         }
@@ -56,20 +64,22 @@ void ThreadPool::run_chunks(int thread_index) {
 void ThreadPool::worker(int index) {
     uint64_t seen = 0;
     for (;;) {
-        for (int i = 0; i < kSpinIterations && generation_.load(std::memory_order_acquire) == seen; ++i) {
+        uint64_t g = generation_.load(std::memory_order_acquire);
+        for (int i = 0; i < kSpinIterations && g == seen; ++i) {
             _mm_pause();
+            g = generation_.load(std::memory_order_acquire);
         }
-        {
+        if (g == seen) {
             std::unique_lock<std::mutex> lk(mu_);
-            cv_start_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_relaxed) != seen; });
-            if (stop_) return;
-            seen = generation_.load(std::memory_order_relaxed);
+            sleepers_.fetch_add(1, std::memory_order_seq_cst);
+            cv_start_.wait(lk, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+            sleepers_.fetch_sub(1, std::memory_order_relaxed);
+            g = generation_.load(std::memory_order_acquire);
         }
+        seen = g;
+        if (stop_.load(std::memory_order_relaxed)) return;  // ordered by the acquire of generation_
         run_chunks(index);
-        {
-            std::lock_guard<std::mutex> lk(mu_);
-            if (--busy_ == 0) cv_done_.notify_one();
-        }
+        pending_.fetch_sub(1, std::memory_order_release);
     }
 }
 
@@ -82,27 +92,32 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
         for (int64_t b = 0; b < n; b += grain) fn(b, b + grain < n ? b + grain : n, 0);
         return;
     }
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        fn_ = &fn;
-        n_ = n;
-        grain_ = grain;
-        next_.store(0, std::memory_order_relaxed);
-        busy_ = n_threads_ - 1;
-        error_ = nullptr;
-        generation_.fetch_add(1, std::memory_order_release);
+    fn_ = &fn;
+    n_ = n;
+    grain_ = grain;
+    next_.store(0, std::memory_order_relaxed);
+    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes everything above
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+        { std::lock_guard<std::mutex> lk(mu_); }
+        cv_start_.notify_all();
     }
-    cv_start_.notify_all();
     run_chunks(0);
-    std::exception_ptr err;
-    {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_done_.wait(lk, [&] { return busy_ == 0; });
-        fn_ = nullptr;
-        err = error_;
-        error_ = nullptr;
+    for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+        if (spins < kSpinIterations) _mm_pause();
+        else std::this_thread::yield();  // a worker was descheduled: give it the core
     }
-    if (err) std::rethrow_exception(err);
+    fn_ = nullptr;
+    if (failed_.load(std::memory_order_relaxed)) {  // ordered by the acquire of pending_
+        std::exception_ptr err;
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            err = error_;
+            error_ = nullptr;
+        }
+        failed_.store(false, std::memory_order_relaxed);
+        std::rethrow_exception(err);
+    }
 }
 
 }  // namespace nitro::cpu

@@ -41,14 +41,16 @@ private:
 
     int n_threads_;
     std::vector<std::thread> threads_;
-    std::mutex mu_;
-    std::condition_variable cv_start_, cv_done_;
-    std::atomic<uint64_t> generation_{0};  ///< bumped (under mu_) once per parallel region
-    int busy_ = 0;
-    bool stop_ = false;
+    std::mutex mu_;                  ///< guards sleeping (cv_start_) and error_
+    std::condition_variable cv_start_;
+    std::atomic<uint64_t> generation_{0};  ///< bumped once per parallel region
+    std::atomic<int> sleepers_{0};         ///< workers blocked on cv_start_
+    std::atomic<int> pending_{0};          ///< workers not yet done with the current region
+    std::atomic<bool> stop_{false};
+    std::atomic<bool> failed_{false};  ///< error_ was set in the current region
     const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
     int64_t n_ = 0, grain_ = 1;
-    std::atomic<int64_t> next_{0};
+    alignas(64) std::atomic<int64_t> next_{0};
     std::exception_ptr error_;  ///< first exception thrown by fn in the current region (under mu_)
 };
 
