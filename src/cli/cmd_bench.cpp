@@ -48,7 +48,8 @@ Action add_bench(CLI::App& app) {
         for (size_t p = 0; p < e.decode_ms.size(); ++p) {
             const double gb_s = e.decode_ms[p] > 0 ? e.decode_bytes[p] / (e.decode_ms[p] * 1e-3) / 1e9 : 0.0;
             phases.push_back({{"phase", phase_name(static_cast<Phase>(p))}, {"ms_per_token", e.decode_ms[p]},
-                              {"weight_bytes_per_token", e.decode_bytes[p]}, {"gb_s", gb_s}});
+                              {"weight_bytes_per_token", e.decode_bytes[p]}, {"gb_s", gb_s},
+                              {"prompt_ms", e.prompt_ms[p]}});
         }
         j["decode_phases"] = phases;
         if (o->json) {
@@ -64,15 +65,19 @@ Action add_bench(CLI::App& app) {
         std::printf("prompt           %8.2f tok/s  MEASURED (%lld tokens)\n", e.prompt_tok_s, static_cast<long long>(e.n_prompt));
         std::printf("decode           %8.2f tok/s  MEASURED (%lld tokens, %.1f%% of the floor)\n", e.decode_tok_s,
                     static_cast<long long>(e.n_gen), 100.0 * e.decode_tok_s / floor);
-        std::printf("\nwhere decode time goes (MEASURED wall time per token; weight GB/s CALCULATED from it)\n");
-        std::printf("  %-22s %9s %7s %12s %9s\n", "phase", "ms/token", "share", "weights", "GB/s");
-        double total = 0;
+        std::printf("\nwhere the time goes (MEASURED wall time: decode per token, and the whole prompt; weight GB/s\n"
+                    "CALCULATED from the decode time)\n");
+        std::printf("  %-22s %9s %7s %12s %9s %14s %7s\n", "phase", "ms/token", "share", "weights", "GB/s", "prompt ms", "share");
+        double total = 0, total_prompt = 0;
         for (double ms : e.decode_ms) total += ms;
+        for (double ms : e.prompt_ms) total_prompt += ms;
         for (const auto& p : phases) {
             const double ms = p["ms_per_token"].get<double>(), bytes = p["weight_bytes_per_token"].get<double>();
-            std::printf("  %-22s %9.3f %6.1f%% %12s %9s\n", p["phase"].get<std::string>().c_str(), ms, 100.0 * ms / total,
-                        bytes > 0 ? format_bytes(static_cast<uint64_t>(bytes)).c_str() : "-",
-                        bytes > 0 ? fmt::format("{:.1f}", p["gb_s"].get<double>()).c_str() : "-");
+            const double pms = p["prompt_ms"].get<double>();
+            std::printf("  %-22s %9.3f %6.1f%% %12s %9s %14.2f %6.1f%%\n", p["phase"].get<std::string>().c_str(), ms,
+                        100.0 * ms / total, bytes > 0 ? format_bytes(static_cast<uint64_t>(bytes)).c_str() : "-",
+                        bytes > 0 ? fmt::format("{:.1f}", p["gb_s"].get<double>()).c_str() : "-", pms,
+                        100.0 * pms / total_prompt);
         }
         return 0;
     };

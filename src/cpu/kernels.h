@@ -31,9 +31,13 @@ struct ActRow {
 /// n values, a multiple of the weight type's block size; a[j] in vec_dot_type(weight type).
 using DotFn = void (*)(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out);
 
+/// acc[i] += w * v[i] for n F16 values v (attention's weighted V sum).
+using AxpyF16Fn = void (*)(int64_t n, float w, const uint16_t* v, float* acc);
+
 /// One kernel per weight type id (nullptr: no kernel for that type at this level).
 struct Table {
     DotFn dot[kTypeSlots] = {};
+    AxpyF16Fn axpy_f16 = nullptr;
 };
 
 /// Fills the scalar reference kernels (every supported type).

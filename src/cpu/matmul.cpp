@@ -286,6 +286,16 @@ void matmul(ThreadPool& pool, const WeightView& w, const ActBuffer& acts, float*
     matmul_batch(pool, std::span<const MatmulJob>(&j, 1));
 }
 
+float dot_f16(int64_t n, const uint16_t* a, const uint16_t* b) {
+    static const kernels::DotFn f = kernel_for(GgmlType::F16);
+    const kernels::ActRow row{reinterpret_cast<const uint8_t*>(b), nullptr};
+    float r;
+    f(n, reinterpret_cast<const uint8_t*>(a), &row, 1, &r);
+    return r;
+}
+
+void axpy_f16(int64_t n, float w, const uint16_t* v, float* acc) { dispatch().table->axpy_f16(n, w, v, acc); }
+
 float vec_dot_reference(GgmlType w, int64_t n, const void* wrow, const void* arow) {
     row_size(w, n);  // throws if n is not a multiple of the block size
     return kernels::dot_scalar(w, n, wrow, arow);

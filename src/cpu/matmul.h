@@ -79,6 +79,12 @@ void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs);
 /// out [n_tokens, w.n_rows] = acts [n_tokens, ne0] x w^T.
 void matmul(ThreadPool& pool, const WeightView& w, const ActBuffer& acts, float* out);
 
+/// sum_i a[i] * b[i] over n F16 values, accumulated in F32 by the F16 x F16 vec-dot kernel of
+/// kernel_isa() (the attention score of an F16 query against an F16 K cache row).
+float dot_f16(int64_t n, const uint16_t* a, const uint16_t* b);
+/// acc[i] += w * v[i] for n F16 values (the weighted sum of F16 V cache rows), kernel_isa()'s kernel.
+void axpy_f16(int64_t n, float w, const uint16_t* v, float* acc);
+
 /// Dot product of one weight row (type w, n values) with one activation row of vec_dot_type(w).
 /// The scalar reference, used by tests; kernels may reassociate within a block.
 float vec_dot_reference(GgmlType w, int64_t n, const void* wrow, const void* arow);

@@ -7,6 +7,8 @@
 #define NITRO_SIMD_VNNI 0
 #include "cpu/simd_x86.h"
 
+#include <cmath>
+
 namespace nitro::cpu::kernels {
 namespace {
 
@@ -167,9 +169,21 @@ void dot_nt(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) {
     by_nt<K>(n, w, a, nt, out);
 }
 
+/// acc += w * v, 8 F16 values per step (F16C + FMA), tail one by one.
+void axpy_f16_avx2(int64_t n, float w, const uint16_t* v, float* acc) {
+    const __m256 wv = _mm256_set1_ps(w);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i)));
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, x, _mm256_loadu_ps(acc + i)));
+    }
+    for (; i < n; ++i) acc[i] = std::fma(w, h2f(reinterpret_cast<const uint8_t*>(v + i)), acc[i]);
+}
+
 }  // namespace
 
 void fill_avx2(Table& t) {
+    t.axpy_f16 = axpy_f16_avx2;
     t.dot[static_cast<int>(GgmlType::Q8_0)] = Blocks32<DecQ8_0>::dot;
     t.dot[static_cast<int>(GgmlType::Q4_0)] = Blocks32<DecQ4_0>::dot;
     t.dot[static_cast<int>(GgmlType::MXFP4)] = Blocks32<DecMxfp4>::dot;

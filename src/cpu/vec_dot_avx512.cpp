@@ -316,9 +316,25 @@ void dot_nt(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) {
     by_nt<K>(n, w, a, nt, out);
 }
 
+/// acc += w * v, 16 F16 values per step, the rest through a masked step.
+void axpy_f16_avx512(int64_t n, float w, const uint16_t* v, float* acc) {
+    const __m512 wv = _mm512_set1_ps(w);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i)));
+        _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(wv, x, _mm512_loadu_ps(acc + i)));
+    }
+    if (i < n) {
+        const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+        const __m512 x = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, v + i));
+        _mm512_mask_storeu_ps(acc + i, m, _mm512_fmadd_ps(wv, x, _mm512_maskz_loadu_ps(m, acc + i)));
+    }
+}
+
 }  // namespace
 
 void fill_avx512(Table& t) {
+    t.axpy_f16 = axpy_f16_avx512;
     t.dot[static_cast<int>(GgmlType::Q8_0)] = Pairs32<Dec2Q8_0>::dot;
     t.dot[static_cast<int>(GgmlType::Q4_0)] = Pairs32<Dec2Q4_0>::dot;
     t.dot[static_cast<int>(GgmlType::MXFP4)] = Pairs32<Dec2Mxfp4>::dot;

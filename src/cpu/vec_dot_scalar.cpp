@@ -363,7 +363,14 @@ RowDot row_dot(GgmlType t) {
 
 }  // namespace
 
+namespace {
+void axpy_f16_scalar(int64_t n, float w, const uint16_t* v, float* acc) {
+    for (int64_t i = 0; i < n; ++i) acc[i] += w * fp16_to_f32(v[i]);
+}
+}  // namespace
+
 void fill_scalar(Table& t) {
+    t.axpy_f16 = axpy_f16_scalar;
     t.dot[static_cast<int>(GgmlType::F32)] = multi<dot_f32>;
     t.dot[static_cast<int>(GgmlType::F16)] = multi<dot_f16>;
     t.dot[static_cast<int>(GgmlType::BF16)] = multi<dot_bf16>;

@@ -74,9 +74,11 @@ EngineBench bench_engine(const Model& model, const SessionOptions& so, int64_t n
     std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(std::min<int64_t>(model.n_vocab(), 1000)));
     std::vector<float> logits;
+    s.reset_phase_times();
     auto t = Clock::now();
     s.eval(prompt, false, logits);
     b.prompt_tok_s = static_cast<double>(n_prompt) / secs(t);
+    for (size_t p = 0; p < b.prompt_ms.size(); ++p) b.prompt_ms[p] = 1000.0 * s.phase_times()[p];
     s.reset_phase_times();
     t = Clock::now();
     for (int64_t i = 0; i < n_gen; ++i) {

@@ -17,6 +17,7 @@ double measure_read_bandwidth(cpu::ThreadPool& pool, size_t bytes = size_t{1} <<
 struct EngineBench {
     int64_t n_prompt = 0, n_gen = 0;
     double prompt_tok_s = 0, decode_tok_s = 0;
+    PhaseTimes prompt_ms{};     ///< prompt (prefill) time in each phase, ms for the whole prompt
     PhaseTimes decode_ms{};     ///< decode time per token in each phase, ms (Session::phase_times)
     PhaseTimes decode_bytes{};  ///< weight bytes one decode token reads in each phase (0: none)
 };

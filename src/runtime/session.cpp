@@ -161,37 +161,43 @@ void Session::attention_block(int il, int64_t n, int64_t pos0) {
     s.jobs.clear();
     s.jobs.push_back({cpu::weight_view(*L.wq), &s.acts, nullptr, n, s.q.data(), nq});
     s.jobs.push_back({cpu::weight_view(*L.wk), same ? &s.acts : &s.acts2, nullptr, n, s.k.data(), nk});
-    cpu::matmul_batch(*pool_, s.jobs);
-    if (!same) cpu::quantize_acts(s.h.data(), n, E, L.wv->type, s.acts2);
-    s.jobs.clear();
+    if (!same) {
+        cpu::matmul_batch(*pool_, s.jobs);
+        cpu::quantize_acts(s.h.data(), n, E, L.wv->type, s.acts2);
+        s.jobs.clear();
+    }
     s.jobs.push_back({cpu::weight_view(*L.wv), same ? &s.acts : &s.acts2, nullptr, n, s.v.data(), nv});
     cpu::matmul_batch(*pool_, s.jobs);
 
-    for (int64_t i = 0; i < n; ++i) {
-        float* q = &s.q[i * nq];
-        float* k = &s.k[i * nk];
-        float* v = &s.v[i * nv];
-        if (L.bq) cpu::add(q, f32(L.bq), nq);
-        if (L.bk) cpu::add(k, f32(L.bk), nk);
-        if (L.bv) cpu::add(v, f32(L.bv), nv);
-        if (L.q_norm) {
-            for (int64_t h = 0; h < hp.n_head; ++h) cpu::rms_norm(q + h * hd, f32(L.q_norm), hd, eps, q + h * hd);
-            for (int64_t h = 0; h < hp.n_head_kv; ++h) cpu::rms_norm(k + h * hd, f32(L.k_norm), hd, eps, k + h * hd);
+    // Per token: biases, q/k norm, RoPE, append K and V to the cache in F16 (tokens independent).
+    pool_->parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) {
+            float* q = &s.q[i * nq];
+            float* k = &s.k[i * nk];
+            float* v = &s.v[i * nv];
+            if (L.bq) cpu::add(q, f32(L.bq), nq);
+            if (L.bk) cpu::add(k, f32(L.bk), nk);
+            if (L.bv) cpu::add(v, f32(L.bv), nv);
+            if (L.q_norm) {
+                for (int64_t h = 0; h < hp.n_head; ++h) cpu::rms_norm(q + h * hd, f32(L.q_norm), hd, eps, q + h * hd);
+                for (int64_t h = 0; h < hp.n_head_kv; ++h) cpu::rms_norm(k + h * hd, f32(L.k_norm), hd, eps, k + h * hd);
+            }
+            const float* rc = &s.rope_cache[i * rope_.n_rot];
+            cpu::rope_neox(q, hp.n_head, hd, rope_.n_rot, rc);
+            cpu::rope_neox(k, hp.n_head_kv, hd, rope_.n_rot, rc);
+            // Append K and V to the cache in F16.
+            uint16_t* kc = kv_->k(il, pos0 + i);
+            uint16_t* vc = kv_->v(il, pos0 + i);
+            for (int64_t d = 0; d < nk; ++d) kc[d] = f32_to_fp16(k[d]);
+            for (int64_t d = 0; d < nv; ++d) vc[d] = f32_to_fp16(v[d]);
         }
-        const float* rc = &s.rope_cache[i * rope_.n_rot];
-        cpu::rope_neox(q, hp.n_head, hd, rope_.n_rot, rc);
-        cpu::rope_neox(k, hp.n_head_kv, hd, rope_.n_rot, rc);
-        // Append K and V to the cache in F16.
-        uint16_t* kc = kv_->k(il, pos0 + i);
-        uint16_t* vc = kv_->v(il, pos0 + i);
-        for (int64_t d = 0; d < nk; ++d) kc[d] = f32_to_fp16(k[d]);
-        for (int64_t d = 0; d < nv; ++d) vc[d] = f32_to_fp16(v[d]);
-    }
+    });
     mark(Phase::AttnProj);
 
     // Attention: one task per (token, head). Query rounded to F16 like llama.cpp's CPU flash
     // attention (Q is converted to the K cache's type before the dot products); scores, softmax
-    // (with the sink logit in the denominator) and the V sum in F32.
+    // (with the sink logit in the denominator) and the V sum in F32, with the F16 SIMD kernels
+    // of src/cpu (cpu::dot_f16, cpu::axpy_f16).
     s.attn.resize(static_cast<size_t>(n * no));
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const int64_t group = hp.n_head / hp.n_head_kv;
@@ -199,20 +205,20 @@ void Session::attention_block(int il, int64_t n, int64_t pos0) {
     const float* sinks = f32(L.sinks);
     KvCache& kv = *kv_;
     pool_->parallel_for(n * hp.n_head, 1, [&](int64_t b, int64_t e, int) {
-        std::vector<float> qh(static_cast<size_t>(hd)), scores, acc(static_cast<size_t>(hdv));
+        thread_local std::vector<float> scores, acc;
+        thread_local std::vector<uint16_t> qh;
+        qh.resize(static_cast<size_t>(hd));
+        acc.resize(static_cast<size_t>(hdv));
         for (int64_t task = b; task < e; ++task) {
             const int64_t i = task / hp.n_head, h = task % hp.n_head, kvh = h / group;
             const int64_t p = pos0 + i;
             const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
             const float* q = &s.q[i * nq + h * hd];
-            for (int64_t d = 0; d < hd; ++d) qh[static_cast<size_t>(d)] = fp16_to_f32(f32_to_fp16(q[d]));
+            for (int64_t d = 0; d < hd; ++d) qh[static_cast<size_t>(d)] = f32_to_fp16(q[d]);
             scores.resize(static_cast<size_t>(p - lo + 1));
             float m = sinks ? sinks[h] : -INFINITY;
             for (int64_t j = lo; j <= p; ++j) {
-                const uint16_t* kr = kv.k(il, j) + kvh * hd;
-                float dot = 0.f;
-                for (int64_t d = 0; d < hd; ++d) dot += qh[static_cast<size_t>(d)] * fp16_to_f32(kr[d]);
-                const float sc = dot * scale;
+                const float sc = cpu::dot_f16(hd, kv.k(il, j) + kvh * hd, qh.data()) * scale;
                 scores[static_cast<size_t>(j - lo)] = sc;
                 m = std::max(m, sc);
             }
@@ -221,15 +227,13 @@ void Session::attention_block(int il, int64_t n, int64_t pos0) {
             for (int64_t j = lo; j <= p; ++j) {
                 const float w = std::exp(scores[static_cast<size_t>(j - lo)] - m);
                 denom += w;
-                const uint16_t* vr = kv.v(il, j) + kvh * hdv;
-                for (int64_t d = 0; d < hdv; ++d) acc[static_cast<size_t>(d)] += w * fp16_to_f32(vr[d]);
+                cpu::axpy_f16(hdv, w, kv.v(il, j) + kvh * hdv, acc.data());
             }
             const float inv = static_cast<float>(1.0 / denom);
             float* out = &s.attn[i * no + h * hdv];
             for (int64_t d = 0; d < hdv; ++d) out[d] = acc[static_cast<size_t>(d)] * inv;
         }
     });
-
     mark(Phase::Attention);
 
     // Output projection and residual.
@@ -319,16 +323,21 @@ void Session::moe_block(int il, int64_t n, int64_t pos0) {
     cpu::matmul_batch(*pool_, s.jobs);
     mark(Phase::ExpertGateUp);
 
-    // Biases and activation, row by row in grouped order.
-    for (int64_t g = 0; g < R; ++g) {
-        const int64_t e = s.sel[static_cast<size_t>(s.group_rows[static_cast<size_t>(g)])];
-        float* gr = &s.gate[g * F];
-        float* ur = &s.up[g * F];
-        if (L.gate_exps_b) cpu::add(gr, f32(L.gate_exps_b) + e * F, F);
-        if (L.up_exps_b) cpu::add(ur, f32(L.up_exps_b) + e * F, F);
-        if (cfg.act == FfnAct::SwigluOai) cpu::swiglu_oai(gr, ur, F, 1.702f, 7.0f, gr);
-        else cpu::swiglu(gr, ur, F, gr);
-    }
+    // Biases and activation in grouped order, in slices of 256 values so decode's few rows still
+    // spread over the pool (element-wise: the slicing does not change any value).
+    const int64_t slices = (F + 255) / 256;
+    pool_->parallel_for(R * slices, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t task = b; task < e; ++task) {
+            const int64_t g = task / slices, c0 = (task % slices) * 256, c = std::min<int64_t>(256, F - c0);
+            const int64_t ex = s.sel[static_cast<size_t>(s.group_rows[static_cast<size_t>(g)])];
+            float* gr = &s.gate[g * F + c0];
+            float* ur = &s.up[g * F + c0];
+            if (L.gate_exps_b) cpu::add(gr, f32(L.gate_exps_b) + ex * F + c0, c);
+            if (L.up_exps_b) cpu::add(ur, f32(L.up_exps_b) + ex * F + c0, c);
+            if (cfg.act == FfnAct::SwigluOai) cpu::swiglu_oai(gr, ur, c, 1.702f, 7.0f, gr);
+            else cpu::swiglu(gr, ur, c, gr);
+        }
+    });
 
     // down for every selected expert.
     s.down.resize(static_cast<size_t>(R * E));
