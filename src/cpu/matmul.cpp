@@ -219,31 +219,62 @@ GgmlType vec_dot_type(GgmlType weight) {
     }
 }
 
-void quantize_acts(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type, ActBuffer& out) {
+namespace {
+
+/// Shared body of both quantize_acts: sizes `out`, then `for_pieces(n_pieces, fn)` runs
+/// fn(piece) for every piece of kActPiece values (whole blocks; blocks are independent, so the
+/// bytes do not depend on the split).
+constexpr int64_t kActPiece = 1024;
+
+template <class ForPieces>
+void quantize_acts_impl(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type, ActBuffer& out,
+                        ForPieces&& for_pieces) {
     const GgmlType vt = vec_dot_type(weight_type);
     if (n_tokens < 0) fail("quantize_acts: negative token count {}", n_tokens);
     const size_t rb = row_size(vt, ne0);  // throws if ne0 is not a multiple of the block size
     const QuantizeFn q = type_traits(vt).quantize;
     NITRO_CHECK(q != nullptr);
+    const auto& tt = type_traits(vt);
+    NITRO_CHECK(kActPiece % tt.block_size == 0);
     out.type = vt;
     out.ne0 = ne0;
     out.n_tokens = n_tokens;
     out.row_bytes = rb;
     out.data.resize(rb * static_cast<size_t>(n_tokens));
-    for (int64_t t = 0; t < n_tokens; ++t) q(x + t * ne0, out.data.data() + static_cast<size_t>(t) * rb, ne0);
+    const bool scales = has_block_scales(vt);
+    const int64_t nb = ne0 / 32;
     out.block_scales.clear();
-    if (has_block_scales(vt)) {
-        const int64_t nb = ne0 / 32;
-        const size_t bb = type_traits(vt).type_size;  // d is the first field of both blocks
-        out.block_scales.resize(static_cast<size_t>(n_tokens * nb));
-        for (int64_t t = 0; t < n_tokens; ++t) {
-            for (int64_t b = 0; b < nb; ++b) {
-                uint16_t h;
-                std::memcpy(&h, out.row(t) + b * bb, 2);
+    if (scales) out.block_scales.resize(static_cast<size_t>(n_tokens * nb));
+    const int64_t per_row = (ne0 + kActPiece - 1) / kActPiece;
+    for_pieces(n_tokens * per_row, [&](int64_t piece) {
+        const int64_t t = piece / per_row, v0 = (piece % per_row) * kActPiece, nv = std::min(kActPiece, ne0 - v0);
+        const size_t off = static_cast<size_t>(v0 / tt.block_size) * tt.type_size;
+        q(x + t * ne0 + v0, out.data.data() + static_cast<size_t>(t) * rb + off, nv);
+        if (scales) {
+            for (int64_t b = v0 / 32; b < (v0 + nv) / 32; ++b) {
+                uint16_t h;  // d is the first field of both Q8_0 and Q8_1 blocks
+                std::memcpy(&h, out.row(t) + b * static_cast<int64_t>(tt.type_size), 2);
                 out.block_scales[static_cast<size_t>(t * nb + b)] = fp16_to_f32(h);
             }
         }
-    }
+    });
+}
+
+}  // namespace
+
+void quantize_acts(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type, ActBuffer& out) {
+    quantize_acts_impl(x, n_tokens, ne0, weight_type, out, [](int64_t n, const auto& fn) {
+        for (int64_t i = 0; i < n; ++i) fn(i);
+    });
+}
+
+void quantize_acts(ThreadPool& pool, const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type,
+                   ActBuffer& out) {
+    quantize_acts_impl(x, n_tokens, ne0, weight_type, out, [&pool](int64_t n, const auto& fn) {
+        pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
+            for (int64_t i = b; i < e; ++i) fn(i);
+        });
+    });
 }
 
 void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs) {

@@ -60,6 +60,10 @@ struct ActBuffer {
 /// (reusing its storage), and fills out.block_scales. ne0 must be a multiple of that type's block
 /// size. The bytes are exactly src/quant's reference quantizer's (nitro::quantize).
 void quantize_acts(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type, ActBuffer& out);
+/// The same, with the rows cut into 1024-value pieces spread over `pool` (same bytes: blocks are
+/// independent).
+void quantize_acts(ThreadPool& pool, const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type,
+                   ActBuffer& out);
 
 /// One product of a batch: for t in [0, n_tokens), r in [0, w.n_rows):
 ///   out[t * out_stride + r] = dot(w.row(r), acts->row(token_ids ? token_ids[t] : t)).

@@ -133,7 +133,7 @@ void Session::forward_chunk(std::span<const int32_t> tokens, bool all_logits, fl
         const int64_t n_out = n - first;
         for (int64_t i = first; i < n; ++i)
             cpu::rms_norm(&s.x[i * E], f32(&model_.output_norm()), E, static_cast<float>(hp.rms_eps), &s.h[(i - first) * E]);
-        cpu::quantize_acts(s.h.data(), n_out, E, model_.output().type, s.acts);
+        cpu::quantize_acts(*pool_, s.h.data(), n_out, E, model_.output().type, s.acts);
         cpu::matmul(*pool_, cpu::weight_view(model_.output()), s.acts, logits_out);
     }
     mark(Phase::LmHead);
@@ -148,22 +148,24 @@ void Session::attention_block(int il, int64_t n, int64_t pos0) {
     const int64_t nq = hp.n_head * hd, nk = hp.n_head_kv * hd, nv = hp.n_head_kv * hdv, no = hp.n_head * hdv;
     const float eps = static_cast<float>(hp.rms_eps);
 
-    for (int64_t i = 0; i < n; ++i) cpu::rms_norm(&s.x[i * E], f32(L.attn_norm), E, eps, &s.h[i * E]);
+    pool_->parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) cpu::rms_norm(&s.x[i * E], f32(L.attn_norm), E, eps, &s.h[i * E]);
+    });
 
     // q, k, v projections in one parallel region (they share the quantized input when the
     // weight types agree, which they do in practice; otherwise quantize per type).
     s.q.resize(static_cast<size_t>(n * nq));
     s.k.resize(static_cast<size_t>(n * nk));
     s.v.resize(static_cast<size_t>(n * nv));
-    cpu::quantize_acts(s.h.data(), n, E, L.wq->type, s.acts);
+    cpu::quantize_acts(*pool_, s.h.data(), n, E, L.wq->type, s.acts);
     const bool same = L.wk->type == L.wq->type && L.wv->type == L.wq->type;
-    if (!same) cpu::quantize_acts(s.h.data(), n, E, L.wk->type, s.acts2);
+    if (!same) cpu::quantize_acts(*pool_, s.h.data(), n, E, L.wk->type, s.acts2);
     s.jobs.clear();
     s.jobs.push_back({cpu::weight_view(*L.wq), &s.acts, nullptr, n, s.q.data(), nq});
     s.jobs.push_back({cpu::weight_view(*L.wk), same ? &s.acts : &s.acts2, nullptr, n, s.k.data(), nk});
     if (!same) {
         cpu::matmul_batch(*pool_, s.jobs);
-        cpu::quantize_acts(s.h.data(), n, E, L.wv->type, s.acts2);
+        cpu::quantize_acts(*pool_, s.h.data(), n, E, L.wv->type, s.acts2);
         s.jobs.clear();
     }
     s.jobs.push_back({cpu::weight_view(*L.wv), same ? &s.acts : &s.acts2, nullptr, n, s.v.data(), nv});
@@ -238,7 +240,7 @@ void Session::attention_block(int il, int64_t n, int64_t pos0) {
 
     // Output projection and residual.
     s.proj.resize(static_cast<size_t>(n * E));
-    cpu::quantize_acts(s.attn.data(), n, no, L.wo->type, s.acts);
+    cpu::quantize_acts(*pool_, s.attn.data(), n, no, L.wo->type, s.acts);
     cpu::matmul(*pool_, cpu::weight_view(*L.wo), s.acts, s.proj.data());
     for (int64_t i = 0; i < n; ++i) {
         float* o = &s.proj[i * E];
@@ -256,11 +258,13 @@ void Session::moe_block(int il, int64_t n, int64_t pos0) {
     const int64_t E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used, F = hp.n_ff_exp;
     const float eps = static_cast<float>(hp.rms_eps);
 
-    for (int64_t i = 0; i < n; ++i) cpu::rms_norm(&s.x[i * E], f32(L.ffn_norm), E, eps, &s.h[i * E]);
+    pool_->parallel_for(n, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) cpu::rms_norm(&s.x[i * E], f32(L.ffn_norm), E, eps, &s.h[i * E]);
+    });
 
     // Router (llama.cpp build_moe_ffn): logits, expert selection and weights per token.
     s.router.resize(static_cast<size_t>(n * X));
-    cpu::quantize_acts(s.h.data(), n, E, L.gate_inp->type, s.acts);
+    cpu::quantize_acts(*pool_, s.h.data(), n, E, L.gate_inp->type, s.acts);
     cpu::matmul(*pool_, cpu::weight_view(*L.gate_inp), s.acts, s.router.data());
     s.sel.resize(static_cast<size_t>(n * K));
     s.sel_w.resize(static_cast<size_t>(n * K));
@@ -309,9 +313,9 @@ void Session::moe_block(int il, int64_t n, int64_t pos0) {
     // gate and up for every selected expert in one parallel region.
     s.gate.resize(static_cast<size_t>(R * F));
     s.up.resize(static_cast<size_t>(R * F));
-    cpu::quantize_acts(s.h.data(), n, E, L.gate_exps->type, s.acts);
+    cpu::quantize_acts(*pool_, s.h.data(), n, E, L.gate_exps->type, s.acts);
     const bool same_up = L.up_exps->type == L.gate_exps->type;
-    if (!same_up) cpu::quantize_acts(s.h.data(), n, E, L.up_exps->type, s.acts2);
+    if (!same_up) cpu::quantize_acts(*pool_, s.h.data(), n, E, L.up_exps->type, s.acts2);
     s.jobs.clear();
     for (int64_t e = 0; e < X; ++e) {
         const int64_t b = count[static_cast<size_t>(e)], c = count[static_cast<size_t>(e) + 1] - b;
@@ -341,7 +345,7 @@ void Session::moe_block(int il, int64_t n, int64_t pos0) {
 
     // down for every selected expert.
     s.down.resize(static_cast<size_t>(R * E));
-    cpu::quantize_acts(s.gate.data(), R, F, L.down_exps->type, s.acts);
+    cpu::quantize_acts(*pool_, s.gate.data(), R, F, L.down_exps->type, s.acts);
     s.jobs.clear();
     for (int64_t e = 0; e < X; ++e) {
         const int64_t b = count[static_cast<size_t>(e)], c = count[static_cast<size_t>(e) + 1] - b;
@@ -351,19 +355,22 @@ void Session::moe_block(int il, int64_t n, int64_t pos0) {
     cpu::matmul_batch(*pool_, s.jobs);
     mark(Phase::ExpertDown);
 
-    // Weighted sum over the token's experts in router order (fixed order), plus residual.
-    for (int64_t i = 0; i < n; ++i) {
-        float* x = &s.x[i * E];
-        for (int64_t j = 0; j < K; ++j) {
-            const int64_t r = i * K + j;
-            const int64_t e = s.sel[static_cast<size_t>(r)];
-            float* d = &s.down[static_cast<int64_t>(s.row_of[static_cast<size_t>(r)]) * E];
-            if (L.down_exps_b) cpu::add(d, f32(L.down_exps_b) + e * E, E);
-            const float w = s.sel_w[static_cast<size_t>(r)];
-            for (int64_t c = 0; c < E; ++c) s.h[i * E + c] = (j == 0 ? 0.f : s.h[i * E + c]) + w * d[c];
+    // Weighted sum over the token's experts in router order (fixed order), plus residual; tokens
+    // in parallel.
+    pool_->parallel_for(n, 1, [&](int64_t b, int64_t e_, int) {
+        for (int64_t i = b; i < e_; ++i) {
+            float* x = &s.x[i * E];
+            for (int64_t j = 0; j < K; ++j) {
+                const int64_t r = i * K + j;
+                const int64_t e = s.sel[static_cast<size_t>(r)];
+                float* d = &s.down[static_cast<int64_t>(s.row_of[static_cast<size_t>(r)]) * E];
+                if (L.down_exps_b) cpu::add(d, f32(L.down_exps_b) + e * E, E);
+                const float w = s.sel_w[static_cast<size_t>(r)];
+                for (int64_t c = 0; c < E; ++c) s.h[i * E + c] = (j == 0 ? 0.f : s.h[i * E + c]) + w * d[c];
+            }
+            cpu::add(x, &s.h[i * E], E);
         }
-        cpu::add(x, &s.h[i * E], E);
-    }
+    });
     mark(Phase::MoeSum);
 }
 
