@@ -119,13 +119,18 @@ struct Dec2Iq4Nl : DecIq4Nl {
 /// 32-value weight blocks x Q8_0, two blocks per zmm: |w| (vpabsb) times y negated where w < 0
 /// (mask from vpmovb2m), vpdpbusd, int32 -> float, times [dw0*dy0 x8 | dw1*dy1 x8]. An odd last
 /// block goes through the 256-bit path. Activations are in [-127, 127] (the Q8_0 quantizer), so
-/// negating y never overflows.
+/// negating y never overflows. Per token and block pair: the two 32-byte quant fields (34 bytes
+/// apart) in one plain and one masked load, the two f32 activation scales in one 8-byte load
+/// spread by vpermps; the weight scales are spread once per pair for all tokens. The scale
+/// product is the same f32 multiply dw * dy as in the scalar order, so values do not change.
 template <class Dec, int NT>
 struct Blocks32x2 {
     static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
         const Dec dec{};
         __m512 acc[NT];
         for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+        const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+        constexpr __mmask64 kHigh = 0xFFFFFFFF00000000ull;
         const int64_t nb = n / 32;
         int64_t ib = 0;
         for (; ib + 2 <= nb; ib += 2) {
@@ -135,16 +140,17 @@ struct Blocks32x2 {
             const __m512i wq = dec.pair(x0, x1);
             const __m512i wabs = _mm512_abs_epi8(wq);
             const __mmask64 neg = _mm512_movepi8_mask(wq);
-            const float dw0 = dec.scale(x0), dw1 = dec.scale(x1);
+            const __m512 wsc = _mm512_insertf32x8(_mm512_set1_ps(dec.scale(x0)), _mm256_set1_ps(dec.scale(x1)), 1);
             for (int t = 0; t < NT; ++t) {
                 const uint8_t* y0 = a[t].q + ib * 34 + 2;
-                const __m512i y = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y0))),
-                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y0 + 34)), 1);
+                // lanes 0-31: block ib's quants; lanes 32-63: block ib+1's (y0 + 34 = (y0 + 2) + 32).
+                const __m512i y = _mm512_mask_loadu_epi8(
+                    _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y0))), kHigh, y0 + 2);
                 const __m512i ys = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
                 const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs, ys);
-                const __m512 sc = _mm512_insertf32x8(_mm512_set1_ps(dw0 * a[t].d[ib]), _mm256_set1_ps(dw1 * a[t].d[ib + 1]), 1);
-                acc[t] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(p), acc[t]);
+                const __m512 ysc = _mm512_permutexvar_ps(
+                    spread, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(a[t].d + ib)))));
+                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(wsc, ysc), _mm512_cvtepi32_ps(p), acc[t]);
             }
         }
         float tail[NT] = {};
