@@ -5,9 +5,9 @@
 // the same threads). Weights are a pool of ~1 GiB of experts (far above the last-level cache)
 // and each iteration takes the next expert, as MoE decode does, so bytes really come from DRAM.
 //
-//   ./build/bench/nitro_bench_matmul                         # all
-//   ./build/bench/nitro_bench_matmul --benchmark_filter=Mxfp4
-//   NITRO_ISA=avx2 ./build/bench/nitro_bench_matmul          # force a lower ISA
+//   ./build/bench/bench_matmul                         # all
+//   ./build/bench/bench_matmul --benchmark_filter=Mxfp4
+//   NITRO_ISA=avx2 ./build/bench/bench_matmul          # force a lower ISA
 //
 // Counters: weight_GB/s (weight bytes streamed / wall time), tok/s for the prefill variants.
 // Argument: threads (1 and all hardware threads).
