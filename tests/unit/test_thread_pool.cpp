@@ -72,6 +72,27 @@ TEST(ThreadPool, ManyBackToBackRegions) {
     EXPECT_EQ(sum.load(), expect);
 }
 
+TEST(ThreadPool, SleepingWorkersWakeForTheNextRegion) {
+    // After an idle pause the workers have left their spin and sleep on the condition variable;
+    // the next region must wake them (a lost wake-up would leave the work to the caller alone,
+    // which WorkersParticipate-style counting detects, or hang at the done count).
+    ThreadPool pool(3);
+    for (int rep = 0; rep < 5; ++rep) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        std::vector<std::atomic<int>> by_thread(3);
+        std::atomic<int64_t> count{0};
+        pool.parallel_for(30, 1, [&](int64_t b, int64_t e, int ti) {
+            by_thread[static_cast<size_t>(ti)]++;
+            count += e - b;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        });
+        EXPECT_EQ(count.load(), 30);
+        int active = 0;
+        for (auto& c : by_thread) active += c.load() > 0;
+        EXPECT_GE(active, 2) << "repetition " << rep;
+    }
+}
+
 TEST(ThreadPool, WorkersParticipate) {
     // With slow chunks, more than one thread must take part (the pool is not serial).
     ThreadPool pool(3);
