@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "runtime/default_model.h"
+#include "runtime/route_trace.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/detokenize.h"
@@ -79,19 +80,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     std::unique_ptr<TraceWriter> trace;
     if (!opt.trace_path.empty()) {
         trace = std::make_unique<TraceWriter>(opt.trace_path, trace_header_from_model(model.gguf(), true));
-        std::vector<ExpertId> ids;
-        const bool ok = session.set_route_callback([&trace, ids](const RouteEvent& e) mutable {
-            ids.assign(e.experts.begin(), e.experts.end());
-            TraceRecordIn rec;
-            rec.seq = 0;
-            rec.pos = static_cast<uint32_t>(e.pos);
-            rec.phase = e.prefill ? TracePhase::Prefill : TracePhase::Decode;
-            rec.layer = static_cast<uint32_t>(e.layer);
-            rec.ids = ids;
-            rec.weights = e.weights;
-            trace->write(rec);
-        });
-        if (!ok) fail("--trace: routing capture is not available with this engine ({})", session.describe());
+        capture_routes(session, *trace, [] { return uint32_t{0}; });
     }
     if (static_cast<int64_t>(r.prompt_ids.size()) + opt.n_predict > session.n_ctx())
         fail("the prompt ({} tokens) plus {} generated tokens do not fit the context of {} tokens (-c)",

@@ -100,15 +100,19 @@ json ChatResponseBuilder::chunk_base() const {
     return c;
 }
 
-void ChatResponseBuilder::push_chunk(json delta, std::vector<json>& chunks) {
-    if (!cfg_.stream) return;
-    json c = chunk_base();
-    json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+void ChatResponseBuilder::attach_new_logprobs(json& choice) {
     if (cfg_.logprobs && logprobs_sent_ < logprobs_.size()) {
         json part = json::array();
         for (; logprobs_sent_ < logprobs_.size(); ++logprobs_sent_) part.push_back(logprobs_[logprobs_sent_]);
         choice["logprobs"] = {{"content", std::move(part)}};
     }
+}
+
+void ChatResponseBuilder::push_chunk(json delta, std::vector<json>& chunks) {
+    if (!cfg_.stream) return;
+    json c = chunk_base();
+    json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    attach_new_logprobs(choice);
     c["choices"] = json::array({std::move(choice)});
     chunks.push_back(std::move(c));
 }
@@ -182,11 +186,7 @@ void ChatResponseBuilder::finish(FinishCause cause, const Usage& usage, std::vec
     if (!cfg_.stream) return;
     json c = chunk_base();
     json choice = {{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_reason_}};
-    if (cfg_.logprobs && logprobs_sent_ < logprobs_.size()) {
-        json part = json::array();
-        for (; logprobs_sent_ < logprobs_.size(); ++logprobs_sent_) part.push_back(logprobs_[logprobs_sent_]);
-        choice["logprobs"] = {{"content", std::move(part)}};
-    }
+    attach_new_logprobs(choice);
     c["choices"] = json::array({std::move(choice)});
     chunks.push_back(std::move(c));
     if (cfg_.include_usage) {

@@ -65,6 +65,8 @@ private:
     /// Emits parser deltas (stop matching, tool-call limits, ids); false when generation should stop.
     bool emit(std::vector<ChatDelta> deltas, std::vector<nlohmann::json>& chunks);
     void push_chunk(nlohmann::json delta, std::vector<nlohmann::json>& chunks);
+    /// Streaming: puts the logprobs entries not yet sent into `choice` ("logprobs": {"content": [...]}).
+    void attach_new_logprobs(nlohmann::json& choice);
     nlohmann::json chunk_base() const;
 
     const Tokenizer& tok_;

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "runtime/model.h"
+#include "runtime/route_trace.h"
 #include "trace/model_header.h"
 #include "trace/trace_file.h"
 
@@ -53,18 +54,7 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
     max_rewind_ = swa ? std::max<int64_t>(0, opt.session.n_ubatch - 1) : std::numeric_limits<int64_t>::max();
     if (!opt.trace_path.empty()) {
         trace_ = std::make_unique<TraceWriter>(opt.trace_path, trace_header_from_model(model.gguf(), true));
-        const bool ok = session_->set_route_callback([this, ids = std::vector<ExpertId>()](const RouteEvent& e) mutable {
-            ids.assign(e.experts.begin(), e.experts.end());
-            TraceRecordIn rec;
-            rec.seq = static_cast<uint32_t>(current_seq_);
-            rec.pos = static_cast<uint32_t>(e.pos);
-            rec.phase = e.prefill ? TracePhase::Prefill : TracePhase::Decode;
-            rec.layer = static_cast<uint32_t>(e.layer);
-            rec.ids = ids;
-            rec.weights = e.weights;
-            trace_->write(rec);
-        });
-        if (!ok) fail("--trace: routing capture is not available with this engine ({})", session_->describe());
+        capture_routes(*session_, *trace_, [this] { return static_cast<uint32_t>(current_seq_); });
     }
     thread_ = std::thread([this] { worker(); });
 }
