@@ -9,7 +9,8 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev libpcre2-dev libcpp-httplib-dev
       nodejs curl
       libgtest-dev libgmock-dev libbenchmark-dev
-      clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev
+      qemu-user binutils)
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 missing=()

@@ -1,13 +1,48 @@
 // nitro: the command-line front end. `nitro --help` lists the subcommands.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/version.h"
+#include "cpu/cpu_features.h"
+#include "cpu/matmul.h"
+
+#include <fmt/format.h>
 
 #ifdef NITRO_HAS_CUDA
 #include "cuda/gpu_session.h"
 #endif
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <thread>
+
+namespace {
+
+/// `nitro --version`: the build, the CPU features found and the kernel level chosen.
+std::string version_text() {
+    using namespace nitro;
+    const cpu::CpuFeatures& f = cpu::cpu_features();
+    std::string avail;
+    for (const std::string& l : cpu::available_isas()) avail += (avail.empty() ? "" : " ") + l;
+    const char* env = std::getenv("NITRO_ISA");
+    const std::string base = cpu::build_baseline_features();
+    std::string s = fmt::format("nitro {} (git {})\n", version(), git_commit());
+    s += fmt::format("cpu: {} ({}), {} hardware threads\n", f.model_name.empty() ? "unknown model" : f.model_name, f.vendor,
+                     std::thread::hardware_concurrency());
+    s += fmt::format("cpu features: {}\n", cpu::cpu_feature_list(f));
+    s += fmt::format("kernels: {} (this CPU can run: {}{})\n", cpu::kernel_isa(), avail,
+                     env && *env ? fmt::format("; NITRO_ISA={}", env) : std::string("; lower with NITRO_ISA=scalar|avx2"));
+    s += fmt::format("build: {}\n", base.empty() ? "portable x86-64, kernels chosen at run time"
+                                                  : "compiled to require " + base);
+#ifdef NITRO_HAS_CUDA
+    s += "cuda backend: built (--mode gpu)";
+#else
+    s += "cuda backend: not built (configure with -DNITRO_CUDA=ON)";
+#endif
+    return s;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
 #ifdef NITRO_HAS_CUDA
@@ -15,7 +50,7 @@ int main(int argc, char** argv) {
 #endif
     CLI::App app{"nitro: Mixture-of-Experts inference for models larger than the GPU"};
     app.require_subcommand(1);
-    app.set_version_flag("--version", "nitro 0.1.0");
+    app.set_version_flag("--version", version_text);
     std::map<CLI::App*, nitro::cli::Action> actions;
     auto add = [&](auto fn) {
         const size_t before = app.get_subcommands({}).size();

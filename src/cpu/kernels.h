@@ -9,6 +9,7 @@
 
 #include "quant/types.h"
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -64,12 +65,11 @@ inline void unpack_scales_k4(const uint8_t* q, uint8_t sc[8], uint8_t mn[8]) {
     }
 }
 
-/// E8M0 byte -> 2^(e - 128), half the MX scale (ggml_e8m0_to_fp32_half).
-inline float e8m0_half(uint8_t e) {
+/// E8M0 byte -> 2^(e - 128), half the MX scale (ggml_e8m0_to_fp32_half). constexpr, so tables of
+/// it are built at compile time (no code runs at load time, see simd_x86.h).
+constexpr float e8m0_half(uint8_t e) {
     const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
-    float f;
-    std::memcpy(&f, &bits, sizeof(f));
-    return f;
+    return std::bit_cast<float>(bits);
 }
 
 /// E2M1 code -> value * 2 (ggml's kvalues_mxfp4).

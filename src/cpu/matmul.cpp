@@ -13,10 +13,10 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 
 #include <algorithm>
-#include <cpuid.h>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -34,20 +34,13 @@ constexpr int64_t kTokenTile = 64;
 
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
-/// Best level this CPU supports (AVX-512 kernels need F, BW, VL and VNNI; a CPU with AVX-512 but
-/// no VNNI, e.g. Skylake-X, uses the AVX2 kernels).
-/// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c".
-bool cpu_has_f16c() {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
-    return (ecx >> 29) & 1u;
-}
-
+/// Best level this CPU supports, from cpu_features() (CPUID + XCR0). The AVX2 file is compiled with
+/// -mavx2 -mfma -mf16c and needs all three; the AVX-512 file adds F, BW, VL, DQ and VNNI (a CPU
+/// with AVX-512 but no VNNI, e.g. Skylake-X, uses the AVX2 kernels).
 Isa detect_isa() {
-    __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    const CpuFeatures& f = cpu_features();
+    const bool avx2 = f.avx2 && f.fma && f.f16c;
+    const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
     return avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;
 }
 
@@ -75,9 +68,19 @@ kernels::Table make_table(Isa isa) {
     return t;
 }
 
+/// The table of `isa`, built on first use. Only levels the CPU has may be asked for: fill_avx2 and
+/// fill_avx512 are compiled with their ISA's flags, so even filling the table may use its
+/// instructions (callers check against detect_isa()).
 const kernels::Table& table_for(Isa isa) {
-    static const kernels::Table tables[3] = {make_table(Isa::Scalar), make_table(Isa::Avx2), make_table(Isa::Avx512)};
-    return tables[static_cast<int>(isa)];
+    NITRO_CHECK(isa <= detect_isa());
+    static const kernels::Table scalar = make_table(Isa::Scalar);
+    if (isa == Isa::Scalar) return scalar;
+    if (isa == Isa::Avx2) {
+        static const kernels::Table avx2 = make_table(Isa::Avx2);
+        return avx2;
+    }
+    static const kernels::Table avx512 = make_table(Isa::Avx512);
+    return avx512;
 }
 
 struct Dispatch {

@@ -54,14 +54,16 @@ inline __m256i nibbles32(const uint8_t* qs) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
 }
 
-/// e8m0_half for every byte: one load instead of a branch and shifts per block.
+/// e8m0_half for every byte: one load instead of a branch and shifts per block. Built at compile
+/// time: this header is compiled with AVX2/AVX-512 flags, and a table filled by a constructor would
+/// run those instructions at load time on every CPU, before dispatch (SIGILL on CPUs without them).
 struct E8m0Table {
     float v[256];
-    E8m0Table() {
+    constexpr E8m0Table() : v{} {
         for (int e = 0; e < 256; ++e) v[e] = e8m0_half(static_cast<uint8_t>(e));
     }
 };
-const E8m0Table kE8m0Half;
+constexpr E8m0Table kE8m0Half{};
 
 inline __m256i table16(const int8_t* t) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));

@@ -23,7 +23,9 @@ public:
     int64_t n_past() const override { return s_.n_past(); }
     int64_t n_ctx() const override { return s_.n_ctx(); }
     void truncate(int64_t n) override { s_.truncate(n); }
-    std::string describe() const override { return fmt::format("cpu ({} threads)", const_cast<Session&>(s_).pool().size()); }
+    std::string describe() const override {
+        return fmt::format("cpu ({} threads, {} kernels)", const_cast<Session&>(s_).pool().size(), cpu::kernel_isa());
+    }
     uint64_t kv_host_bytes() const override { return s_.kv_cache().bytes(); }
     bool set_route_callback(std::function<void(const RouteEvent&)> cb) override {
         s_.on_route = std::move(cb);
