@@ -11,6 +11,12 @@
 //   llama_cpp_bench --model M.gguf --prompt-ids 1,2,3 --n-gen 32 --ids [--threads 2]
 //     Greedy tokens of a given prompt, with the settings of tools/peer/llama_peer.mjs (context 4096,
 //     batch 512): the prompt as one batch, then one token per step; n_gen tokens in all.
+//   llama_cpp_bench --model M.gguf --prompt-ids 1,2,3 --teacher-forced [--n-probs 5] [--threads 2]
+//     Scores a sequence, as llama_peer.mjs's teacher_forced: the ids as one batch with logits at
+//     every position; prints "teacher_forced":{"ids":[...],"probs":[[{"id","p","logprob"}...]...]},
+//     probs[i] the top-K next tokens after ids[0..i] (softmax of the raw logits over the whole
+//     vocabulary). With --backend-dir naming a folder that holds one libggml-cpu-<variant>.so, this
+//     is llama.cpp's answer for that CPU level (docs/peer.md, "The peer's own spread across ISAs").
 //
 // Settings, as node-llama-cpp 3.21.1 passes them to llama.cpp for llama_bench.mjs / llama_peer.mjs
 // (read from its addon source and traced at run time): context = --ctx (default: n_prompt + n_gen
@@ -28,6 +34,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <climits>
@@ -52,7 +59,8 @@ namespace {
 struct Options {
     std::string model, backend_dir;
     int threads = 2, n_prompt = 128, n_gen = 32, ctx = -1, batch = -1;
-    bool have_prompt_ids = false, print_ids = false, verbose = false;
+    bool have_prompt_ids = false, print_ids = false, verbose = false, teacher_forced = false;
+    int n_probs = 5;
     std::vector<llama_token> prompt_ids;
 };
 
@@ -81,6 +89,7 @@ std::vector<llama_token> parse_ids(const std::string& s) {
 const char* kUsage =
     "usage: llama_cpp_bench --model M.gguf [--threads 2] [--n-prompt 128] [--n-gen 32] [--ids]\n"
     "       llama_cpp_bench --model M.gguf --prompt-ids 1,2,3 [--n-gen 32] --ids [--threads 2]\n"
+    "       llama_cpp_bench --model M.gguf --prompt-ids 1,2,3 --teacher-forced [--n-probs 5]\n"
     "options: --ctx N (default n_prompt+n_gen+16, or 4096 with --prompt-ids), --batch N (default\n"
     "         max(512, n_prompt), or 512 with --prompt-ids), --backend-dir DIR (default: the folder of\n"
     "         libggml), --verbose (llama.cpp's log). Prints one JSON object; see docs/peer.md.\n";
@@ -92,6 +101,7 @@ Options parse_args(int argc, char** argv) {
         if (a == "-h" || a == "--help") { std::fputs(kUsage, stdout); std::exit(0); }
         if (a == "--ids") { o.print_ids = true; continue; }
         if (a == "--verbose") { o.verbose = true; continue; }
+        if (a == "--teacher-forced") { o.teacher_forced = true; continue; }
         if (i + 1 >= argc) fail(a + " needs a value (see --help)");
         const std::string v = argv[++i];
         if (a == "--model" || a == "-m") o.model = v;
@@ -102,9 +112,11 @@ Options parse_args(int argc, char** argv) {
         else if (a == "--batch") o.batch = static_cast<int>(parse_int(a, v, 1, 1 << 20));
         else if (a == "--prompt-ids") { o.prompt_ids = parse_ids(v); o.have_prompt_ids = true; }
         else if (a == "--backend-dir") o.backend_dir = v;
+        else if (a == "--n-probs") o.n_probs = static_cast<int>(parse_int(a, v, 1, 1000));
         else fail("unknown argument '" + a + "' (see --help)");
     }
     if (o.model.empty()) fail("--model is required");
+    if (o.teacher_forced && !o.have_prompt_ids) fail("--teacher-forced needs --prompt-ids");
     return o;
 }
 
@@ -260,6 +272,53 @@ int run(const Options& o) {
         pos += n;
         return sample(n - 1);
     };
+
+    if (o.teacher_forced) {
+        batch.n_tokens = n_prompt;
+        for (int k = 0; k < n_prompt; ++k) {
+            batch.token[k] = prompt[k];
+            batch.pos[k] = k;
+            batch.n_seq_id[k] = 1;
+            batch.seq_id[k][0] = 0;
+            batch.logits[k] = 1;
+        }
+        const int r = llama_decode(ctx, batch);
+        if (r != 0) fail("llama_decode failed (" + std::to_string(r) + ")");
+        llama_synchronize(ctx);
+        std::string probs = "[";
+        std::vector<std::pair<float, llama_token>> order(n_vocab);
+        for (int i = 0; i < n_prompt; ++i) {
+            const float* lg = llama_get_logits_ith(ctx, i);
+            if (!lg) fail("no logits at position " + std::to_string(i));
+            float mx = -INFINITY;
+            for (int v = 0; v < n_vocab; ++v) mx = std::max(mx, lg[v]);
+            double sum = 0;
+            for (int v = 0; v < n_vocab; ++v) sum += std::exp(static_cast<double>(lg[v]) - mx);
+            for (int v = 0; v < n_vocab; ++v) order[v] = {lg[v], v};
+            const int k = std::min(o.n_probs, n_vocab);
+            std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                              [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+            probs += i ? ",[" : "[";
+            for (int j = 0; j < k; ++j) {
+                const double lp = static_cast<double>(order[j].first) - mx - std::log(sum);
+                probs += (j ? ",{\"id\":" : "{\"id\":") + std::to_string(order[j].second) + ",\"p\":" + json_num(std::exp(lp)) +
+                         ",\"logprob\":" + json_num(lp) + "}";
+            }
+            probs += "]";
+        }
+        probs += "]";
+        std::string js = "{\"peer\":\"llama_cpp_bench\",\"llama_cpp_commit\":\"" + std::string(LLAMA_CPP_COMMIT).substr(0, 7) +
+                         "\",\"ggml_cpu_variant\":\"" + variant + "\",\"threads\":" + std::to_string(threads) +
+                         ",\"teacher_forced\":{\"ids\":" + json_ids(prompt) + ",\"probs\":" + probs + "}}\n";
+        std::fputs(js.c_str(), stdout);
+        std::fflush(stdout);
+        llama_batch_free(batch);
+        llama_sampler_free(chain);
+        llama_free(ctx);
+        llama_model_free(model);
+        llama_backend_free();
+        return 0;
+    }
 
     std::vector<llama_token> out;
     auto t = std::chrono::steady_clock::now();

@@ -111,4 +111,13 @@ void top_k(const float* x, int64_t n, int k, int32_t* idx) {
     std::copy(order.begin(), order.begin() + k, idx);
 }
 
+float top_k_margin(const float* x, int64_t n, int k, const int32_t* idx) {
+    float best = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+        if (std::find(idx, idx + k, static_cast<int32_t>(i)) != idx + k) continue;
+        best = std::max(best, x[i]);
+    }
+    return k >= n ? INFINITY : x[idx[k - 1]] - best;
+}
+
 }  // namespace nitro::cpu

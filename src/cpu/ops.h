@@ -50,4 +50,8 @@ void swiglu_oai(const float* gate, const float* up, int64_t n, float alpha, floa
 /// first), written to idx[0..k).
 void top_k(const float* x, int64_t n, int k, int32_t* idx);
 
+/// x[idx[k-1]] - max over the values not in idx[0..k): how far the last selected value is above
+/// the first one left out (the router's selection margin; +inf when k == n). idx as top_k wrote it.
+float top_k_margin(const float* x, int64_t n, int k, const int32_t* idx);
+
 }  // namespace nitro::cpu

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -78,10 +79,27 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     std::unique_ptr<Engine> engine = make_engine(opt.mode, model, opt.session, opt.gpu);
     Engine& session = *engine;
     std::unique_ptr<TraceWriter> trace;
+    std::function<void(const RouteEvent&)> write_route;
     if (!opt.trace_path.empty()) {
         trace = std::make_unique<TraceWriter>(opt.trace_path, trace_header_from_model(model.gguf(), true));
-        capture_routes(session, *trace, [] { return uint32_t{0}; });
+        write_route = route_record_writer(*trace, [] { return uint32_t{0}; });
     }
+    // Per position: the smallest router margin over the layers (reported with the probabilities).
+    std::vector<float> margin_at;
+    const bool margins = opt.n_probs > 0;
+    if (write_route || margins) {
+        const bool ok = session.set_route_callback([&write_route, &margin_at, margins](const RouteEvent& e) {
+            if (write_route) write_route(e);
+            if (!margins) return;
+            const auto p = static_cast<size_t>(e.pos);
+            if (margin_at.size() <= p) margin_at.resize(p + 1, INFINITY);
+            margin_at[p] = std::min(margin_at[p], e.margin);
+        });
+        if (!ok && trace) fail("--trace: routing capture is not available with this engine ({})", session.describe());
+    }
+    auto margin_of = [&margin_at](int64_t pos) {
+        return static_cast<size_t>(pos) < margin_at.size() ? margin_at[static_cast<size_t>(pos)] : INFINITY;
+    };
     if (static_cast<int64_t>(r.prompt_ids.size()) + opt.n_predict > session.n_ctx())
         fail("the prompt ({} tokens) plus {} generated tokens do not fit the context of {} tokens (-c)",
              r.prompt_ids.size(), opt.n_predict, session.n_ctx());
@@ -97,14 +115,19 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     r.timings.prompt_ms = ms_since(t0);
     r.timings.n_prompt = static_cast<int64_t>(r.prompt_ids.size());
     if (all)
-        for (size_t i = 0; i < r.prompt_ids.size(); ++i)
+        for (size_t i = 0; i < r.prompt_ids.size(); ++i) {
             r.prompt_probs.push_back(top_probs(std::span<const float>(logits.data() + i * V, static_cast<size_t>(V)), opt.n_probs));
+            if (!margin_at.empty()) r.prompt_router_margins.push_back(margin_of(static_cast<int64_t>(i)));
+        }
     std::span<const float> last(logits.data() + (all ? (r.prompt_ids.size() - 1) * V : 0), static_cast<size_t>(V));
 
     r.stop_reason = "length";
     const auto t1 = Clock::now();
     for (int64_t step = 0; step < opt.n_predict; ++step) {
-        if (opt.n_probs > 0) r.probs.push_back(top_probs(last, opt.n_probs));
+        if (opt.n_probs > 0) {
+            r.probs.push_back(top_probs(last, opt.n_probs));
+            if (!margin_at.empty()) r.router_margins.push_back(margin_of(static_cast<int64_t>(r.prompt_ids.size()) - 1 + step));
+        }
         const int32_t next = sampler.sample(last);
         if (step == 0) r.timings.ttft_ms = ms_since(t0);
         r.ids.push_back(next);
@@ -146,10 +169,18 @@ nlohmann::json generate_result_json(const GenerateResult& r, const GenerateOptio
         nlohmann::json p = nlohmann::json::array();
         for (const auto& v : r.probs) p.push_back(probs_json(v));
         j["probs"] = p;
+        // margins: +inf (a layer with every expert selected) is written as null
+        auto margins_json = [](const std::vector<float>& m) {
+            nlohmann::json a = nlohmann::json::array();
+            for (float v : m) a.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr));
+            return a;
+        };
+        if (!r.router_margins.empty()) j["router_margins"] = margins_json(r.router_margins);
         if (opt.echo) {
             nlohmann::json pp = nlohmann::json::array();
             for (const auto& v : r.prompt_probs) pp.push_back(probs_json(v));
             j["prompt_probs"] = pp;
+            if (!r.prompt_router_margins.empty()) j["prompt_router_margins"] = margins_json(r.prompt_router_margins);
         }
     }
     return j;

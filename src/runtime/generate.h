@@ -44,6 +44,10 @@ struct GenerateResult {
     Timings timings;
     std::vector<std::vector<TokenProb>> probs;         ///< per generated step (n_probs > 0)
     std::vector<std::vector<TokenProb>> prompt_probs;  ///< per prompt position (echo)
+    /// With n_probs: the smallest router selection margin over the layers (RouteEvent::margin,
+    /// nats) of the position each probs / prompt_probs entry was computed at; empty when the
+    /// engine does not report routing.
+    std::vector<float> router_margins, prompt_router_margins;
     std::string stop_reason;                           ///< "length" or "eos"
     std::string engine;                                ///< what ran it (Engine::describe)
 };

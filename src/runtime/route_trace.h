@@ -16,4 +16,8 @@ namespace nitro {
 /// cannot report routing (`--trace` is then unavailable).
 void capture_routes(Engine& engine, TraceWriter& writer, std::function<uint32_t()> seq);
 
+/// The callback capture_routes installs, for callers that combine it with their own: writes each
+/// event to `writer` (which must outlive the callback) with sequence id `seq()`.
+std::function<void(const RouteEvent&)> route_record_writer(TraceWriter& writer, std::function<uint32_t()> seq);
+
 }  // namespace nitro

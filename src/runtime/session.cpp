@@ -273,20 +273,25 @@ void Session::moe_block(int il, int64_t n, int64_t pos0) {
         if (L.gate_inp_b) cpu::add(lg, f32(L.gate_inp_b), X);
         int32_t* sel = &s.sel[i * K];
         float* w = &s.sel_w[i * K];
+        float margin;
         if (cfg.gating == MoeGating::SoftmaxSelected) {
             cpu::top_k(lg, X, static_cast<int>(K), sel);
+            margin = cpu::top_k_margin(lg, X, static_cast<int>(K), sel);
             for (int64_t j = 0; j < K; ++j) w[j] = lg[sel[j]];
             cpu::softmax(w, K);
         } else {
             cpu::softmax(lg, X);
             cpu::top_k(lg, X, static_cast<int>(K), sel);
+            // in logit units: log(p_k / p_best_unselected)
+            const float pm = cpu::top_k_margin(lg, X, static_cast<int>(K), sel);
+            margin = std::isinf(pm) ? pm : std::log(lg[sel[K - 1]]) - std::log(lg[sel[K - 1]] - pm);
             float sum = 0.f;
             for (int64_t j = 0; j < K; ++j) sum += (w[j] = lg[sel[j]]);
             for (int64_t j = 0; j < K; ++j) w[j] /= sum;
         }
         if (on_route)
             on_route(RouteEvent{pos0 + i, il, n > 1, std::span<const int32_t>(sel, static_cast<size_t>(K)),
-                                std::span<const float>(w, static_cast<size_t>(K))});
+                                std::span<const float>(w, static_cast<size_t>(K)), margin});
     }
 
     mark(Phase::Router);

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,6 +37,10 @@ struct RouteEvent {
     bool prefill;                      ///< part of a multi-token prompt chunk
     std::span<const int32_t> experts;  ///< selected expert ids, router order (n_expert_used)
     std::span<const float> weights;    ///< their weights
+    /// Router logit of the last selected expert minus the best unselected one (nats, >= 0): how
+    /// close this choice was to a different expert set. Rounding differences between engines or
+    /// ISA levels (~1e-3 here) can swap experts only where it is that small.
+    float margin = INFINITY;
 };
 
 /// Parts of the forward pass timed by Session (wall-clock seconds, summed over layers and calls).

@@ -12,15 +12,16 @@ import { runPeer, sharedDir } from "./peer_util.mjs";
 
 // Bounds (docs/peer.md "Agreement with the goldens"). MEASURED with the prebuilt binaries against
 // the goldens: free-running greedy first diverges at golden margins 0.0006-0.072 nats; top-5
-// probabilities differ by at most 0.0075 (stepwise) / 0.015 (teacher-forced). At the first step of
-// a multi-token prompt (the prompt batch) the logits are the goldens': the top-5 logprobs differ by
-// one common shift (the softmax's float summation order), |shift| <= 6e-4, in 14 of 16 cases; the
-// two others (gpt-oss `long`, `markup`) differ by up to 0.019.
+// probabilities differ by at most 0.0075 (stepwise) / 0.015 (teacher-forced). These bounds hold on
+// any x86-64 host. How often the prompt batch reproduces the goldens' logits exactly (up to the
+// softmax's summation order) is printed, not asserted: it depends on the host's ISA. The goldens
+// were recorded on an AVX-512 machine; on an AVX-512 host it held in 14 of 16 cases, but llama.cpp's
+// AVX2 and SSE4.2 builds round differently (1 of 8 and 2 of 8 cases on an AVX2 host, MEASURED;
+// docs/peer.md, "The peer's own spread across ISAs").
 const GREEDY_MARGIN = 0.1;        // nats: tokens must agree up to the first golden margin below this
 const MAX_DP = 0.02;              // largest |p_peer - p_golden| over the golden top-5
-const PROMPT_SHIFT = 1e-3;        // step 0 of a multi-token prompt: |common logprob shift| ...
-const PROMPT_SPREAD = 1e-4;       // ... and spread of the differences around it, in ...
-const PROMPT_EXACT_SHARE = 0.75;  // ... at least this share of such cases
+const PROMPT_SHIFT = 1e-3;        // step 0 of a multi-token prompt: |common logprob shift| and ...
+const PROMPT_SPREAD = 1e-4;       // ... spread of the differences around it, for "equal" (reported)
 
 const FIXTURES = ["tiny-gptoss-mxfp4", "tiny-qwen3moe-q8"];
 
@@ -85,10 +86,8 @@ for (const fx of FIXTURES) {
         // Enough of the sequence must have been compared for the check to mean something.
         assert.ok(stepsCompared >= 0.6 * tfCompared, `only ${stepsCompared} of ${tfCompared} greedy steps comparable`);
         assert.ok(tfAgree >= 0.97 * tfCompared, `teacher-forced argmax agreement ${tfAgree}/${tfCompared}`);
-        assert.ok(promptExact >= PROMPT_EXACT_SHARE * promptCases,
-                  `prompt-batch logits equal to the goldens' (up to the softmax sum) in only ${promptExact} of ${promptCases} cases`);
         console.log(`${fx}: greedy steps compared ${stepsCompared}, teacher-forced argmax ${tfAgree}/${tfCompared}, ` +
-                    `max |dp| ${maxDp.toFixed(5)}, prompt batch equal in ${promptExact}/${promptCases} cases`);
+                    `max |dp| ${maxDp.toFixed(5)}, prompt batch equal to the goldens' (host-dependent, not asserted) in ${promptExact}/${promptCases} cases`);
     });
 }
 });

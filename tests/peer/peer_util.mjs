@@ -54,3 +54,14 @@ export function run(cmd, args, opts = {}) {
 export function margin(top) {
     return top.length < 2 ? Infinity : top[0].logprob - top[1].logprob;
 }
+
+/// The kernel levels nitro can run on this CPU, lowest first (`nitro --version`: "kernels: ...
+/// (this CPU can run: scalar avx2 avx512; ..."). The ISA matrix of the peer tests runs nitro at
+/// each of them (NITRO_ISA) against one llama.cpp run.
+export function nitroIsaLevels() {
+    const r = run(nitroBinary(), ["--version"]);
+    if (r.status !== 0) throw new Error(`nitro --version failed: ${r.stderr}`);
+    const m = /this CPU can run: ([a-z0-9 ]+)/.exec(r.stdout);
+    if (!m) throw new Error(`nitro --version printed no kernel levels: ${r.stdout}`);
+    return m[1].trim().split(/ +/);
+}
