@@ -12,7 +12,8 @@ NITRO_CMAKE_ARGS="-DNITRO_SHARED_DIR=$shared ${NITRO_CMAKE_ARGS:-}" bash scripts
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNITRO_FUZZ=ON -DNITRO_TESTS=OFF -DNITRO_BENCH=OFF >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target fuzz_gguf
-corpus="$(mktemp -d)"
+corpus="$(mktemp -d "${TMPDIR:-/tmp}/nitro-fuzz-XXXXXX")"
+trap 'rm -rf "$corpus"' EXIT
 cp tests/fuzz/corpus/* "$corpus"/
 echo "fuzz: fuzz_gguf for ${FUZZ_SECONDS:-30} s"
 (cd "$corpus" && "$OLDPWD"/build-fuzz/tests/fuzz/fuzz_gguf -max_total_time="${FUZZ_SECONDS:-30}" \
@@ -32,4 +33,15 @@ else
   echo "cuda: WARNING: no nvcc found, the CUDA backend was NOT compiled (set CUDACXX)" >&2
 fi
 
-ctest --test-dir build --output-on-failure -LE cuda -j"$(nproc)"
+# Tests must clean up after themselves: they run with a private TMPDIR that must be empty at the end.
+test_tmp="$(mktemp -d "${TMPDIR:-/tmp}/nitro-ctest-XXXXXX")"
+status=0
+TMPDIR="$test_tmp" ctest --test-dir build --output-on-failure -LE cuda -j"$(nproc)" || status=$?
+left="$(cd "$test_tmp" && find . -mindepth 1 -maxdepth 2 | head -n 20)"
+rm -rf "$test_tmp"
+if [ -n "$left" ]; then
+    echo "test.sh: FAIL: the tests left files in their TMPDIR:" >&2
+    echo "$left" | sed 's/^/    /' >&2
+    status=1
+fi
+exit $status

@@ -1,7 +1,7 @@
 // Shared helpers of the client tests: start `nitro serve` on 127.0.0.1 (any free port) with a
 // fixture model, stop it, read /metrics, and run the nitro CLI for reference outputs.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -58,8 +58,12 @@ export async function metrics(baseURL, headers = {}) {
 export function renderChat(model, messages, tools, kwargs = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'nitro-chat-'));
   const file = join(dir, 'conv.json');
-  writeFileSync(file, JSON.stringify({ messages, ...(tools ? { tools } : {}), kwargs: { date: DATE, ...kwargs } }));
-  return JSON.parse(execFileSync(NITRO, ['tokenize', '-m', model, '--chat', file, '--json']).toString());
+  try {
+    writeFileSync(file, JSON.stringify({ messages, ...(tools ? { tools } : {}), kwargs: { date: DATE, ...kwargs } }));
+    return JSON.parse(execFileSync(NITRO, ['tokenize', '-m', model, '--chat', file, '--json']).toString());
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 /** `nitro run` greedy from token ids: {ids, text, stop_reason}. */

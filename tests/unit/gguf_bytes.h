@@ -71,6 +71,8 @@ inline void write_file(const std::string& path, const std::vector<uint8_t>& b) {
 }
 
 /// A fresh empty directory under the system temp dir for one test.
+/// A fresh empty folder under the temp directory, removed (with its contents) when the test
+/// process exits.
 std::string temp_dir(const std::string& tag);
 
 }  // namespace nitro::test

@@ -1,4 +1,5 @@
 // `nitro tokenize` end to end: ids and chat renderings from the binary equal the goldens.
+#include "gguf_bytes.h"
 #include "tokenizer_fixtures.h"
 
 #include <gtest/gtest.h>
@@ -30,7 +31,7 @@ TEST(ChatCli, TokenizeJsonAndChatEqualGoldens) {
         // Plain text from stdin (a golden record with a code snippet), and --special.
         const auto tok_records = test::read_jsonl("golden/tokenizer/" + family + ".jsonl");
         const json& plain = tok_records[5];
-        const std::string in = ::testing::TempDir() + "/nitro_tok_in.txt";
+        const std::string in = test::temp_dir("chat-cli-in") + "/nitro_tok_in.txt";
         std::ofstream(in, std::ios::binary) << plain.at("text").get<std::string>();
         EXPECT_EQ(json::parse(run(nitro + " tokenize -m " + model + " --json < " + in))["ids"], plain.at("ids"));
         const json& special = tok_records.back();
@@ -42,7 +43,7 @@ TEST(ChatCli, TokenizeJsonAndChatEqualGoldens) {
         int n = 0;
         for (const auto& r : test::read_jsonl("golden/chat/" + family + ".jsonl")) {
             if (r.contains("error") || (r["tools"].is_null() && r["kwargs"].size() < 2)) continue;
-            const std::string file = ::testing::TempDir() + "/nitro_chat.json";
+            const std::string file = test::temp_dir("chat-cli") + "/nitro_chat.json";
             std::ofstream(file) << json{{"messages", r["messages"]}, {"tools", r["tools"]}, {"kwargs", r["kwargs"]}}.dump();
             const json got = json::parse(run(nitro + " tokenize -m " + model + " --json --date 2025-08-05 --chat " + file));
             EXPECT_EQ(got["rendered"], r["rendered"]) << family << "/" << r["name"];

@@ -5,6 +5,7 @@
 #include "sim/sim_report.h"
 #include "sim/simulator.h"
 #include "trace/trace_file.h"
+#include "gguf_bytes.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -172,8 +173,7 @@ std::string run_cmd(const std::string& cmd, int* rc) {
 }
 
 TEST(SimCli, SynthFromFixtureThenSimPrintsTableJsonAndSvg) {
-    const std::string dir = (std::filesystem::temp_directory_path() / ("nitro_sim_cli_" + std::to_string(::getpid()))).string();
-    std::filesystem::create_directories(dir);
+    const std::string dir = test::temp_dir("sim-cli");
     const std::string model = std::string(NITRO_SHARED_DIR) + "/fixtures/tiny-gptoss-mxfp4.gguf";
     const std::string bin = NITRO_BINARY;
     const std::string tr = dir + "/g.nmtr";

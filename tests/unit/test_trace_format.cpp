@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "trace/trace_file.h"
 #include "trace/trace_synth.h"
+#include "gguf_bytes.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +17,8 @@ namespace nitro {
 namespace {
 
 std::string temp_path(const std::string& name) {
-    return (std::filesystem::temp_directory_path() / ("nitro_test_" + std::to_string(::getpid()) + "_" + name)).string();
+    static const std::string dir = test::temp_dir("trace-format");
+    return dir + "/" + name;
 }
 
 std::vector<uint8_t> read_bytes(const std::string& p) {

@@ -1,15 +1,37 @@
 #include "gguf_bytes.h"
 
 #include <filesystem>
+#include <mutex>
 #include <unistd.h>
+#include <vector>
 
 namespace nitro::test {
+namespace {
+
+/// Folders made by temp_dir, removed when the test process exits (also after a failed ASSERT).
+struct TempDirs {
+    std::mutex mu;
+    std::vector<std::filesystem::path> made;
+    ~TempDirs() {
+        std::error_code ec;
+        for (const auto& p : made) std::filesystem::remove_all(p, ec);
+    }
+};
+TempDirs& temp_dirs() {
+    static TempDirs d;
+    return d;
+}
+
+}  // namespace
 
 std::string temp_dir(const std::string& tag) {
     namespace fs = std::filesystem;
     fs::path p = fs::temp_directory_path() / ("nitro-test-" + std::to_string(::getpid()) + "-" + tag);
     fs::remove_all(p);
     fs::create_directories(p);
+    TempDirs& d = temp_dirs();
+    std::lock_guard lock(d.mu);
+    d.made.push_back(p);
     return p.string();
 }
 
