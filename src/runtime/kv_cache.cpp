@@ -1,17 +1,14 @@
 #include "runtime/kv_cache.h"
 
-#include <algorithm>
+#include "runtime/model_spec.h"
 
 namespace nitro {
 
-KvCache::KvCache(int64_t n_ctx, int64_t n_ubatch, int64_t n_kv_dim_k, int64_t n_kv_dim_v,
-                 const std::vector<int64_t>& window_per_layer)
-    : n_ctx_(n_ctx), n_k_(n_kv_dim_k), n_v_(n_kv_dim_v) {
-    layers_.resize(window_per_layer.size());
+KvCache::KvCache(const ModelSpec& spec) : n_ctx_(spec.n_ctx), n_k_(spec.n_k()), n_v_(spec.n_v()) {
+    layers_.resize(spec.layers.size());
     for (size_t il = 0; il < layers_.size(); ++il) {
-        const int64_t w = window_per_layer[il];
         auto& L = layers_[il];
-        L.capacity = w > 0 ? std::min(n_ctx, w + n_ubatch - 1) : n_ctx;
+        L.capacity = spec.layers[il].kv_capacity;
         L.k.assign(static_cast<size_t>(L.capacity * n_k_), 0);
         L.v.assign(static_cast<size_t>(L.capacity * n_v_), 0);
     }

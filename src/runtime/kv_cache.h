@@ -3,7 +3,8 @@
 //
 // Full-attention layers hold n_ctx positions. Sliding-window layers hold a ring of
 // window + n_ubatch - 1 positions: a prompt chunk of up to n_ubatch tokens is written before its
-// queries attend, and the oldest query of the chunk still needs `window` keys behind it.
+// queries attend, and the oldest query of the chunk still needs `window` keys behind it
+// (LayerSpec::kv_capacity, runtime/model_spec.h).
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,8 @@
 
 namespace nitro {
 
+struct ModelSpec;
+
 class KvCache {
 public:
     struct Layer {
@@ -19,9 +22,8 @@ public:
         std::vector<uint16_t> k, v;     ///< [capacity, n_kv_dim] fp16
     };
 
-    /// `window_per_layer[il]` = sliding window in tokens, or 0 for full attention.
-    KvCache(int64_t n_ctx, int64_t n_ubatch, int64_t n_kv_dim_k, int64_t n_kv_dim_v,
-            const std::vector<int64_t>& window_per_layer);
+    /// Per layer spec.layers[il].kv_capacity positions of spec.n_k() / spec.n_v() values, zeroed.
+    explicit KvCache(const ModelSpec& spec);
 
     /// Slot of position `pos` in layer il.
     int64_t slot(int il, int64_t pos) const { return pos % layers_[static_cast<size_t>(il)].capacity; }

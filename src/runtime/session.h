@@ -9,9 +9,12 @@
 #pragma once
 
 #include "cpu/matmul.h"
+#include "cpu/moe.h"
 #include "cpu/ops.h"
+#include "runtime/forward.h"
 #include "runtime/kv_cache.h"
 #include "runtime/model.h"
+#include "runtime/model_spec.h"
 
 #include <array>
 #include <chrono>
@@ -73,11 +76,12 @@ public:
     void eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
 
     int64_t n_past() const { return n_past_; }
-    int64_t n_ctx() const { return n_ctx_; }
+    int64_t n_ctx() const { return spec_.n_ctx; }
     /// Forgets positions >= n (keeps a shared prefix). n <= n_past().
     void truncate(int64_t n);
 
     const Model& model() const { return model_; }
+    const ModelSpec& spec() const { return spec_; }
     cpu::ThreadPool& pool() { return *pool_; }
     const KvCache& kv_cache() const { return *kv_; }
 
@@ -91,19 +95,33 @@ public:
 
 private:
     struct Scratch;
-    void forward_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
-    void attention_block(int il, int64_t n, int64_t pos0);
-    void moe_block(int il, int64_t n, int64_t pos0);
+    template <class B>
+    friend void forward_chunk(B& b, const ModelSpec& spec, const ChunkArgs& c);
+    // The ops of forward_chunk (runtime/forward.h), on the CPU.
+    void embed(const ChunkArgs& c);
+    void attn_norm(int il, const ChunkArgs& c);
+    void qkv(int il, const ChunkArgs& c);
+    void rope_kv_store(int il, const ChunkArgs& c);
+    void attention(int il, const ChunkArgs& c);
+    void attn_out(int il, const ChunkArgs& c);
+    void ffn_norm(int il, const ChunkArgs& c);
+    void route(int il, const ChunkArgs& c);
+    void moe(int il, const ChunkArgs& c);
+    void lm_head(const ChunkArgs& c);
+    /// h = rms_norm(x) * w for the chunk's n rows.
+    void norm_rows(const GgufTensorInfo* w, int64_t n);
     /// Adds the time since the previous mark to phase p.
     void mark(Phase p);
 
     const Model& model_;
-    int64_t n_ctx_, n_ubatch_;
+    ModelSpec spec_;
     int64_t n_past_ = 0;
     std::unique_ptr<cpu::ThreadPool> pool_;
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<Scratch> s_;
-    cpu::RopeParams rope_;
+    std::vector<cpu::ExpertWeights> experts_;  ///< per layer
+    std::span<const int32_t> tokens_;          ///< ids of the chunk being run
+    float* logits_out_ = nullptr;              ///< where lm_head writes the chunk's logits
     PhaseTimes phase_s_{};
     std::chrono::steady_clock::time_point phase_t_;
 };

@@ -1,0 +1,73 @@
+// The MoE step on the CPU: the router (logits -> top-k experts and weights) and the routed
+// experts' FFN over any subset of the selected experts (MUL_MAT_ID in llama.cpp's terms).
+//
+// moe_ffn takes "which experts are resident elsewhere" as input and returns the partial sum of
+// the others, so CPU-only (nothing resident) and hybrid (the GPU holds some experts) are the same
+// code. Math: llama.cpp build_moe_ffn (src/llama-graph.cpp) with the gating and activation of the
+// architecture (arch/arch.h MoeGating, FfnAct).
+#pragma once
+
+#include "arch/arch.h"
+#include "cpu/matmul.h"
+#include "cpu/thread_pool.h"
+#include "gguf/gguf.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace nitro::cpu {
+
+/// The routed experts of one layer, straight from the (mmap'd) file.
+struct ExpertWeights {
+    const GgufTensorInfo* gate = nullptr;  ///< ffn_gate_exps [n_embd, n_ff_exp, n_expert]
+    const GgufTensorInfo* up = nullptr;    ///< ffn_up_exps   [n_embd, n_ff_exp, n_expert]
+    const GgufTensorInfo* down = nullptr;  ///< ffn_down_exps [n_ff_exp, n_embd, n_expert]
+    const float* gate_b = nullptr;         ///< ffn_gate_exps.bias [n_ff_exp, n_expert] or null
+    const float* up_b = nullptr;           ///< ffn_up_exps.bias   [n_ff_exp, n_expert] or null
+    const float* down_b = nullptr;         ///< ffn_down_exps.bias [n_embd, n_expert] or null
+    FfnAct act = FfnAct::Swiglu;
+    int64_t n_embd() const { return gate->ne[0]; }
+    int64_t n_ff() const { return gate->ne[1]; }
+    int64_t n_expert() const { return gate->ne[2]; }
+    /// Bytes of one expert's three matrices (what computing it reads from RAM).
+    uint64_t expert_bytes() const;
+};
+
+/// Router of n tokens: logits [n, n_expert] (+ bias [n_expert]) -> ids [n, k] and weights [n, k]
+/// in router order, and margin [n] (may be null): the logit of the last selected expert minus the
+/// best unselected one, in logit units (nats) for both gatings. `logits` is used as scratch.
+/// SoftmaxSelected (gpt-oss): top-k on the logits, softmax over the k. SoftmaxAll (qwen3moe):
+/// softmax over all, top-k, renormalised. Ties go to the lower expert id.
+void route(float* logits, const float* bias, int64_t n, int64_t n_expert, int k, MoeGating gating, int32_t* ids,
+           float* weights, float* margin);
+
+/// Counters of one moe_ffn call.
+struct MoeStats {
+    int64_t experts = 0;     ///< distinct experts computed
+    int64_t rows = 0;        ///< (token, expert) pairs computed
+    uint64_t bytes = 0;      ///< expert weight bytes read (each computed expert once)
+    double gate_up_s = 0;    ///< wall-clock seconds: grouping, gate/up products
+    double down_s = 0;       ///< activation, down products
+    double sum_s = 0;        ///< weighted sum
+};
+
+/// Working memory of moe_ffn (grows to the largest call, then reused).
+struct MoeScratch {
+    std::vector<int32_t> group_rows, group_tok, row_of, iota;
+    std::vector<int64_t> count, fill;
+    std::vector<float> gate, up, down;
+    ActBuffer acts, acts2;
+    std::vector<MatmulJob> jobs;
+};
+
+/// out[t, :] = sum over j in router order of w[t, j] * expert_{ids[t, j]}(h[t, :]), taken only over
+/// the selected experts with skip == nullptr or skip[id] == 0 (skip: [n_expert], nonzero = computed
+/// elsewhere, e.g. resident on the GPU); a token whose experts are all skipped gets zeros.
+/// h: [n, n_embd]; out: [n, n_embd], overwritten (may not alias h). expert(x) = down(act(gate(x) +
+/// gate_b, up(x) + up_b)) + down_b. Each computed expert is read once for all its tokens; all
+/// gate/up products of the layer run in one parallel region, all down products in another. Every
+/// output is reduced in a fixed order: results do not depend on the thread count.
+MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int64_t n, int k, const int32_t* ids,
+                 const float* weights, const uint8_t* skip, float* out, MoeScratch& s);
+
+}  // namespace nitro::cpu

@@ -1,0 +1,49 @@
+// The forward pass, written once. Every executor walks this loop: the CPU Session
+// (runtime/session.cpp), the CUDA GpuSession (cuda/gpu_session.cpp) in GPU-all and hybrid
+// placement. An executor supplies the ops (`B`) with these names; what differs between placements
+// is inside the ops (which device runs them, which experts are resident), never the order.
+//
+// Per layer (llama.cpp src/models/openai-moe-iswa.cpp, src/models/qwen3moe.cpp):
+//   h = rms_norm(x) * attn_norm
+//   q, k, v = h W_q, h W_k, h W_v (+ biases)
+//   [q, k = rms_norm per head]; RoPE(q, k); append k, v to the K/V cache (F16)
+//   attn = softmax(q K^T / sqrt(head_dim) [+ sink logits], causal [, sliding window]) V
+//   x += attn W_o (+ b_o)
+//   h = rms_norm(x) * ffn_norm
+//   ids, weights = top-k of the router (h W_router + b)
+//   x += sum_j weights_j * expert_{ids_j}(h)        (resident experts + a partial sum from elsewhere)
+// then logits = rms_norm(x) * output_norm W_output.
+#pragma once
+
+#include "runtime/model_spec.h"
+
+#include <cstdint>
+
+namespace nitro {
+
+/// One forward chunk: n tokens at positions pos0 .. pos0 + n - 1 (their ids already given to the
+/// executor). logits: none, the last token's, or every token's.
+struct ChunkArgs {
+    int64_t n = 0;
+    int64_t pos0 = 0;
+    enum class Logits { None, Last, All } logits = Logits::Last;
+};
+
+/// Runs the forward pass of one chunk through executor `b`.
+template <class B>
+void forward_chunk(B& b, const ModelSpec& spec, const ChunkArgs& c) {
+    b.embed(c);                        // x = token_embd[ids]; RoPE tables for the positions
+    for (int il = 0; il < static_cast<int>(spec.n_layer); ++il) {
+        b.attn_norm(il, c);            // h = rms_norm(x) * attn_norm
+        b.qkv(il, c);                  // q, k, v = h W (+ b)
+        b.rope_kv_store(il, c);        // [q/k norm], RoPE, K/V cache append
+        b.attention(il, c);            // attn = softmax(q K^T * scale [+ sinks], window) V
+        b.attn_out(il, c);             // x += attn W_o (+ b_o)
+        b.ffn_norm(il, c);             // h = rms_norm(x) * ffn_norm
+        b.route(il, c);                // router: expert ids and weights per token (+ route events)
+        b.moe(il, c);                  // x += sum_j w_j expert_j(h), resident here + partial from elsewhere
+    }
+    if (c.logits != ChunkArgs::Logits::None) b.lm_head(c);  // logits = rms_norm(x) W_out
+}
+
+}  // namespace nitro
