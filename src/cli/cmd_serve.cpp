@@ -153,10 +153,12 @@ int serve(const ServeOptions& opts) {
     std::fprintf(stderr, "listening on %s (OpenAI base URL %s/v1)\n", url.c_str(), url.c_str());
     std::fflush(stderr);
 
-    std::thread([&http, sigs] {
+    std::thread([&http, &scheduler, sigs] {
         int sig = 0;
         sigwait(&sigs, &sig);
         std::fprintf(stderr, "nitro serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        // Jobs first: a running stream holds its HTTP thread, which the HTTP server joins.
+        scheduler.stop();
         http.stop();
     }).detach();
     http.run();

@@ -333,3 +333,18 @@ test('response_format json_object / json_schema is a clear 400 (no constrained s
   const ok = await client.chat.completions.create({ ...base, response_format: { type: 'text' } });
   assert.equal(ok.usage.completion_tokens, 1);
 });
+
+test('SIGTERM during a long stream stops the server at once (the running job is cancelled at its next step)', async () => {
+  const s = await startServer(GPTOSS, ['-c', '65536', '--no-prefault']);
+  const client = new OpenAI({ baseURL: `${s.baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
+  const stream = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'go' }], max_tokens: 60000, stream: true });
+  const it = stream[Symbol.asyncIterator]();
+  for (let i = 0; i < 5; i++) await it.next();
+  const t0 = Date.now();
+  const code = await s.stop();
+  const dt = Date.now() - t0;
+  assert.equal(code, 0, 'exited by itself (the old server kept generating until killed)');
+  // cpp-httplib waits out an idle keep-alive connection (5 s) before it returns.
+  assert.ok(dt < 8000, `stopped in ${dt} ms`);
+  await it.return?.().catch(() => {});
+});
