@@ -205,7 +205,10 @@ const char* reason_phrase(int status) {
         case 200: return "OK";
         case 400: return "Bad Request";
         case 401: return "Unauthorized";
+        case 403: return "Forbidden";
         case 404: return "Not Found";
+        case 413: return "Payload Too Large";
+        case 415: return "Unsupported Media Type";
         case 500: return "Internal Server Error";
         case 503: return "Service Unavailable";
         default: return "Status";
@@ -390,14 +393,15 @@ struct HttpServer::Impl {
                     return;
                 }
             }
-            finish_body(res, *state);
-            if (peer_state(fd) == PeerState::HALF_CLOSED) send_raw_response(fd, res);
+            finish_body(res, *state);  // a half-closed client gets it in the post-routing handler
             return;
         }
         res.set_header("Cache-Control", "no-cache");
         res.set_header("X-Accel-Buffering", "no");
         // A client half-closed already gets the whole stream from our own writes; one that
         // half-closes during the stream, the rest of it (cpp-httplib stops writing at its FIN).
+        // (A FIN in the microseconds between this check and cpp-httplib writing the headers
+        // would leave the stream without them; clients half-close right after sending.)
         const bool raw_from_start = peer_state(fd) == PeerState::HALF_CLOSED;
         res.set_chunked_content_provider(
             "text/event-stream",
@@ -554,6 +558,13 @@ struct HttpServer::Impl {
             if (!e) return httplib::Server::HandlerResponse::Unhandled;
             answer_early(res, *e, framing.has_body(), framing.has_body() ? fd() : -1);
             return httplib::Server::HandlerResponse::Handled;
+        });
+        // The last step before cpp-httplib writes a response: a client that half-closed its
+        // socket is answered with our own writes, since cpp-httplib would write nothing.
+        svr.set_post_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+            if (res.content_provider_ || req.method == "HEAD") return;  // streams and closing answers write their own way
+            const int fd = find_connection_socket(req.remote_addr, req.remote_port, req.local_port);
+            if (peer_state(fd) == PeerState::HALF_CLOSED) send_raw_response(fd, res);
         });
         svr.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
             try {

@@ -253,6 +253,12 @@ test('a client that half-closes after sending its request gets the response (pla
   const data = streamed.responses[0].body.split('\n').filter((l) => l.startsWith('data: '));
   assert.equal(data.at(-1), 'data: [DONE]');
   assert.ok(data.length >= 4);
+  // Errors and the GET routes too.
+  const bad = await raw(open.port, async (s) => { s.end(request('POST', '/v1/chat/completions', '{"messages": 5}')); }, 5000);
+  assert.deepEqual(bad.responses.map((r) => r.status), [400]);
+  assert.equal(JSON.parse(bad.responses[0].body).error.param, 'messages');
+  const h = await raw(open.port, async (s) => { s.end(request('GET', '/health')); }, 5000);
+  assert.equal(JSON.parse(h.responses[0].body).status, 'ok');
 });
 
 test('API key: "bearer" in any case and extra spaces accepted; other schemes, prefixes and suffixes refused', async () => {
