@@ -7,6 +7,7 @@
 #include "runtime/default_model.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
+#include "server/http_guard.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -28,6 +29,12 @@
 namespace nitro::cli {
 
 namespace {
+
+std::string join_names(const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+}
 
 struct ServeOptions {
     std::string model;
@@ -102,6 +109,9 @@ int serve(const ServeOptions& opts) {
     so.mode = parse_engine_mode(o.mode);
     so.gpu = o.gpu;
     server::Scheduler scheduler(model, so, metrics);
+    if (o.session.n_ctx > scheduler.n_ctx())
+        std::fprintf(stderr, "warning: -c %lld is above the model's training context; using %lld tokens\n",
+                     static_cast<long long>(o.session.n_ctx), static_cast<long long>(scheduler.n_ctx()));
 
     server::ServerContext ctx;
     ctx.model = &model;
@@ -121,7 +131,7 @@ int serve(const ServeOptions& opts) {
                  "weights    %s in %d file(s), memory-mapped; routed experts %s (%s per expert per layer)\n"
                  "placement  %s\n"
                  "memory     weights %s (page cache) + KV cache %s for %lld tokens\n"
-                 "threads    %d compute, %d HTTP; prompt chunk %lld tokens\n",
+                 "threads    %d compute, %d HTTP (up to %d under load); prompt chunk %lld tokens\n",
                  http.model_id().c_str(), model.gguf().metadata().get_string("general.architecture").value_or("?").c_str(),
                  static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_expert), static_cast<long long>(hp.n_expert_used),
                  static_cast<long long>(model.n_vocab()), format ? chat_format_name(*format) : "none",
@@ -130,18 +140,25 @@ int serve(const ServeOptions& opts) {
                  format_bytes(sum.bytes_per_expert).c_str(), scheduler.placement().c_str(), format_bytes(sum.file_bytes).c_str(), format_bytes(kv).c_str(),
                  static_cast<long long>(scheduler.n_ctx()),
                  o.session.n_threads > 0 ? o.session.n_threads : static_cast<int>(std::thread::hardware_concurrency()),
-                 o.http.http_threads, static_cast<long long>(o.session.n_ubatch));
+                 o.http.http_threads, 4 * std::max(2, o.http.http_threads), static_cast<long long>(o.session.n_ubatch));
+    std::fprintf(stderr, "requests   body up to %g MiB, JSON nesting up to %d levels\n", o.http.max_body_mib, kMaxJsonDepth);
     if (!o.trace_path.empty()) std::fprintf(stderr, "trace      routing of every request -> %s\n", o.trace_path.c_str());
     if (o.http.allow_scripted_output) std::fprintf(stderr, "WARNING    --debug-scripted-output: requests may dictate the output (test only)\n");
     if (!o.http.api_key.empty()) std::fprintf(stderr, "auth       API key required (Authorization: Bearer ...)\n");
-    std::fprintf(stderr, "listening on http://%s:%d (OpenAI base URL http://%s:%d/v1)\n", o.http.host.c_str(), port,
-                 o.http.host.c_str(), port);
+    if (o.http.api_key.empty())
+        std::fprintf(stderr, "auth       none; requests must be addressed to an IP address, localhost%s%s (Host check, "
+                             "against DNS rebinding)\n",
+                     o.http.allowed_hosts.empty() ? "" : " or ", join_names(o.http.allowed_hosts).c_str());
+    const std::string url = "http://" + server::url_authority(o.http.host, port);
+    std::fprintf(stderr, "listening on %s (OpenAI base URL %s/v1)\n", url.c_str(), url.c_str());
     std::fflush(stderr);
 
-    std::thread([&http, sigs] {
+    std::thread([&http, &scheduler, sigs] {
         int sig = 0;
         sigwait(&sigs, &sig);
         std::fprintf(stderr, "nitro serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        // Jobs first: a running stream holds its HTTP thread, which the HTTP server joins.
+        scheduler.stop();
         http.stop();
     }).detach();
     http.run();
@@ -158,12 +175,27 @@ Action add_serve(CLI::App& app) {
     sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model); default: the embedded models/tiny-moe-pystd.gguf")->envname("NITRO_MODEL");
     sub->add_option("--host", o->http.host, "Address to listen on")->capture_default_str()->envname("NITRO_HOST");
     sub->add_option("--port", o->http.port, "Port to listen on (0 = any free port, printed at startup)")->capture_default_str()->envname("NITRO_PORT");
-    sub->add_option("--api-key", o->http.api_key, "Require 'Authorization: Bearer KEY' on every route but /health")->envname("NITRO_API_KEY");
+    sub->add_option("--api-key", o->http.api_key,
+                    "Require 'Authorization: Bearer KEY' (or x-api-key) on every route but /health. Without a key, any "
+                    "local program can use the server, and requests must name an IP address, localhost or an "
+                    "--allowed-host in their Host header (web pages cannot reach it through DNS rebinding)")
+        ->envname("NITRO_API_KEY");
+    sub->add_option("--allowed-host", o->http.allowed_hosts,
+                    "Without --api-key: also accept requests whose Host header names this host (repeatable; '*' = any, "
+                    "which lets web pages reach the server through DNS rebinding)")
+        ->delimiter(',')
+        ->envname("NITRO_ALLOWED_HOSTS");
+    sub->add_option("--max-body-size", o->http.max_body_mib, "Largest request body accepted, MiB (larger ones get 413)")
+        ->capture_default_str()
+        ->envname("NITRO_MAX_BODY_SIZE");
     sub->add_option("--alias", o->http.model_id, "Model name clients use (default: the file name without .gguf)");
     sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str()->envname("NITRO_CTX_SIZE");
     sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
     sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk (cancellation is checked between chunks)")->capture_default_str();
-    sub->add_option("--http-threads", o->http.http_threads, "Connections served at once")->capture_default_str();
+    sub->add_option("--http-threads", o->http.http_threads,
+                    "HTTP threads kept ready; when all are busy more start, up to 4x this many connections at once "
+                    "(extra threads stop after 10 s idle)")
+        ->capture_default_str();
     sub->add_option("--chat-date", o->http.chat_date, "Date the gpt-oss template prints, YYYY-MM-DD (default: today)")->envname("NITRO_CHAT_DATE");
     sub->add_option("--trace", o->trace_path, "Capture routing (expert ids and weights per token and layer) of every request to this trace file; seq = request number");
     sub->add_flag("--debug-scripted-output", o->http.allow_scripted_output,

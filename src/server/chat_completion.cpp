@@ -61,31 +61,40 @@ PreparedChat prepare_chat(const ChatRequest& req, const Tokenizer& tok, ChatForm
         for (auto& t : tools)
             if (!t["function"].contains("description")) t["function"]["description"] = "";
     PreparedChat p;
+    RenderedChat rendered;
     try {
-        p.prompt_text = render_chat(format, normalize_messages(req.messages, format), tools, opt);
+        rendered = render_chat_marked(format, normalize_messages(req.messages, format), tools, opt);
     } catch (const Error& e) {
         bad_request("messages", e.what(), "invalid_messages");
     }
-    std::string forced;
+    p.prompt_text = rendered.text;
+    // The forced opening of a tool call: markup around the (validated) tool name.
+    RenderedChat forced;
     if (req.tool_choice == ToolChoice::NAMED || req.tool_choice == ToolChoice::REQUIRED) {
-        const std::string& name = req.tool_choice_name;
-        if (format == ChatFormat::HARMONY)
-            forced = req.tool_choice == ToolChoice::NAMED ? "<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>"
-                                                          : "<|channel|>commentary to=functions.";
-        else
-            forced = req.tool_choice == ToolChoice::NAMED ? "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": "
-                                                          : "<tool_call>\n{\"name\": \"";
+        const bool named = req.tool_choice == ToolChoice::NAMED;
+        if (format == ChatFormat::HARMONY) {
+            forced.add_markup("<|channel|>commentary to=functions.");
+            if (named) {
+                forced.add_text(req.tool_choice_name);
+                forced.add_markup(" <|constrain|>json<|message|>");
+            }
+        } else {
+            forced.add_markup("<tool_call>\n{\"name\": \"");
+            if (named) {
+                forced.add_text(req.tool_choice_name);
+                forced.add_markup("\", \"arguments\": ");
+            }
+        }
     }
-    EncodeOptions enc;
-    enc.parse_special = true;  // the rendered prompt's markup is control tokens
-    p.prompt_ids = tok.encode(p.prompt_text, enc);
-    if (!forced.empty()) {
-        p.forced_ids = tok.encode(forced, enc);
+    // Message text is plain text: only the template's markup becomes control tokens.
+    p.prompt_ids = encode_chat(tok, rendered);
+    if (!forced.text.empty()) {
+        p.forced_ids = encode_chat(tok, forced);
         p.prompt_ids.insert(p.prompt_ids.end(), p.forced_ids.begin(), p.forced_ids.end());
     }
     // A template that opens the reasoning block in the generation prompt (Qwen3 thinking
     // variants) makes the reply start inside it.
-    p.parse.reasoning_open = format == ChatFormat::CHATML && forced.empty() &&
+    p.parse.reasoning_open = format == ChatFormat::CHATML && forced.text.empty() &&
                              (ends_with(p.prompt_text, "<think>\n") || ends_with(p.prompt_text, "<think>"));
     return p;
 }

@@ -3,15 +3,16 @@
 #include "core/error.h"
 #include "server/chat_completion.h"
 #include "server/completion.h"
+#include "server/http_guard.h"
+#include "server/http_pool.h"
 #include "server/openai_schema.h"
 
 #include <httplib.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -22,57 +23,6 @@ namespace nitro::server {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-// ---------------------------------------------------------------------------------------------
-// Client sockets
-
-namespace {
-
-int port_of(const sockaddr_storage& ss) {
-    if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port);
-    if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port);
-    return -1;
-}
-
-std::string addr_of(const sockaddr_storage& ss) {
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (ss.ss_family == AF_INET) inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(ss).sin_addr, buf, sizeof buf);
-    else if (ss.ss_family == AF_INET6) inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr, buf, sizeof buf);
-    return buf;
-}
-
-}  // namespace
-
-int find_connection_socket(const std::string& remote_addr, int remote_port, int local_port) {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-        int fd = -1;
-        try {
-            fd = std::stoi(e.path().filename().string());
-        } catch (...) {
-            continue;
-        }
-        sockaddr_storage peer{}, local{};
-        socklen_t lp = sizeof peer, ll = sizeof local;
-        if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &lp) != 0) continue;
-        if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
-        if (port_of(peer) == remote_port && port_of(local) == local_port && addr_of(peer) == remote_addr) return fd;
-    }
-    return -1;
-}
-
-bool peer_closed(int fd) {
-    if (fd < 0) return false;
-    pollfd p{fd, POLLIN | POLLRDHUP, 0};
-    if (poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
-    if (p.revents & POLLIN) {
-        char c;
-        const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-    }
-    return false;
-}
 
 // ---------------------------------------------------------------------------------------------
 // A request in flight: the sink the worker feeds, and the queue of chunks the HTTP thread sends.
@@ -172,6 +122,143 @@ std::string file_stem(const std::string& path) {
     return name;
 }
 
+ApiError client_error(int status, const std::string& message, const std::string& code, const std::string& param = "") {
+    ApiError e;
+    e.status = status;
+    e.message = message;
+    e.code = code;
+    e.param = param;
+    return e;
+}
+
+bool is_generation_path(const std::string& p) {
+    return p == "/v1/chat/completions" || p == "/chat/completions" || p == "/v1/completions" || p == "/completions";
+}
+
+std::vector<std::string> header_values(const httplib::Request& req, const char* key) {
+    std::vector<std::string> out;
+    auto [b, e] = req.headers.equal_range(key);  // httplib's header map compares names case-insensitively
+    for (auto it = b; it != e; ++it) out.push_back(it->second);
+    return out;
+}
+
+BodyFraming framing_of(const httplib::Request& req) {
+    return body_framing(header_values(req, "Content-Length"), header_values(req, "Transfer-Encoding"));
+}
+
+/// Shuts the write side after the response and reads what the client still sends, for up to a
+/// second (lingering close): closing a socket with unread input resets it, and a reset can make
+/// the client drop the answer before reading it.
+void linger(int fd) {
+    if (fd < 0) return;
+    shutdown(fd, SHUT_WR);
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    char buf[16384];
+    size_t dropped = 0;
+    while (Clock::now() < until && dropped < (64u << 20)) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, static_cast<int>(std::max<int64_t>(1, left))) <= 0) break;
+        const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n <= 0) break;
+        dropped += static_cast<size_t>(n);
+    }
+}
+
+/// Makes `res` (an error with its body set) the last response of its connection: sent with
+/// `Connection: close`, after which cpp-httplib closes the socket (the content provider that
+/// wrote the body reports failure, which ends the keep-alive loop). For requests whose body was
+/// not read: nothing the client sent after the headers is ever parsed as a request.
+void close_after(httplib::Response& res, int fd) {
+    std::string body = std::move(res.body);
+    res.body.clear();
+    if (body.empty()) body = "{}";
+    const size_t n = body.size();
+    res.headers.erase("Content-Type");
+    res.set_header("Connection", "close");
+    res.set_content_provider(n, "application/json", [body = std::move(body), fd](size_t offset, size_t length, httplib::DataSink& sink) {
+        sink.write(body.data() + offset, length);
+        linger(fd);
+        return false;
+    });
+}
+
+/// Writes all of `data` to the socket (blocking up to 5 s per stall, no SIGPIPE).
+bool send_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+        const ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            data.remove_prefix(static_cast<size_t>(n));
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            pollfd p{fd, POLLOUT, 0};
+            if (poll(&p, 1, 5000) > 0 && !(p.revents & (POLLERR | POLLHUP))) continue;
+        }
+        return false;
+    }
+    return true;
+}
+
+const char* reason_phrase(int status) {
+    switch (status) {
+        case 200: return "OK";
+        case 400: return "Bad Request";
+        case 401: return "Unauthorized";
+        case 403: return "Forbidden";
+        case 404: return "Not Found";
+        case 413: return "Payload Too Large";
+        case 415: return "Unsupported Media Type";
+        case 500: return "Internal Server Error";
+        case 503: return "Service Unavailable";
+        default: return "Status";
+    }
+}
+
+/// cpp-httplib 0.11 writes nothing to a socket whose client has half-closed it (it takes the FIN
+/// for a disconnect), yet such a client may be waiting for the answer. These write it on the
+/// socket directly, as the last response of the connection (which cpp-httplib then closes).
+bool send_raw_response(int fd, const httplib::Response& res) {
+    const std::string type = res.get_header_value("Content-Type");
+    return send_all(fd, fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                                    res.status, reason_phrase(res.status), type.empty() ? "application/json" : type,
+                                    res.body.size()) +
+                            res.body);
+}
+
+/// A stream's chunks in HTTP/1.1 chunked framing, on the socket directly (see above).
+class RawChunkWriter {
+public:
+    explicit RawChunkWriter(int fd) : fd_(fd) {}
+    bool head() {
+        return send_all(fd_, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                             "X-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+    }
+    bool chunk(std::string_view data) { return send_all(fd_, fmt::format("{:x}\r\n", data.size()) + std::string(data) + "\r\n"); }
+    bool end() { return send_all(fd_, "0\r\n\r\n"); }
+
+private:
+    int fd_;
+};
+
+/// True when the client of `fd` is gone. A client that half-closed its socket may still read, so
+/// it is probed once with `probe` (bytes it must accept); one that closed the socket answers the
+/// probe with a reset, seen at the next check.
+template <typename Probe>
+bool client_gone(int fd, bool& probed, Probe probe) {
+    switch (peer_state(fd)) {
+        case PeerState::GONE: return true;
+        case PeerState::HALF_CLOSED:
+            if (!probed) {
+                probed = true;
+                if (!probe()) return true;
+            }
+            return false;
+        case PeerState::OPEN: return false;
+    }
+    return false;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -181,6 +268,8 @@ struct HttpServer::Impl {
     ServerOptions opt;
     httplib::Server svr;
     int64_t created = 0;
+
+    size_t max_body_bytes() const { return static_cast<size_t>(opt.max_body_mib * 1024.0 * 1024.0); }
 
     void check_model(const std::string& requested) const {
         if (requested.empty() || requested == opt.model_id || requested == std::filesystem::path(ctx.model->path()).filename().string())
@@ -193,14 +282,83 @@ struct HttpServer::Impl {
         throw ApiException(e);
     }
 
-    void check_fits(size_t n_prompt) const {
+    void check_fits(size_t n_prompt, const char* param) const {
         const int64_t n_ctx = ctx.scheduler->n_ctx();
         if (static_cast<int64_t>(n_prompt) >= n_ctx)
-            bad_request("messages",
+            bad_request(param,
                         fmt::format("This model's maximum context length is {} tokens, but the prompt has {} tokens "
                                     "(at least one position must be left to generate). Shorten the prompt or start "
                                     "the server with a larger -c.", n_ctx, n_prompt),
                         "context_length_exceeded");
+    }
+
+    /// The Host check (without an API key) and the API key (with one); /health needs neither.
+    std::optional<ApiError> check_access(const httplib::Request& req) const {
+        if (req.path == "/health") return std::nullopt;
+        if (opt.api_key.empty()) {
+            const std::string host = req.get_header_value("Host");
+            if (host_allowed(host, opt.host, opt.allowed_hosts)) return std::nullopt;
+            return client_error(403,
+                                fmt::format("Host '{}' is not allowed. Without an API key this server answers only requests "
+                                            "addressed to an IP address, localhost or a name given with --allowed-host "
+                                            "(this stops web pages from reaching it through DNS rebinding). Start it "
+                                            "with --allowed-host {} or --api-key KEY.",
+                                            host.substr(0, 200), host_of_header(host).substr(0, 200)),
+                                "host_not_allowed");
+        }
+        const std::string auth = req.get_header_value("Authorization");
+        if (api_key_matches(auth, req.get_header_value("x-api-key"), opt.api_key)) return std::nullopt;
+        return client_error(401,
+                            auth.empty() && !req.has_header("x-api-key")
+                                ? "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'."
+                                : "Incorrect API key provided.",
+                            "invalid_api_key");
+    }
+
+    ApiError too_large() const {
+        return client_error(413,
+                            fmt::format("The request body is larger than this server's limit of {} bytes ({} MiB; "
+                                        "nitro serve --max-body-size).", max_body_bytes(), opt.max_body_mib),
+                            "request_too_large");
+    }
+
+    void answer_early(httplib::Response& res, const ApiError& e, bool close, int fd) {
+        (e.status >= 500 ? ctx.metrics->requests_server_error : ctx.metrics->requests_client_error)++;
+        send_error(res, e);
+        if (close) close_after(res, fd);
+    }
+
+    /// A generation route: reads the body (whatever its Content-Type, up to the limit), then
+    /// checks access, then calls `handle`. The body is read before any answer, a 401 included,
+    /// so the connection stays in step; a body that cannot be read whole closes it.
+    template <typename Handle>
+    void with_body(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader, Handle handle) {
+        const int fd = find_connection_socket(req.remote_addr, req.remote_port, req.local_port);
+        const BodyFraming framing = framing_of(req);  // valid: checked before routing
+        const size_t limit = max_body_bytes();
+        if (framing.content_length && *framing.content_length > limit) return answer_early(res, too_large(), true, fd);
+        if (req.get_header_value("Content-Type").starts_with("multipart/")) {
+            return answer_early(res, client_error(415, "The request body must be JSON (this server does not read multipart bodies).",
+                                                  "unsupported_media_type"), true, fd);
+        }
+        std::string body;
+        if (framing.has_body()) {
+            bool over = false;
+            const bool ok = reader([&](const char* data, size_t n) {
+                if (body.size() + n > limit) {
+                    over = true;
+                    return false;
+                }
+                body.append(data, n);
+                return true;
+            });
+            if (!ok) {
+                return answer_early(res, over ? too_large() : client_error(400, "The request body could not be read whole.", "invalid_body"),
+                                    true, fd);
+            }
+        }
+        if (auto e = check_access(req)) return answer_early(res, *e, false, fd);
+        handle(body, fd);
     }
 
     void apply_script(const GenerationRequest& g, Job& job) const {
@@ -214,33 +372,50 @@ struct HttpServer::Impl {
     }
 
     /// Submits a job and answers: SSE stream or one JSON body.
-    void run_job(const httplib::Request& req, httplib::Response& res, std::shared_ptr<Job> job,
+    void run_job(const httplib::Request& req, httplib::Response& res, int fd, std::shared_ptr<Job> job,
                  std::shared_ptr<RequestState> state, bool stream) {
         Scheduler* sched = ctx.scheduler;
         Metrics* metrics = ctx.metrics;
-        const int fd = find_connection_socket(req.remote_addr, req.remote_port, req.local_port);
         state->begin();
         job->sink = state;
         sched->submit(job);
         if (!stream) {
+            // A half-closed client is probed with an interim "100 Continue", which HTTP/1.1
+            // clients must accept before any response (never sent to HTTP/1.0 clients).
+            const bool http11 = req.version == "HTTP/1.1";
+            bool probed = false;
             std::vector<json> ignored;
             while (!state->wait(std::chrono::milliseconds(50), ignored)) {
                 ignored.clear();
-                if (peer_closed(fd)) {
+                if (client_gone(fd, probed, [&] { return !http11 || write_probe(fd, "HTTP/1.1 100 Continue\r\n\r\n"); })) {
                     sched->cancel(job);
                     res.status = 499;  // nginx's "client closed request"; nobody reads it
                     return;
                 }
             }
-            finish_body(res, *state);
+            finish_body(res, *state);  // a half-closed client gets it in the post-routing handler
             return;
         }
         res.set_header("Cache-Control", "no-cache");
         res.set_header("X-Accel-Buffering", "no");
+        // A client half-closed already gets the whole stream from our own writes; one that
+        // half-closes during the stream, the rest of it (cpp-httplib stops writing at its FIN).
+        // (A FIN in the microseconds between this check and cpp-httplib writing the headers
+        // would leave the stream without them; clients half-close right after sending.)
+        const bool raw_from_start = peer_state(fd) == PeerState::HALF_CLOSED;
         res.set_chunked_content_provider(
             "text/event-stream",
-            [state, job, sched, metrics, fd](size_t, httplib::DataSink& sink) {
-                auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+            [state, job, sched, metrics, fd, probed = false, raw = raw_from_start, head = raw_from_start](
+                size_t, httplib::DataSink& sink) mutable {
+                RawChunkWriter out(fd);
+                auto write = [&](const std::string& s) {
+                    if (!raw && sink.write(s.data(), s.size())) return true;
+                    if (!raw && peer_state(fd) != PeerState::HALF_CLOSED) return false;
+                    raw = true;
+                    if (head && !out.head()) return false;
+                    head = false;
+                    return out.chunk(s);
+                };
                 for (;;) {
                     std::vector<json> chunks;
                     const bool done = state->wait(std::chrono::milliseconds(50), chunks);
@@ -257,10 +432,15 @@ struct HttpServer::Impl {
                             metrics->requests_ok++;
                         }
                         write("data: [DONE]\n\n");
+                        if (raw) {
+                            out.end();
+                            return false;  // cpp-httplib cannot finish it; it closes the connection
+                        }
                         sink.done();
                         return true;
                     }
-                    if (peer_closed(fd)) {
+                    // The probe of a half-closed client is an SSE comment, which clients skip.
+                    if (client_gone(fd, probed, [&] { return write(": keep-alive\n\n"); })) {
                         sched->cancel(job);
                         return false;
                     }
@@ -288,13 +468,13 @@ struct HttpServer::Impl {
         }
     }
 
-    void chat(const httplib::Request& req, httplib::Response& res) {
+    void chat(const httplib::Request& req, httplib::Response& res, const std::string& body, int fd) {
         ctx.metrics->requests_chat++;
-        ChatRequest r = parse_chat_request(req.body);
+        ChatRequest r = parse_chat_request(body);
         check_model(r.gen.model);
         if (!ctx.chat_format) bad_request("messages", "this model's vocabulary has no known chat format; use /v1/completions", "no_chat_format");
         PreparedChat p = prepare_chat(r, *ctx.tokenizer, *ctx.chat_format, opt.chat_date);
-        check_fits(p.prompt_ids.size());
+        check_fits(p.prompt_ids.size(), "messages");
         ChatResponseConfig cfg;
         cfg.format = *ctx.chat_format;
         cfg.parse = p.parse;
@@ -314,15 +494,15 @@ struct HttpServer::Impl {
         job->top_logprobs = r.gen.logprobs ? r.gen.top_logprobs : -1;
         apply_script(r.gen, *job);
         auto state = std::make_shared<RequestState>(std::make_unique<ChatResponseBuilder>(*ctx.tokenizer, cfg));
-        run_job(req, res, job, state, r.gen.stream);
+        run_job(req, res, fd, job, state, r.gen.stream);
     }
 
-    void completion(const httplib::Request& req, httplib::Response& res) {
+    void completion(const httplib::Request& req, httplib::Response& res, const std::string& body, int fd) {
         ctx.metrics->requests_completion++;
-        CompletionRequest r = parse_completion_request(req.body);
+        CompletionRequest r = parse_completion_request(body);
         check_model(r.gen.model);
         std::vector<int32_t> ids = completion_prompt_ids(r, *ctx.tokenizer);
-        check_fits(ids.size());
+        check_fits(ids.size(), "prompt");
         CompletionResponseConfig cfg;
         cfg.stop = r.gen.stop;
         cfg.logprobs = r.gen.logprobs;
@@ -340,7 +520,7 @@ struct HttpServer::Impl {
         job->top_logprobs = r.gen.logprobs ? r.gen.top_logprobs : -1;
         apply_script(r.gen, *job);
         auto state = std::make_shared<RequestState>(std::make_unique<CompletionResponseBuilder>(*ctx.tokenizer, cfg));
-        run_job(req, res, job, state, r.gen.stream);
+        run_job(req, res, fd, job, state, r.gen.stream);
     }
 
     json model_object() const {
@@ -358,19 +538,33 @@ struct HttpServer::Impl {
     }
 
     void routes() {
+        // Before routing: framing, then (for every route but the POST ones, which read their
+        // body first) access. A request with a body that no route reads is answered and its
+        // connection closed, so its body is never taken for a next request.
         svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-            if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-            const std::string auth = req.get_header_value("Authorization");
-            if (auth == "Bearer " + opt.api_key || req.get_header_value("x-api-key") == opt.api_key)
-                return httplib::Server::HandlerResponse::Unhandled;
-            ApiError e;
-            e.status = 401;
-            e.message = auth.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'."
-                                     : "Incorrect API key provided.";
-            e.code = "invalid_api_key";
-            send_error(res, e);
-            ctx.metrics->requests_client_error++;
+            const BodyFraming framing = framing_of(req);
+            auto fd = [&] { return find_connection_socket(req.remote_addr, req.remote_port, req.local_port); };
+            if (!framing.error.empty()) {
+                answer_early(res, client_error(400, "The request's body length is ambiguous: " + framing.error + ".", "invalid_framing"), true, fd());
+                return httplib::Server::HandlerResponse::Handled;
+            }
+            if (req.method == "POST" && is_generation_path(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+            std::optional<ApiError> e = check_access(req);
+            if (!e && framing.has_body()) {
+                const bool known = req.path == "/health" || req.path == "/metrics" || req.path.starts_with("/v1/models");
+                e = known ? client_error(400, fmt::format("{} {} takes no request body.", req.method, req.path), "unexpected_body")
+                          : client_error(404, fmt::format("Unknown endpoint: {} {}", req.method, req.path), "unknown_url");
+            }
+            if (!e) return httplib::Server::HandlerResponse::Unhandled;
+            answer_early(res, *e, framing.has_body(), framing.has_body() ? fd() : -1);
             return httplib::Server::HandlerResponse::Handled;
+        });
+        // The last step before cpp-httplib writes a response: a client that half-closed its
+        // socket is answered with our own writes, since cpp-httplib would write nothing.
+        svr.set_post_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+            if (res.content_provider_ || req.method == "HEAD") return;  // streams and closing answers write their own way
+            const int fd = find_connection_socket(req.remote_addr, req.remote_port, req.local_port);
+            if (peer_state(fd) == PeerState::HALF_CLOSED) send_raw_response(fd, res);
         });
         svr.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
             try {
@@ -391,20 +585,31 @@ struct HttpServer::Impl {
                 send_error(res, server_error("unknown error"));
             }
         });
-        svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-            if (!res.body.empty() || res.status == 499) return httplib::Server::HandlerResponse::Unhandled;
+        svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+            if (!res.body.empty() || res.content_provider_ || res.status == 499) return httplib::Server::HandlerResponse::Unhandled;
             ApiError e;
             e.status = res.status;
-            e.message = res.status == 404 ? fmt::format("Unknown endpoint: {} {}", req.method, req.path)
-                                          : fmt::format("HTTP {} for {} {}", res.status, req.method, req.path);
-            e.code = res.status == 404 ? "unknown_url" : "";
+            if (res.status == 404) {
+                e.message = fmt::format("Unknown endpoint: {} {}", req.method, req.path);
+                e.code = "unknown_url";
+            } else if (res.status == 413) {
+                e = too_large();
+            } else {
+                e.message = fmt::format("HTTP {} for {} {}", res.status, req.method, req.path);
+            }
             send_error(res, e);
             return httplib::Server::HandlerResponse::Handled;
         }));
-        svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { chat(req, res); });
-        svr.Post("/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { chat(req, res); });
-        svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res); });
-        svr.Post("/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res); });
+        auto chat_route = [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+            with_body(req, res, reader, [&](const std::string& body, int fd) { chat(req, res, body, fd); });
+        };
+        auto completion_route = [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+            with_body(req, res, reader, [&](const std::string& body, int fd) { completion(req, res, body, fd); });
+        };
+        svr.Post("/v1/chat/completions", chat_route);
+        svr.Post("/chat/completions", chat_route);
+        svr.Post("/v1/completions", completion_route);
+        svr.Post("/completions", completion_route);
         svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
             ctx.metrics->requests_other++;
             res.set_content(dump({{"object", "list"}, {"data", json::array({model_object()})}}), "application/json");
@@ -425,12 +630,13 @@ struct HttpServer::Impl {
 
 HttpServer::HttpServer(ServerContext ctx, ServerOptions opt) : impl_(std::make_unique<Impl>()), opt_(std::move(opt)) {
     if (opt_.model_id.empty()) opt_.model_id = file_stem(ctx.model->path());
+    if (!(opt_.max_body_mib > 0)) fail("--max-body-size must be above 0 MiB, got {}", opt_.max_body_mib);
     impl_->ctx = ctx;
     impl_->opt = opt_;
     impl_->created = static_cast<int64_t>(std::time(nullptr));
-    const int n = std::max(2, opt_.http_threads);
-    impl_->svr.new_task_queue = [n] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
-    impl_->svr.set_payload_max_length(64u << 20);
+    const size_t n = static_cast<size_t>(std::max(2, opt_.http_threads));
+    impl_->svr.new_task_queue = [n] { return new ElasticThreadPool(n, 4 * n); };
+    impl_->svr.set_payload_max_length(impl_->max_body_bytes());
     impl_->svr.set_tcp_nodelay(true);
     impl_->routes();
 }

@@ -1,5 +1,5 @@
-// The HTTP front of `nitro serve` (cpp-httplib): OpenAI routes, API-key check, SSE streaming,
-// client-disconnect detection, and errors in OpenAI's shape.
+// The HTTP front of `nitro serve` (cpp-httplib): OpenAI routes, API-key and Host checks, body
+// limits, SSE streaming, client-disconnect detection, and errors in OpenAI's shape.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/ID], GET /health,
 // GET /metrics. Each generation request is validated and tokenized on its HTTP thread (so a bad
@@ -7,6 +7,11 @@
 // response builder's chunks (SSE) or waits for the whole body, watching the client's socket: when
 // the client goes away the job is cancelled (dropped from the queue, or stopped at the next prompt
 // chunk / decode step).
+//
+// Every request is answered on a connection that stays in step: the POST routes read their body
+// themselves (any Content-Type, up to --max-body-size) before answering, even a 401; a request
+// whose body is not read (too large, unknown route, a GET with a body, ambiguous framing) is
+// answered and its connection closed, so no body byte is ever parsed as a next request.
 #pragma once
 
 #include "runtime/model.h"
@@ -18,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace nitro::server {
 
@@ -27,7 +33,11 @@ struct ServerOptions {
     std::string api_key;      ///< "" = no authentication
     std::string model_id;     ///< the name clients use ("" = the file name without .gguf)
     std::string chat_date;    ///< gpt-oss template date, YYYY-MM-DD ("" = today)
-    int http_threads = 32;    ///< connections served at once (streams hold one each)
+    int http_threads = 32;    ///< HTTP threads kept ready; up to 4x as many start under load
+    double max_body_mib = 16; ///< request bodies above this many MiB are answered 413
+    /// Host names accepted without an API key besides IP addresses, localhost and `host`
+    /// ("*": any; see http_guard.h on DNS rebinding).
+    std::vector<std::string> allowed_hosts;
     /// Test-only: accept the request field "debug_scripted_output" (tokens to emit instead of
     /// sampling), so client tests can drive tool calls, reasoning and stop sequences through the
     /// real HTTP/SSE path with a random-weight model. Never enable it for users.
@@ -61,11 +71,5 @@ private:
     std::unique_ptr<Impl> impl_;
     ServerOptions opt_;
 };
-
-/// The socket of the connection a request arrived on, found by its local and remote ports
-/// (cpp-httplib 0.11 does not hand the socket to handlers). -1 if not found.
-int find_connection_socket(const std::string& remote_addr, int remote_port, int local_port);
-/// True when the peer of a connected socket has closed it or reset it (no data is consumed).
-bool peer_closed(int fd);
 
 }  // namespace nitro::server

@@ -1,5 +1,7 @@
 #include "server/openai_schema.h"
 
+#include "tokenizer/chat.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -81,8 +83,13 @@ std::optional<std::string> get_string(const json& obj, const char* key) {
 }
 
 json parse_body(const std::string& body) {
-    json j = json::parse(body, nullptr, false);
-    if (j.is_discarded()) {
+    bool too_deep = false;
+    std::optional<json> parsed = parse_json_bounded(body, kMaxJsonDepth, &too_deep);
+    if (too_deep)
+        bad_request("", fmt::format("The JSON body of your request nests arrays/objects deeper than {} levels, "
+                                    "the most this server accepts.", kMaxJsonDepth),
+                    "json_too_deep");
+    if (!parsed) {
         // Find where it broke for the message.
         try {
             const json again = json::parse(body);
@@ -92,8 +99,21 @@ json parse_body(const std::string& body) {
         }
         bad_request("", "We could not parse the JSON body of your request.", "invalid_json");
     }
+    json j = std::move(*parsed);
     if (!j.is_object()) bad_request("", fmt::format("the request body must be a JSON object, got {}", type_name(j)), "invalid_json");
     return j;
+}
+
+/// OpenAI's rule for function names: ^[a-zA-Z0-9_-]{1,64}$. Names are printed into the prompt
+/// (`to=functions.NAME`, `{"name": "NAME"`), so nothing else may pass.
+void check_tool_name(const std::string& name, const std::string& param) {
+    const bool ok = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    });
+    if (!ok)
+        bad_request(param, fmt::format("'{}' must match ^[a-zA-Z0-9_-]{{1,64}}$ (letters, digits, '_' and '-', at most 64), got '{}'",
+                                       param, name.size() > 80 ? name.substr(0, 80) + "..." : name),
+                    "invalid_value");
 }
 
 void parse_generation(const json& j, GenerationRequest& g, bool chat) {
@@ -225,6 +245,7 @@ json parse_tools(const json& j) {
         if (!fn || !fn->is_object()) bad_request(where + ".function", fmt::format("'{}.function' must be an object", where), "missing_required_parameter");
         auto name = get_string(*fn, "name");
         if (!name || name->empty()) bad_request(where + ".function.name", fmt::format("'{}.function.name' is required", where), "missing_required_parameter");
+        check_tool_name(*name, where + ".function.name");
         json f = {{"name", *name}};
         if (auto d = get_string(*fn, "description")) f["description"] = *d;
         if (const json* p = opt_field(*fn, "parameters")) {
@@ -275,6 +296,7 @@ ChatRequest parse_chat_request(const std::string& body) {
             const json* fn = opt_field(*tc, "function");
             auto name = fn && fn->is_object() ? get_string(*fn, "name") : std::nullopt;
             if (!name) bad_request("tool_choice.function.name", "'tool_choice.function.name' is required", "missing_required_parameter");
+            check_tool_name(*name, "tool_choice.function.name");
             r.tool_choice = ToolChoice::NAMED;
             r.tool_choice_name = *name;
         } else {
@@ -304,7 +326,14 @@ ChatRequest parse_chat_request(const std::string& body) {
         auto type = get_string(*rf, "type");
         if (!type || (*type != "text" && *type != "json_object" && *type != "json_schema"))
             bad_request("response_format.type", "'response_format.type' must be 'text', 'json_object' or 'json_schema'", "invalid_value");
-        r.response_format = *type;
+        // Without grammar-constrained sampling nothing would hold the model to JSON; saying so
+        // beats answering 200 with text that a client then fails to parse.
+        if (*type != "text")
+            bad_request("response_format",
+                        fmt::format("'response_format' of type '{}' is not supported: this server has no grammar-constrained "
+                                    "sampling, so it cannot guarantee JSON output. Leave response_format out (or use "
+                                    "'text') and validate the output yourself.", *type),
+                        "unsupported_parameter");
     }
     return r;
 }

@@ -1,5 +1,7 @@
 // OpenAI request parsing and validation for `nitro serve`.
 //
+// The body is parsed with its nesting bounded (kMaxJsonDepth, a 400 `json_too_deep` beyond), so
+// nothing downstream (copies, schema walks, template rendering) can recurse deeper than that.
 // Every request body is checked field by field before anything reaches the engine: a field of
 // the wrong type, an out-of-range value or a missing required field gives an ApiError with the
 // HTTP status and OpenAI's error object {"error": {"message", "type", "param", "code"}}, naming
@@ -69,7 +71,6 @@ struct ChatRequest {
     bool parallel_tool_calls = true;
     std::optional<std::string> reasoning_effort;    ///< gpt-oss: low/medium/high
     nlohmann::ordered_json chat_template_kwargs;    ///< object or null
-    std::string response_format = "text";           ///< text / json_object / json_schema (not enforced)
 };
 
 struct CompletionRequest {

@@ -103,6 +103,7 @@ void Scheduler::stop() {
         std::lock_guard<std::mutex> lk(mu_);
         if (stopping_ && !thread_.joinable()) return;
         stopping_ = true;
+        stop_requested_ = true;
         left.swap(queue_);
         metrics_.queue_length = 0;
         for (auto& j : left) j->cancelled = true;
@@ -144,6 +145,7 @@ void Scheduler::worker() {
             lk.unlock();
             if (!admit(slot)) continue;
         }
+        if (stop_requested_.load(std::memory_order_relaxed)) break;  // the running job ends at the next step
         step(slot);
     }
     if (slot.job) finish(slot, FinishCause::CANCELLED, "the server is shutting down");

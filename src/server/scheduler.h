@@ -109,7 +109,8 @@ public:
     void submit(const std::shared_ptr<Job>& job);
     /// Cancels a job: removed now if still queued, else stopped at the worker's next step.
     void cancel(const std::shared_ptr<Job>& job);
-    /// Cancels everything, stops the worker and closes the trace file.
+    /// Cancels everything (the running job at its next step), stops the worker and closes the
+    /// trace file.
     void stop();
 
     int64_t n_ctx() const { return n_ctx_; }
@@ -143,6 +144,7 @@ private:
     std::deque<std::shared_ptr<Job>> queue_;
     uint64_t next_id_ = 1;
     bool stopping_ = false;
+    std::atomic<bool> stop_requested_{false};  ///< stopping_, read by the worker between steps
     std::thread thread_;
 };
 

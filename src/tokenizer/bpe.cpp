@@ -30,14 +30,51 @@ Tokenizer::Tokenizer(Vocab vocab, const PreTokenizerSpec& spec)
     for (int32_t id : added_by_length_) added_first_byte_[static_cast<uint8_t>(vocab_.text(id)[0])] = true;
 }
 
-std::pair<size_t, int32_t> Tokenizer::find_added(std::string_view text, size_t from, bool parse_special) const {
+namespace {
+
+using Ranges = std::vector<std::pair<size_t, size_t>>;
+
+/// True if [at, at + len) lies inside one range of the sorted, disjoint `ranges`.
+bool inside(const Ranges& ranges, size_t at, size_t len) {
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), at, [](size_t v, const auto& r) { return v < r.first; });
+    if (it == ranges.begin()) return false;
+    --it;
+    return at >= it->first && at + len <= it->second;
+}
+
+/// Replaces ill-formed UTF-8 range by range, so `ranges` can be moved to the sanitized text.
+std::string sanitize_keeping_ranges(std::string_view text, const Ranges& ranges, Ranges& moved) {
+    std::string out;
+    size_t pos = 0;
+    auto copy = [&](size_t end) {
+        out += utf8_sanitize(text.substr(pos, end - pos));
+        pos = end;
+    };
+    for (const auto& [b, e] : ranges) {
+        copy(std::min(b, text.size()));
+        const size_t start = out.size();
+        copy(std::min(e, text.size()));
+        moved.emplace_back(start, out.size());
+    }
+    copy(text.size());
+    return out;
+}
+
+}  // namespace
+
+std::pair<size_t, int32_t> Tokenizer::find_added(std::string_view text, size_t from, bool parse_special,
+                                                 const Ranges* ranges) const {
     for (size_t i = from; i < text.size(); ++i) {
         if (!added_first_byte_[static_cast<uint8_t>(text[i])]) continue;
         const std::string_view rest = text.substr(i);
         for (int32_t id : added_by_length_) {  // longest first: the first hit is the longest
-            if (!parse_special && vocab_.is_control(id)) continue;
+            const bool control = vocab_.is_control(id);
+            if (!parse_special && control) continue;
             const std::string_view t = vocab_.text(id);
-            if (rest.size() >= t.size() && rest.compare(0, t.size(), t) == 0) return {i, id};
+            if (rest.size() >= t.size() && rest.compare(0, t.size(), t) == 0) {
+                if (control && ranges && !inside(*ranges, i, t.size())) continue;
+                return {i, id};
+            }
         }
     }
     return {text.size(), -1};
@@ -46,8 +83,15 @@ std::pair<size_t, int32_t> Tokenizer::find_added(std::string_view text, size_t f
 std::vector<int32_t> Tokenizer::encode(std::string_view input, const EncodeOptions& opt) const {
     std::string sanitized;
     std::string_view text = input;
+    const Ranges* ranges = opt.parse_special ? opt.special_ranges : nullptr;
+    Ranges moved;
     if (!utf8_is_valid(input)) {
-        sanitized = utf8_sanitize(input);
+        if (ranges) {
+            sanitized = sanitize_keeping_ranges(input, *ranges, moved);
+            ranges = &moved;
+        } else {
+            sanitized = utf8_sanitize(input);
+        }
         text = sanitized;
     }
     std::vector<int32_t> out;
@@ -56,7 +100,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view input, const EncodeOptio
     size_t pos = 0;
     while (pos < text.size()) {
         auto [at, id] = added_by_length_.empty() ? std::pair<size_t, int32_t>{text.size(), -1}
-                                                 : find_added(text, pos, opt.parse_special);
+                                                 : find_added(text, pos, opt.parse_special, ranges);
         encode_plain(text.substr(pos, at - pos), out);
         if (id < 0) break;
         out.push_back(id);

@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace nitro {
@@ -29,6 +30,10 @@ class GgufMetadata;
 struct EncodeOptions {
     bool parse_special = false;  ///< match CONTROL token text (<|start|>) as those tokens
     bool add_special = false;    ///< prepend BOS / append EOS where the vocabulary asks for it
+    /// With parse_special: CONTROL tokens only where their whole text lies inside one of these
+    /// [first, second) byte ranges of the input (sorted, disjoint), e.g. a chat template's own
+    /// markup (RenderedChat); elsewhere their text is plain text. nullptr: anywhere.
+    const std::vector<std::pair<size_t, size_t>>* special_ranges = nullptr;
 };
 
 class Tokenizer {
@@ -62,7 +67,9 @@ private:
     void merge_small(std::string_view piece, std::vector<int32_t>& out) const;
     void merge_large(std::string_view piece, std::vector<int32_t>& out) const;
     /// Leftmost-longest added token at or after `from`: its position and id (id -1: none).
-    std::pair<size_t, int32_t> find_added(std::string_view text, size_t from, bool parse_special) const;
+    /// With `ranges`, control tokens only inside them (EncodeOptions::special_ranges).
+    std::pair<size_t, int32_t> find_added(std::string_view text, size_t from, bool parse_special,
+                                          const std::vector<std::pair<size_t, size_t>>* ranges) const;
 
     Vocab vocab_;
     PreTokenizer pre_;

@@ -1,6 +1,7 @@
 #include "tokenizer/chat.h"
 
 #include "core/error.h"
+#include "tokenizer/bpe.h"
 #include "tokenizer/chat_chatml.h"
 #include "tokenizer/chat_harmony.h"
 #include "tokenizer/vocab.h"
@@ -48,7 +49,43 @@ ChatOptions ChatOptions::from_kwargs(const json& kwargs) {
     return o;
 }
 
+void RenderedChat::add_markup(std::string_view s) {
+    if (s.empty()) return;
+    if (!markup.empty() && markup.back().second == text.size()) markup.back().second += s.size();
+    else markup.emplace_back(text.size(), text.size() + s.size());
+    text += s;
+}
+
+void RenderedChat::add_text(std::string_view s) { text += s; }
+
+std::vector<int32_t> encode_chat(const Tokenizer& tok, const RenderedChat& chat) {
+    EncodeOptions enc;
+    enc.parse_special = true;
+    enc.special_ranges = &chat.markup;
+    return tok.encode(chat.text, enc);
+}
+
+std::optional<json> parse_json_bounded(std::string_view text, int max_depth, bool* too_deep) {
+    bool deep = false;
+    // The callback sees the depth of the enclosing container (0 for the top-level value); a
+    // container opened at depth >= max_depth would be nesting level max_depth + 1. Discarding it
+    // keeps nothing of the deep part in memory; the parser itself is iterative.
+    json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json&) {
+        if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= max_depth)
+            deep = true;
+        return !deep;
+    };
+    json j = json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/false);
+    if (too_deep) *too_deep = deep;
+    if (deep || j.is_discarded()) return std::nullopt;
+    return j;
+}
+
 std::string render_chat(ChatFormat format, const json& messages, const json& tools, const ChatOptions& opt) {
+    return render_chat_marked(format, messages, tools, opt).text;
+}
+
+RenderedChat render_chat_marked(ChatFormat format, const json& messages, const json& tools, const ChatOptions& opt) {
     if (!messages.is_array()) fail("chat: 'messages' must be an array, got {}", messages.type_name());
     if (messages.empty()) fail("chat: 'messages' is empty; the template reads messages[0]");
     if (!tools.is_null() && !tools.is_array()) fail("chat: 'tools' must be an array or null, got {}", tools.type_name());

@@ -15,12 +15,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace nitro {
 
+class Tokenizer;
 class Vocab;
 
 /// The chat formats this engine renders and parses.
@@ -61,10 +65,49 @@ struct ChatOptions {
     static ChatOptions from_kwargs(const nlohmann::ordered_json& kwargs);
 };
 
-/// Renders a conversation in `format`. `tools` may be null. Throws nitro::Error where the
-/// official template raises and for inputs it cannot render (non-string content).
+/// A rendered conversation, and which of its bytes the template wrote itself.
+///
+/// Only the template's own markup may become control tokens (<|start|>, <|message|>, <|im_end|>):
+/// text that came from the request (message content, reasoning, tool names, descriptions and
+/// schemas, tool results, template options) is tokenized as plain text even when it spells a
+/// control token, so a message cannot forge a turn (`<|end|><|start|>system<|message|>...`).
+/// For text without control-token spellings the ids equal those of the whole string tokenized
+/// with special tokens parsed, which is what the official templates' goldens hold.
+struct RenderedChat {
+    std::string text;
+    /// [first, second) byte ranges of `text` written by the template (sorted, disjoint).
+    std::vector<std::pair<size_t, size_t>> markup;
+
+    /// Appends template text (its control-token spellings are control tokens).
+    void add_markup(std::string_view s);
+    /// Appends request text (always plain text).
+    void add_text(std::string_view s);
+};
+
+/// Renders a conversation in `format`, keeping where the markup is. `tools` may be null. Throws
+/// nitro::Error where the official template raises and for inputs it cannot render
+/// (non-string content).
+RenderedChat render_chat_marked(ChatFormat format, const nlohmann::ordered_json& messages,
+                                const nlohmann::ordered_json& tools, const ChatOptions& opt);
+
+/// The text of render_chat_marked().
 std::string render_chat(ChatFormat format, const nlohmann::ordered_json& messages,
                         const nlohmann::ordered_json& tools, const ChatOptions& opt);
+
+/// Token ids of a rendered chat: control tokens only inside its markup ranges, USER_DEFINED
+/// added tokens (Qwen3's <think>, <tool_call>) wherever their text is, as Hugging Face and
+/// llama.cpp match them; no BOS/EOS (the templates write their own).
+std::vector<int32_t> encode_chat(const Tokenizer& tok, const RenderedChat& chat);
+
+/// Deepest nesting of arrays/objects accepted where request JSON is parsed or copied (the body
+/// of a request, tool-call arguments given as a JSON string). Deeper input is refused or left as
+/// a string, so recursive copies, dumps and schema walks stay far from the stack limit.
+inline constexpr int kMaxJsonDepth = 128;
+
+/// Parses JSON text; nullopt when it is not valid JSON or nests deeper than `max_depth`
+/// (then `*too_deep` is set, when given).
+std::optional<nlohmann::ordered_json> parse_json_bounded(std::string_view text, int max_depth = kMaxJsonDepth,
+                                                         bool* too_deep = nullptr);
 
 /// Today's local date as "YYYY-MM-DD".
 std::string chat_date_today();

@@ -48,20 +48,23 @@ const std::string& content_of(const json& m, const std::string& where) {
 
 }  // namespace
 
-std::string render_chatml(const json& messages, const json& tools, const ChatOptions& opt) {
-    std::string out;
+RenderedChat render_chatml(const json& messages, const json& tools, const ChatOptions& opt) {
+    // Markup: the template's literal text around the request's text (see chat_harmony.cpp).
+    RenderedChat out;
     const std::string& role0 = chat_detail::role_of(messages[0], 0);
     if (truthy(&tools)) {
-        out += "<|im_start|>system\n";
-        if (role0 == "system") out += content_of(messages[0], "messages[0] (system)") + "\n\n";
-        out += "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
-        for (const auto& t : tools) out += "\n" + py_json_dumps(t);
-        out += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-               "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-               "<args-json-object>}\n</tool_call><|im_end|>\n";
+        out.add_markup("<|im_start|>system\n");
+        if (role0 == "system") out.add_text(content_of(messages[0], "messages[0] (system)") + "\n\n");
+        out.add_markup("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                       "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        for (const auto& t : tools) out.add_text("\n" + py_json_dumps(t));
+        out.add_markup("\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+                       "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                       "<args-json-object>}\n</tool_call><|im_end|>\n");
     } else if (role0 == "system") {
-        out += "<|im_start|>system\n" + content_of(messages[0], "messages[0] (system)") + "<|im_end|>\n";
+        out.add_markup("<|im_start|>system\n");
+        out.add_text(content_of(messages[0], "messages[0] (system)"));
+        out.add_markup("<|im_end|>\n");
     }
 
     // The last user message that is a real query (not a wrapped tool response).
@@ -82,7 +85,9 @@ std::string render_chatml(const json& messages, const json& tools, const ChatOpt
         const std::string& role = chat_detail::role_of(m, i);
         const std::string where = fmt::format("messages[{}] ({})", i, role);
         if (role == "user" || (role == "system" && i != 0)) {
-            out += "<|im_start|>" + role + "\n" + content_of(m, where) + "<|im_end|>\n";
+            out.add_markup("<|im_start|>" + role + "\n");
+            out.add_text(content_of(m, where));
+            out.add_markup("<|im_end|>\n");
         } else if (role == "assistant") {
             std::string content;
             std::string reasoning;
@@ -99,35 +104,44 @@ std::string render_chatml(const json& messages, const json& tools, const ChatOpt
                     reasoning = lstrip_nl(split_last(rstrip_nl(split_first(whole, "</think>")), "<think>"));
                 }
             }
-            if (i > last_query && (i + 1 == n || !reasoning.empty()))
-                out += "<|im_start|>assistant\n<think>\n" + strip_nl(reasoning) + "\n</think>\n\n" + lstrip_nl(content);
-            else
-                out += "<|im_start|>assistant\n" + content;
+            if (i > last_query && (i + 1 == n || !reasoning.empty())) {
+                out.add_markup("<|im_start|>assistant\n<think>\n");
+                out.add_text(strip_nl(reasoning));
+                out.add_markup("\n</think>\n\n");
+                out.add_text(lstrip_nl(content));
+            } else {
+                out.add_markup("<|im_start|>assistant\n");
+                out.add_text(content);
+            }
             const json* calls = field(m, "tool_calls");
             if (truthy(calls)) {
                 if (!calls->is_array()) fail("chat template (Qwen3): {}: 'tool_calls' must be a list", where);
                 for (size_t k = 0; k < calls->size(); ++k) {
-                    if ((k == 0 && !content.empty()) || k > 0) out += "\n";
+                    if ((k == 0 && !content.empty()) || k > 0) out.add_markup("\n");
                     const json* call = &(*calls)[k];
                     if (truthy(field(*call, "function"))) call = field(*call, "function");
                     const std::string cw = fmt::format("{}.tool_calls[{}]", where, k);
-                    out += "<tool_call>\n{\"name\": \"" + str_field(*call, "name", cw) + "\", \"arguments\": ";
+                    out.add_markup("<tool_call>\n{\"name\": \"");
+                    out.add_text(str_field(*call, "name", cw));
+                    out.add_markup("\", \"arguments\": ");
                     const json* args = field(*call, "arguments");
                     if (!args) fail("chat template (Qwen3): {} has no 'arguments'", cw);
-                    out += args->is_string() ? args->get<std::string>() : py_json_dumps(*args);
-                    out += "}\n</tool_call>";
+                    out.add_text(args->is_string() ? args->get<std::string>() : py_json_dumps(*args));
+                    out.add_markup("}\n</tool_call>");
                 }
             }
-            out += "<|im_end|>\n";
+            out.add_markup("<|im_end|>\n");
         } else if (role == "tool") {
-            if (i == 0 || chat_detail::role_of(messages[i - 1], i - 1) != "tool") out += "<|im_start|>user";
-            out += "\n<tool_response>\n" + content_of(m, where) + "\n</tool_response>";
-            if (i + 1 == n || chat_detail::role_of(messages[i + 1], i + 1) != "tool") out += "<|im_end|>\n";
+            if (i == 0 || chat_detail::role_of(messages[i - 1], i - 1) != "tool") out.add_markup("<|im_start|>user");
+            out.add_markup("\n<tool_response>\n");
+            out.add_text(content_of(m, where));
+            out.add_markup("\n</tool_response>");
+            if (i + 1 == n || chat_detail::role_of(messages[i + 1], i + 1) != "tool") out.add_markup("<|im_end|>\n");
         }
     }
     if (opt.add_generation_prompt) {
-        out += "<|im_start|>assistant\n";
-        if (opt.enable_thinking == false) out += "<think>\n\n</think>\n\n";
+        out.add_markup("<|im_start|>assistant\n");
+        if (opt.enable_thinking == false) out.add_markup("<think>\n\n</think>\n\n");
     }
     return out;
 }

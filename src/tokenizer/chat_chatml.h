@@ -17,8 +17,8 @@
 namespace nitro {
 
 /// Renders `messages` and `tools` like the Qwen3 template. Throws nitro::Error where the
-/// template raises. Used through render_chat().
-std::string render_chatml(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                          const ChatOptions& opt);
+/// template raises. Used through render_chat_marked().
+RenderedChat render_chatml(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                           const ChatOptions& opt);
 
 }  // namespace nitro

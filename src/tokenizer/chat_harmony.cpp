@@ -260,8 +260,14 @@ void check_no_channel_tags(const json& msg, const char* key, size_t index) {
 
 std::string harmony_typescript_type(const json& spec) { return ts_type(spec); }
 
-std::string render_harmony(const json& messages, const json& tools, const ChatOptions& opt) {
-    std::string out = "<|start|>system<|message|>" + build_system_message(tools, opt) + "<|end|>";
+RenderedChat render_harmony(const json& messages, const json& tools, const ChatOptions& opt) {
+    // Markup: the template's literal control-token text. Everything from the request (content,
+    // thinking, names, the tool namespace built from the schemas, the system text built from the
+    // options) goes in as text; those builders write no control tokens of their own.
+    RenderedChat out;
+    out.add_markup("<|start|>system<|message|>");
+    out.add_text(build_system_message(tools, opt));
+    out.add_markup("<|end|>");
 
     const std::string& role0 = chat_detail::role_of(messages[0], 0);
     size_t first = 0;
@@ -271,11 +277,11 @@ std::string render_harmony(const json& messages, const json& tools, const ChatOp
         first = 1;
     }
     if (truthy(developer_message) || truthy(&tools)) {
-        out += "<|start|>developer<|message|>";
+        out.add_markup("<|start|>developer<|message|>");
         if (truthy(developer_message))
-            out += "# Instructions\n\n" + as_str(developer_message, "messages[0].content") + "\n\n";
-        if (truthy(&tools)) out += "# Tools\n\n" + render_tool_namespace(tools);
-        out += "<|end|>";
+            out.add_text("# Instructions\n\n" + as_str(developer_message, "messages[0].content") + "\n\n");
+        if (truthy(&tools)) out.add_text("# Tools\n\n" + render_tool_namespace(tools));
+        out.add_markup("<|end|>");
     }
 
     std::optional<std::string> last_tool_call;
@@ -302,29 +308,42 @@ std::string render_harmony(const json& messages, const json& tools, const ChatOp
                 if (truthy(content) && truthy(thinking))
                     fail("chat template (gpt-oss): {}: cannot pass both content and thinking in an assistant "
                          "message with tool calls", where);
-                if (truthy(content) && !future_final)
-                    out += "<|start|>assistant<|channel|>analysis<|message|>" + as_str(content, "content") + "<|end|>";
-                else if (truthy(thinking) && !future_final)
-                    out += "<|start|>assistant<|channel|>analysis<|message|>" + as_str(thinking, "thinking") + "<|end|>";
+                if ((truthy(content) || truthy(thinking)) && !future_final) {
+                    out.add_markup("<|start|>assistant<|channel|>analysis<|message|>");
+                    out.add_text(truthy(content) ? as_str(content, "content") : as_str(thinking, "thinking"));
+                    out.add_markup("<|end|>");
+                }
                 const std::string& name = str_field(*call, "name", where + ".tool_calls[0]");
-                out += "<|start|>assistant to=functions." + name + "<|channel|>commentary ";
+                out.add_markup("<|start|>assistant to=functions.");
+                out.add_text(name);
+                out.add_markup("<|channel|>commentary ");
                 const json* ctype = field(*call, "content_type");
-                out += (ctype ? as_str(ctype, "content_type") : std::string("json")) + "<|message|>";
+                out.add_text(ctype ? as_str(ctype, "content_type") : std::string("json"));
+                out.add_markup("<|message|>");
                 const json* args = field(*call, "arguments");
                 if (!args) fail("chat template (gpt-oss): {}.tool_calls[0] has no 'arguments'", where);
                 if (args->is_string() && opt.parse_string_arguments) {
-                    json parsed = json::parse(args->get_ref<const std::string&>(), nullptr, false);
-                    out += parsed.is_discarded() ? py_json_dumps(*args) : py_json_dumps(parsed);
+                    // Bounded: a string of deeply nested JSON stays a string (printed quoted).
+                    const auto parsed = parse_json_bounded(args->get_ref<const std::string&>());
+                    out.add_text(parsed ? py_json_dumps(*parsed) : py_json_dumps(*args));
                 } else {
-                    out += py_json_dumps(*args);
+                    out.add_text(py_json_dumps(*args));
                 }
-                out += "<|call|>";
+                out.add_markup("<|call|>");
                 last_tool_call = name;
             } else if (is_last && !opt.add_generation_prompt) {
-                if (thinking) out += "<|start|>assistant<|channel|>analysis<|message|>" + as_str(thinking, "thinking") + "<|end|>";
-                out += "<|start|>assistant<|channel|>final<|message|>" + as_str(content, "content") + "<|return|>";
+                if (thinking) {
+                    out.add_markup("<|start|>assistant<|channel|>analysis<|message|>");
+                    out.add_text(as_str(thinking, "thinking"));
+                    out.add_markup("<|end|>");
+                }
+                out.add_markup("<|start|>assistant<|channel|>final<|message|>");
+                out.add_text(as_str(content, "content"));
+                out.add_markup("<|return|>");
             } else {
-                out += "<|start|>assistant<|channel|>final<|message|>" + as_str(content, "content") + "<|end|>";
+                out.add_markup("<|start|>assistant<|channel|>final<|message|>");
+                out.add_text(as_str(content, "content"));
+                out.add_markup("<|end|>");
                 last_tool_call.reset();
             }
         } else if (role == "tool") {
@@ -333,14 +352,19 @@ std::string render_harmony(const json& messages, const json& tools, const ChatOp
                      "message with a tool call", where);
             const json* content = field(m, "content");
             if (!content) fail("chat template (gpt-oss): {} has no 'content'", where);
-            out += "<|start|>functions." + *last_tool_call + " to=assistant<|channel|>commentary<|message|>" +
-                   py_json_dumps(*content) + "<|end|>";
+            out.add_markup("<|start|>functions.");
+            out.add_text(*last_tool_call);
+            out.add_markup(" to=assistant<|channel|>commentary<|message|>");
+            out.add_text(py_json_dumps(*content));
+            out.add_markup("<|end|>");
         } else if (role == "user") {
-            out += "<|start|>user<|message|>" + str_field(m, "content", where) + "<|end|>";
+            out.add_markup("<|start|>user<|message|>");
+            out.add_text(str_field(m, "content", where));
+            out.add_markup("<|end|>");
         }
         // Later system/developer messages are not rendered by the template.
     }
-    if (opt.add_generation_prompt) out += "<|start|>assistant";
+    if (opt.add_generation_prompt) out.add_markup("<|start|>assistant");
     return out;
 }
 

@@ -22,9 +22,9 @@
 namespace nitro {
 
 /// Renders `messages` and `tools` like the gpt-oss template. Throws nitro::Error where the
-/// template raises. Used through render_chat().
-std::string render_harmony(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                           const ChatOptions& opt);
+/// template raises. Used through render_chat_marked().
+RenderedChat render_harmony(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                            const ChatOptions& opt);
 
 /// The TypeScript-like type the gpt-oss template prints for a JSON-schema parameter
 /// (its render_typescript_type macro, whitespace quirks included).

@@ -6,6 +6,13 @@
 // newline rules are the template's own: reasoning is strip('\n')-ed, content after </think> is
 // lstrip('\n')-ed, and one '\n' separates content from a following <tool_call>. So parsing a
 // rendered assistant turn and rendering the result again gives the same text.
+//
+// No tag text reaches content or reasoning. A tag where it has no meaning (</think> or <think>
+// in the answer, </tool_call> outside a call, any but </think> inside reasoning) is dropped, the
+// text around it kept. A call whose JSON is malformed gives its text, without the tags, as
+// content. A call cut by the end of the output gives the call with the arguments written so far
+// when `{"name": "NAME", "arguments": ` is complete (as a harmony call cut in its arguments
+// does), else nothing; both with a warning.
 #include "tokenizer/chat_parse.h"
 
 #include "core/error.h"
@@ -19,14 +26,81 @@ using json = nlohmann::ordered_json;
 constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
 constexpr std::string_view kToolOpen = "<tool_call>", kToolClose = "</tool_call>";
 
-/// Length of the longest suffix of `s` that is a proper prefix of `tag`.
-size_t partial_tag(std::string_view s, std::string_view tag) {
-    for (size_t n = std::min(s.size(), tag.size() - 1); n > 0; --n)
-        if (tag.starts_with(s.substr(s.size() - n))) return n;
-    return 0;
+constexpr std::string_view kTags[] = {kThinkOpen, kThinkClose, kToolOpen, kToolClose};
+
+/// Length of the longest suffix of `s` that is a proper prefix of one of the tags.
+size_t partial_tag(std::string_view s) {
+    size_t best = 0;
+    for (std::string_view tag : kTags)
+        for (size_t n = std::min(s.size(), tag.size() - 1); n > best; --n)
+            if (tag.starts_with(s.substr(s.size() - n))) {
+                best = n;
+                break;
+            }
+    return best;
+}
+
+/// The leftmost tag in `s` (no tag is a prefix of another, so at most one starts at a place).
+struct TagHit {
+    size_t at = std::string_view::npos;
+    std::string_view tag;
+};
+TagHit first_tag(std::string_view s) {
+    TagHit hit;
+    for (std::string_view tag : kTags)
+        if (const size_t at = s.find(tag); at < hit.at) hit = {at, tag};
+    return hit;
+}
+
+/// `s` without the tags in it (one left-to-right pass, as the parser reads them).
+std::string without_tags(std::string_view s) {
+    std::string out;
+    for (TagHit h = first_tag(s); h.at != std::string_view::npos; h = first_tag(s)) {
+        out += s.substr(0, h.at);
+        s.remove_prefix(h.at + h.tag.size());
+    }
+    out += s;
+    return out;
 }
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/// The end of a complete JSON string starting at s[i] == '"', or npos.
+size_t string_end(std::string_view s, size_t i) {
+    for (++i; i < s.size(); ++i) {
+        if (s[i] == '\\') ++i;
+        else if (s[i] == '"') return i + 1;
+    }
+    return std::string_view::npos;
+}
+
+/// A cut tool call: `{"name": "NAME", "arguments": REST` (any whitespace) gives NAME and REST
+/// (trailing whitespace dropped); anything else false.
+bool cut_call_parts(std::string_view b, std::string& name, std::string& args) {
+    size_t i = 0;
+    auto ws = [&] { while (i < b.size() && is_space(b[i])) ++i; };
+    auto lit = [&](std::string_view t) {
+        ws();
+        if (b.substr(i, t.size()) != t) return false;
+        i += t.size();
+        return true;
+    };
+    if (!lit("{") || !lit("\"name\"") || !lit(":")) return false;
+    ws();
+    if (i >= b.size() || b[i] != '"') return false;
+    const size_t end = string_end(b, i);
+    if (end == std::string_view::npos) return false;
+    json n = json::parse(b.substr(i, end - i), nullptr, false);
+    if (!n.is_string()) return false;
+    i = end;
+    if (!lit(",") || !lit("\"arguments\"") || !lit(":")) return false;
+    ws();
+    std::string_view rest = b.substr(i);
+    while (!rest.empty() && is_space(rest.back())) rest.remove_suffix(1);
+    name = n.get<std::string>();
+    args = without_tags(rest);
+    return true;
+}
 
 /// Skips one JSON value of already-validated JSON text starting at `i`; returns the end.
 size_t skip_value(std::string_view s, size_t i) {
@@ -122,17 +196,24 @@ private:
                 }
                 case State::THINK: {
                     if (!reasoning_started_ && !drop_leading([](char c) { return c == '\n'; }) && !final) return;
-                    const size_t close = buf_.find(kThinkClose);
-                    if (close != std::string::npos) {
-                        std::string_view r = std::string_view(buf_).substr(0, close);
-                        while (!r.empty() && r.back() == '\n') r.remove_suffix(1);
+                    const TagHit hit = first_tag(buf_);
+                    if (hit.at != std::string::npos) {
+                        std::string_view r = std::string_view(buf_).substr(0, hit.at);
+                        if (hit.tag == kThinkClose) {
+                            while (!r.empty() && r.back() == '\n') r.remove_suffix(1);
+                            reasoning(r);
+                            buf_.erase(0, hit.at + hit.tag.size());
+                            state_ = State::CONTENT;
+                            content_begin_ = true;
+                            continue;
+                        }
+                        if (!r.empty()) reasoning_started_ = true;
                         reasoning(r);
-                        buf_.erase(0, close + kThinkClose.size());
-                        state_ = State::CONTENT;
-                        content_begin_ = true;
+                        stray_tag(hit.tag, "reasoning");
+                        buf_.erase(0, hit.at + hit.tag.size());
                         continue;
                     }
-                    size_t end = final ? buf_.size() : buf_.size() - partial_tag(buf_, kThinkClose);
+                    size_t end = final ? buf_.size() : buf_.size() - partial_tag(buf_);
                     while (end > 0 && buf_[end - 1] == '\n') --end;  // strip('\n') at the end
                     if (end > 0) reasoning_started_ = true;
                     reasoning(std::string_view(buf_).substr(0, end));
@@ -148,19 +229,25 @@ private:
                         if (!drop_leading(is_space)) return;
                         after_tool_ = false;
                     }
-                    const size_t open = buf_.find(kToolOpen);
-                    if (open != std::string::npos) {
-                        std::string_view pre = std::string_view(buf_).substr(0, open);
-                        tool_sep_ = pre.ends_with('\n') ? "\n" : "";
-                        pre.remove_suffix(tool_sep_.size());
+                    const TagHit hit = first_tag(buf_);
+                    if (hit.at != std::string::npos) {
+                        std::string_view pre = std::string_view(buf_).substr(0, hit.at);
+                        if (hit.tag == kToolOpen) {
+                            tool_sep_ = pre.ends_with('\n') ? "\n" : "";
+                            pre.remove_suffix(tool_sep_.size());
+                            content(pre);
+                            buf_.erase(0, hit.at + kToolOpen.size());
+                            state_ = State::TOOL;
+                            continue;
+                        }
                         content(pre);
-                        buf_.erase(0, open + kToolOpen.size());
-                        state_ = State::TOOL;
+                        stray_tag(hit.tag, "content");
+                        buf_.erase(0, hit.at + hit.tag.size());
                         continue;
                     }
                     size_t end = buf_.size();
                     if (!final) {
-                        end -= partial_tag(buf_, kToolOpen);
+                        end -= partial_tag(buf_);
                         while (end > 0 && buf_[end - 1] == '\n') --end;  // may separate a tool call
                     }
                     content(std::string_view(buf_).substr(0, end));
@@ -171,9 +258,7 @@ private:
                     const size_t close = buf_.find(kToolClose);
                     if (close == std::string::npos) {
                         if (!final) return;
-                        warn("tool call " + std::to_string(n_calls_seen_) +
-                             ": output ended before </tool_call>; kept as content");
-                        content(tool_sep_ + std::string(kToolOpen) + buf_);
+                        cut_tool_call(buf_);
                         buf_.clear();
                         return;
                     }
@@ -197,8 +282,12 @@ private:
         else if (!j.contains("name") || !j["name"].is_string()) problem = "it has no string \"name\"";
         else if (!j.contains("arguments")) problem = "it has no \"arguments\"";
         if (!problem.empty()) {
-            warn("tool call " + std::to_string(seen) + ": " + problem + "; kept as content");
-            content(tool_sep_ + std::string(kToolOpen) + body + std::string(kToolClose));
+            warn("tool call " + std::to_string(seen) + ": " + problem + "; its text is kept as content, without the tags");
+            // The template's framing newlines ("<tool_call>\n...\n</tool_call>") are markup too.
+            std::string_view text = body;
+            if (text.starts_with('\n')) text.remove_prefix(1);
+            if (text.ends_with('\n')) text.remove_suffix(1);
+            content(tool_sep_ + without_tags(text));
             return;
         }
         const json& args = j["arguments"];
@@ -209,6 +298,26 @@ private:
         d.text = args.is_string() ? args.get<std::string>() : std::string(member_text(body, "arguments"));
         emit(std::move(d));
         after_tool_ = true;
+    }
+
+    /// The output ended inside <tool_call>: the call so far when its name is complete, else nothing.
+    void cut_tool_call(const std::string& body) {
+        const int seen = n_calls_seen_++;
+        std::string name, args;
+        if (!cut_call_parts(body, name, args)) {
+            warn("tool call " + std::to_string(seen) + ": output ended before its name was complete; dropped");
+            return;
+        }
+        warn("tool call " + std::to_string(seen) + ": output ended before </tool_call>; its arguments are incomplete");
+        ChatDelta d = make_delta(ChatDelta::Kind::TOOL_CALL_BEGIN, std::move(args));
+        d.tool_index = static_cast<int>(msg_.tool_calls.size());
+        d.id = "call_" + std::to_string(d.tool_index);
+        d.name = std::move(name);
+        emit(std::move(d));
+    }
+
+    void stray_tag(std::string_view tag, const char* where) {
+        warn("a stray " + std::string(tag) + " in the " + where + " was dropped");
     }
 
     State state_ = State::START;

@@ -6,6 +6,12 @@
 // is held back while it can still be a header (role word, "to=RECIPIENT", in at most two words);
 // as soon as it cannot, it is content. That test only grows stricter as text is added, so the
 // result does not depend on how the text was chunked.
+//
+// A header that never reaches <|message|> (the output is cut, or <|start|>, <|end|>, <|return|>
+// or <|call|> comes first) yields nothing, with a warning, when it is markup: after an explicit
+// <|start|>, or with a <|channel|>/<|constrain|> tag, a whole "assistant" word or a "to=" word.
+// Otherwise it was plain words that only looked like the start of a header ("as", "to") and it
+// is content. So control-token text never reaches content, and neither does a role or recipient.
 #include "tokenizer/chat_parse.h"
 
 #include <sstream>
@@ -34,6 +40,20 @@ bool could_be_header_text(std::string_view h) {
         i = j;
     }
     return true;
+}
+
+/// True if header text (without control tokens) has a whole header word: "assistant" or "to=...".
+bool has_header_word(std::string_view h) {
+    size_t i = 0;
+    while (i < h.size()) {
+        while (i < h.size() && is_space(h[i])) ++i;
+        size_t j = i;
+        while (j < h.size() && !is_space(h[j])) ++j;
+        const std::string_view w = h.substr(i, j - i);
+        if (w == "assistant" || w.starts_with("to=")) return true;
+        i = j;
+    }
+    return false;
 }
 
 struct Header {
@@ -90,7 +110,7 @@ public:
 
     void push_special(std::string_view t) override {
         if (t == "<|start|>") {
-            if (state_ == State::HEADER && !header_.empty()) to_bare();  // stray text before <|start|>
+            if (state_ == State::HEADER) end_header_early("<|start|>");
             start_header("");
         } else if (t == "<|channel|>" || t == "<|constrain|>") {
             if (state_ == State::HEADER) {
@@ -107,14 +127,14 @@ public:
             if (state_ == State::HEADER) begin_body();
             else warn("harmony: <|message|> outside a header was ignored");
         } else if (t == "<|end|>" || t == "<|return|>" || t == "<|call|>") {
-            if (state_ == State::HEADER && !header_.empty()) to_bare();
+            if (state_ == State::HEADER) end_header_early(t);
             start_header("assistant");
         }
         // Other control tokens (<|endoftext|>, reserved ones) carry no structure here.
     }
 
     void finish() override {
-        if (state_ == State::HEADER && !header_.empty() && !header_has_tag_) to_bare();
+        if (state_ == State::HEADER) end_header_early("the end of the output");
         if (state_ == State::BODY && route_ == Route::TOOL)
             warn("harmony: output ended inside the arguments of tool call '" + msg_.tool_calls.back().name + "'");
         start_header("assistant");
@@ -130,6 +150,22 @@ private:
         header_has_tag_ = false;
         default_role_ = role;
     }
+
+    /// The header ends before <|message|>: dropped when it is markup, else its words are content.
+    void end_header_early(std::string_view by) {
+        if (header_.empty() && !header_explicit()) return;
+        if (!header_explicit() && !header_has_tag_ && !has_header_word(header_)) {
+            if (!header_.empty()) to_bare();
+            return;
+        }
+        warn("harmony: a message header ended at " + std::string(by) + " before <|message|>; dropped (" +
+             (header_.empty() ? std::string("<|start|>") : header_) + ")");
+        header_.clear();
+        header_has_tag_ = false;
+    }
+
+    /// The header follows an explicit <|start|> (not the prompt's "<|start|>assistant").
+    bool header_explicit() const { return default_role_.empty(); }
 
     void to_bare() {
         std::string text = std::move(header_);

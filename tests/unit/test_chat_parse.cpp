@@ -292,29 +292,81 @@ TEST(ChatParseHarmony, ComplexArgumentsSurviveReRender) {
     EXPECT_EQ(render_chat(ChatFormat::HARMONY, again, nullptr, opt), rendered);
 }
 
-TEST(ChatParseQwen, MalformedToolCallIsContentWithWarning) {
-    const std::string bad = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1,,}}\n</tool_call>";
+TEST(ChatParseQwen, MalformedToolCallIsItsTextWithoutTagsWithWarning) {
+    const std::string json_text = "{\"name\": \"f\", \"arguments\": {\"a\": 1,,}}";
+    const std::string bad = "<tool_call>\n" + json_text + "\n</tool_call>";
     const auto m = parse_all_ways(ChatFormat::CHATML, "Let me try.\n" + bad +
                                   "\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call><|im_end|>");
-    EXPECT_EQ(m.content, "Let me try.\n" + bad);
+    EXPECT_EQ(m.content, "Let me try.\n" + json_text);
     ASSERT_EQ(m.tool_calls.size(), 1u);
     EXPECT_EQ(m.tool_calls[0].name, "g");
     EXPECT_EQ(m.tool_calls[0].arguments, "{}");
     ASSERT_EQ(m.warnings.size(), 1u);
     EXPECT_NE(m.warnings[0].find("does not parse"), std::string::npos);
-    // Not JSON at all, and a call without a name: content, no crash.
-    EXPECT_EQ(parse_all_ways(ChatFormat::CHATML, "<tool_call>not json</tool_call>").content, "<tool_call>not json</tool_call>");
-    EXPECT_EQ(parse_all_ways(ChatFormat::CHATML, "<tool_call>{\"arguments\": {}}</tool_call>").tool_calls.size(), 0u);
+    // Not JSON at all, and a call without a name: their text, no tags, no call, no crash.
+    EXPECT_EQ(parse_all_ways(ChatFormat::CHATML, "<tool_call>not json</tool_call>").content, "not json");
+    const auto no_name = parse_all_ways(ChatFormat::CHATML, "<tool_call>{\"arguments\": {}}</tool_call>");
+    EXPECT_EQ(no_name.tool_calls.size(), 0u);
+    EXPECT_EQ(no_name.content, "{\"arguments\": {}}");
 }
 
-TEST(ChatParseQwen, TruncatedOutputGivesWhatWasProduced) {
+TEST(ChatParseQwen, TruncatedOutputGivesWhatWasProducedWithoutTags) {
     auto m = parse_all_ways(ChatFormat::CHATML, "<think>\nhalf a tho");
     EXPECT_EQ(m.reasoning_content, "half a tho");
+    // Cut before the call's name is complete: the call is dropped (no tag or JSON in content).
     m = parse_all_ways(ChatFormat::CHATML, "Answer text\n<tool_call>\n{\"name\": \"f\", \"argu");
-    EXPECT_EQ(m.content, "Answer text\n<tool_call>\n{\"name\": \"f\", \"argu");
+    EXPECT_EQ(m.content, "Answer text");
+    EXPECT_TRUE(m.tool_calls.empty());
+    EXPECT_EQ(m.warnings.size(), 1u);
+    // Cut inside the arguments: the call with the arguments so far, as harmony gives it.
+    m = parse_all_ways(ChatFormat::CHATML, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Os");
+    EXPECT_EQ(m.content, "");
+    ASSERT_EQ(m.tool_calls.size(), 1u);
+    EXPECT_EQ(m.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(m.tool_calls[0].arguments, "{\"city\": \"Os");
     EXPECT_EQ(m.warnings.size(), 1u);
     m = parse_all_ways(ChatFormat::CHATML, "Ends with a partial tag <tool");
     EXPECT_EQ(m.content, "Ends with a partial tag <tool");
+}
+
+TEST(ChatParseQwen, StrayTagsAreDroppedTextAroundThemKept) {
+    auto m = parse_all_ways(ChatFormat::CHATML, "<think>\nplan <tool_call>x</tool_call> more\n</think>\n\nA</think>B<think>C</tool_call>D");
+    EXPECT_EQ(m.reasoning_content, "plan x more");
+    EXPECT_EQ(m.content, "ABCD");
+    EXPECT_EQ(m.warnings.size(), 5u);
+}
+
+// ---- what a cut or malformed harmony header yields ----
+
+TEST(ChatParseHarmony, CutOrEndedHeaderAfterExplicitStartYieldsNothing) {
+    // The issue's cases: generation cut right after an explicit <|start|>, with or without a recipient.
+    for (const char* tail : {"assistant", "assistant to=functions.get-weather", "assistant<|channel|>final", ""}) {
+        const std::string head = "<|channel|>final<|message|>Hi.<|end|><|start|>";
+        auto m = parse_all_ways(ChatFormat::HARMONY, head + tail);
+        EXPECT_EQ(m.content, "Hi.") << tail;
+        EXPECT_EQ(m.warnings.size(), 1u) << tail;
+        for (const char* end : {"<|end|>", "<|return|>", "<|call|>", "<|start|>"}) {
+            m = parse_all_ways(ChatFormat::HARMONY, head + tail + end);
+            EXPECT_EQ(m.content, "Hi.") << tail << end;
+        }
+    }
+}
+
+TEST(ChatParseHarmony, HeaderWithTagsEndedBeforeMessageNeverLeaksTags) {
+    // (The last one also cuts the empty header its <|start|> opened: a second warning.)
+    for (const auto& [text, n_warnings] : std::vector<std::pair<std::string, size_t>>{
+             {"<|channel|>commentary to=functions.f <|constrain|>json<|end|>", 1}, {"<|channel|>analysis<|return|>", 1},
+             {" to=functions.f<|channel|>commentary json<|call|>", 1}, {"<|constrain|>json<|start|>", 2}}) {
+        const auto m = parse_all_ways(ChatFormat::HARMONY, text);
+        EXPECT_EQ(m.content, "") << text;
+        EXPECT_TRUE(m.tool_calls.empty()) << text;
+        EXPECT_EQ(m.warnings.size(), n_warnings) << text;
+    }
+    // Plain words that only looked like a header start stay content.
+    EXPECT_EQ(parse_all_ways(ChatFormat::HARMONY, "as<|end|>").content, "as");
+    EXPECT_EQ(parse_all_ways(ChatFormat::HARMONY, "to").content, "to");
+    // A recipient in a cut header (no tag) is markup, not content.
+    EXPECT_EQ(parse_all_ways(ChatFormat::HARMONY, " to=functions.f").content, "");
 }
 
 }  // namespace

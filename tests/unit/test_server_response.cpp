@@ -350,15 +350,14 @@ TEST(ServerSchema, ErrorsNameTheFieldInOpenAIShape) {
     EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function","function":{"name":"f"}}})").param, "tool_choice");
     EXPECT_EQ(error_of(R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})").param, "stream_options");
     EXPECT_EQ(error_of(R"({"prompt":{"a":1}})", false).param, "prompt");
-    // Accepted: content parts, stop string, both token limits (max_completion_tokens wins), json_object.
+    // Accepted: content parts, stop string, both token limits (max_completion_tokens wins), text format.
     const ChatRequest r = parse_chat_request(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
-        "stop":"x","max_tokens":5,"max_completion_tokens":7,"response_format":{"type":"json_object"},"seed":3,"top_k":5,"min_p":0.1,
+        "stop":"x","max_tokens":5,"max_completion_tokens":7,"response_format":{"type":"text"},"seed":3,"top_k":5,"min_p":0.1,
         "chat_template_kwargs":{"enable_thinking":false},"reasoning_effort":"low","user":"ignored"})");
     EXPECT_EQ(r.messages[0]["content"], "ab");
     EXPECT_EQ(r.gen.stop, std::vector<std::string>{"x"});
     EXPECT_EQ(r.gen.max_tokens, 7);
     EXPECT_EQ(r.gen.sampling.top_k, 5);
-    EXPECT_EQ(r.response_format, "json_object");
     EXPECT_EQ(r.reasoning_effort, "low");
 }
 
