@@ -7,6 +7,7 @@
 #include "gguf/writer.h"
 
 #include <cmath>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -17,10 +18,13 @@ namespace {
 
 /// splitmix64: a small, fast, well-mixed generator; every tensor gets its own stream seeded from
 /// (seed, name), so a tensor's values do not depend on the order or chunking of generation.
+/// The splitmix64 counter step: after m draws the state is the seed + m * kRngStep.
+constexpr uint64_t kRngStep = 0x9e3779b97f4a7c15ull;
+
 struct Rng {
     uint64_t s;
     uint64_t next() {
-        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        uint64_t z = (s += kRngStep);
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         return z ^ (z >> 31);
@@ -90,17 +94,21 @@ InitScale init_scale(const std::string& arch, const TensorSpec& s, bool tied_out
     return {inv};
 }
 
-GgmlType default_type(TensorKind k, GgmlType expert_type) {
-    switch (k) {
-        case TensorKind::Embedding: case TensorKind::Output: return GgmlType::Q8_0;
-        case TensorKind::Matrix: return GgmlType::F16;
-        case TensorKind::Expert: return expert_type;
-        default: return GgmlType::F32;
-    }
-}
 
 
 /// Fills `out` with `n_rows` rows of tensor data of type `t`, row length `ne0`.
+/// Draws of the generator that fill_rows makes per row of ne0 values of type t (fixed: no draw
+/// depends on a drawn value), so a chunk of rows can start its stream at any row.
+uint64_t draws_per_row(GgmlType t, int64_t ne0, const InitScale& init) {
+    const uint64_t per_value = 2 + (init.random_sign ? 1 : 0);  // normal(): two uniforms; sign: one
+    switch (t) {
+        case GgmlType::MXFP4:
+        case GgmlType::Q4_0: return static_cast<uint64_t>(ne0 / 32) * 2;
+        case GgmlType::Q8_0: return static_cast<uint64_t>(ne0 / 32) * 32;
+        default: return static_cast<uint64_t>(ne0) * per_value;
+    }
+}
+
 /// MXFP4, Q8_0 and Q4_0 are written as random codes with a scale chosen for the target std
 /// (fast enough for 60 GB models); other quantized types quantize Gaussian floats.
 void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const InitScale& init, Rng& rng, std::vector<uint8_t>& out,
@@ -286,6 +294,17 @@ std::vector<int> synth_router_ranks(uint64_t seed, int64_t layer, int64_t n_expe
     return rank;
 }
 
+GgmlType synth_tensor_type(TensorKind k, GgmlType expert_type) {
+    switch (k) {
+        case TensorKind::Embedding: case TensorKind::Output: return GgmlType::Q8_0;
+        case TensorKind::Matrix: return GgmlType::F16;
+        case TensorKind::Expert: return expert_type;
+        default: return GgmlType::F32;
+    }
+}
+
+GgmlType synth_default_expert_type(const std::string& arch) { return arch == "gpt-oss" ? GgmlType::MXFP4 : GgmlType::Q8_0; }
+
 ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab) {
     ModelHparams h;
     h.arch = arch;
@@ -325,7 +344,7 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     if (opt.out.empty()) fail("nitro synth: an output path (-o FILE) is required");
     int64_t n_vocab = 0;
     ModelHparams hp = synth_preset(opt.arch, opt.preset, &n_vocab);
-    const GgmlType expert_type = opt.expert_type.value_or(opt.arch == "gpt-oss" ? GgmlType::MXFP4 : GgmlType::Q8_0);
+    const GgmlType expert_type = opt.expert_type.value_or(synth_default_expert_type(opt.arch));
     const auto& et = type_traits(expert_type);
     if (!et.quantize && expert_type != GgmlType::MXFP4 && expert_type != GgmlType::Q8_0 && expert_type != GgmlType::Q4_0 &&
         expert_type != GgmlType::F16 && expert_type != GgmlType::BF16 && expert_type != GgmlType::F32)
@@ -366,7 +385,7 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     std::vector<InitScale> inits;
     for (auto& s : specs) {
         if (tie_output && s.name == "output.weight") continue;
-        w.add_tensor(s.name, default_type(s.kind, expert_type), s.ne);
+        w.add_tensor(s.name, synth_tensor_type(s.kind, expert_type), s.ne);
         written.push_back(s);
         inits.push_back(init_scale(hp.arch, s, tie_output));
     }
@@ -374,23 +393,44 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     for (const auto& t : w.tensors()) total += t.n_bytes;
 
     w.open(opt.out);
-    std::vector<uint8_t> buf;
-    std::vector<float> scratch;
+    // Chunks of ~4 MiB of rows are generated on all cores and written in order. The generator is
+    // a counter (splitmix64) and every row draws a fixed number of values, so a chunk starts its
+    // stream at row r * draws_per_row: the bytes do not depend on the thread count.
+    const int n_threads = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
+    std::vector<std::vector<uint8_t>> bufs(static_cast<size_t>(n_threads));
+    std::vector<std::vector<float>> scratch(static_cast<size_t>(n_threads));
     uint64_t done = 0;
     for (size_t i = 0; i < written.size(); ++i) {
         const GgufTensorInfo& info = w.tensors()[i];
-        Rng rng{name_hash(info.name, opt.seed)};
+        const uint64_t seed_state = name_hash(info.name, opt.seed);
         const int64_t ne0 = info.ne[0];
         const int64_t rows = info.ne[1] * info.ne[2] * info.ne[3];
         const size_t rb = row_size(info.type, ne0);
         const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((4u << 20) / rb));
-        for (int64_t r = 0; r < rows; r += chunk) {
-            const int64_t k = std::min(chunk, rows - r);
-            fill_rows(info.type, ne0, k, inits[i], rng, buf, scratch);
-            if (opt.router_skew > 0) apply_router_skew(hp.arch, written[i], opt, r, k, buf);
-            w.write_data(buf.data(), buf.size());
-            done += buf.size();
-            if (progress) progress(done, total);
+        const uint64_t per_row = draws_per_row(info.type, ne0, inits[i]);
+        const int64_t n_chunks = (rows + chunk - 1) / chunk;
+        for (int64_t c0 = 0; c0 < n_chunks; c0 += n_threads) {
+            const int64_t nc = std::min<int64_t>(n_threads, n_chunks - c0);
+            auto gen = [&](int64_t j) {
+                const int64_t r = (c0 + j) * chunk, k = std::min(chunk, rows - r);
+                Rng rng{seed_state + static_cast<uint64_t>(r) * per_row * kRngStep};
+                fill_rows(info.type, ne0, k, inits[i], rng, bufs[static_cast<size_t>(j)], scratch[static_cast<size_t>(j)]);
+                if (opt.router_skew > 0) apply_router_skew(hp.arch, written[i], opt, r, k, bufs[static_cast<size_t>(j)]);
+            };
+            if (nc == 1) {
+                gen(0);
+            } else {
+                std::vector<std::thread> team;
+                for (int64_t j = 1; j < nc; ++j) team.emplace_back(gen, j);
+                gen(0);
+                for (auto& t : team) t.join();
+            }
+            for (int64_t j = 0; j < nc; ++j) {
+                const auto& b = bufs[static_cast<size_t>(j)];
+                w.write_data(b.data(), b.size());
+                done += b.size();
+                if (progress) progress(done, total);
+            }
         }
     }
     w.finish();

@@ -5,6 +5,7 @@
 // any size (gpt-oss-120b: 60 GiB) can be made without a download and without holding them in RAM.
 #pragma once
 
+#include "arch/arch.h"
 #include "arch/hparams.h"
 #include "quant/types.h"
 
@@ -38,6 +39,12 @@ ModelHparams synth_preset(const std::string& arch, const std::string& preset, in
 /// spread wider, so it is among the top-k more often (for isotropic inputs an expert is chosen at
 /// most about half of the time, when its logit is positive; docs/peer.md has measured shares).
 std::vector<int> synth_router_ranks(uint64_t seed, int64_t layer, int64_t n_expert);
+
+/// The weight type `nitro synth` writes for a tensor of this kind (routed experts: expert_type;
+/// embeddings and LM head Q8_0; dense matrices F16; norms, biases, router, sinks F32).
+GgmlType synth_tensor_type(TensorKind kind, GgmlType expert_type);
+/// The routed-expert type a preset gets by default (MXFP4 for gpt-oss, Q8_0 for qwen3moe).
+GgmlType synth_default_expert_type(const std::string& arch);
 
 /// Writes the model. `progress(done_bytes, total_bytes)` is called as tensor data is written.
 /// Throws nitro::Error on bad options or I/O failure (no partial file is left under `out`).
