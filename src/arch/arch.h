@@ -61,6 +61,12 @@ struct ArchConfig {
     bool tied_output = false;    ///< LM head may reuse token_embd when output.weight is absent
 };
 
+/// True when layer `il` attends over a sliding window (llama.cpp set_swa_pattern: every
+/// swa_period-th layer is full attention, the others use the window).
+inline bool layer_uses_swa(const ArchConfig& c, int64_t il) {
+    return c.swa_period > 0 && (il % c.swa_period) < c.swa_period - 1;
+}
+
 /// An architecture: its GGUF name, its tensor table and its layer structure.
 struct ArchInfo {
     std::string_view name;  ///< general.architecture ("gpt-oss", "qwen3moe")

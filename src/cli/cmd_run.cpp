@@ -1,5 +1,6 @@
 // nitro run -m MODEL [-p TEXT | -f FILE | --prompt-ids 1,2,3] [-n N] [sampling] [--json --n-probs K --echo]
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "runtime/generate.h"
 
@@ -14,8 +15,8 @@ namespace nitro::cli {
 Action add_run(CLI::App& app) {
     auto o = std::make_shared<GenerateOptions>();
     auto json = std::make_shared<bool>(false);
-    auto mode = std::make_shared<std::string>("cpu");
-    CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt (--mode cpu: CPU reference engine; --mode gpu: whole model on the GPU)");
+    auto eng = std::make_shared<EngineCli>();
+    CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt (on the CPU, the GPU, or both: --mode)");
     sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model); default: the embedded models/tiny-moe-pystd.gguf")->envname("NITRO_MODEL");
     sub->add_option("-p,--prompt", o->prompt, "Prompt text");
     sub->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
@@ -29,21 +30,19 @@ Action add_run(CLI::App& app) {
     sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
     sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str();
     sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk")->capture_default_str();
-    sub->add_option("--mode", *mode, "Where the model runs: cpu (reference) or gpu (GPU-all, needs a CUDA build)")
-        ->capture_default_str();
-    sub->add_option("--gpu", o->gpu.device, "CUDA device index for --mode gpu")->capture_default_str();
-    sub->add_option("--vram-budget", o->gpu.vram_budget_gib,
-                    "GPU memory budget, GiB (0 = free memory minus a margin); loading fails clearly above it")
-        ->capture_default_str();
-    sub->add_flag("--no-graphs", [o](int64_t) { o->gpu.graphs = false; }, "Do not capture decode steps as CUDA graphs");
+    add_engine_options(sub, *eng);
+    sub->add_flag("-v,--verbose", o->gpu.verbose, "The plan per layer at startup and the expert counters per layer at the end");
     sub->add_flag("--chat", o->chat, "Wrap the prompt as one user turn in the model's chat format");
     sub->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after end-of-generation tokens");
     sub->add_option("--trace", o->trace_path, "Capture routing (expert ids and weights per token and layer) to this trace file");
     sub->add_flag("--json", *json, "Print one JSON object instead of text");
     sub->add_option("--n-probs", o->n_probs, "With --json: the K most likely tokens (p at temperature 1) for every generated step");
     sub->add_flag("--echo", o->echo, "With --json --n-probs: also the top-K after every prompt position (prompt_probs)");
-    return [o, json, mode]() {
-        o->mode = parse_engine_mode(*mode);
+    return [o, json, eng]() {
+        const bool verbose = o->gpu.verbose;
+        o->gpu = eng->gpu;
+        o->gpu.verbose = verbose;
+        o->mode = engine_mode(*eng);
         std::function<void(const std::string&)> print;
         if (!*json)
             print = [](const std::string& piece) {
@@ -60,6 +59,11 @@ Action add_run(CLI::App& app) {
                          r.engine.c_str(),
                          static_cast<long long>(r.prompt_ids.size()), r.timings.prompt_tok_s(),
                          static_cast<long long>(r.ids.size()), r.timings.decode_tok_s(), r.timings.ttft_ms);
+            if (r.experts) {
+                const std::string line = expert_counters_line(*r.experts);
+                if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+                if (o->gpu.verbose) std::fputs(expert_counters_table(*r.experts).c_str(), stderr);
+            }
         }
         return 0;
     };

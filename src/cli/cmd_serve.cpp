@@ -2,6 +2,7 @@
 // An OpenAI-compatible HTTP server (docs/server.md).
 #include "arch/summary.h"
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "runtime/generate.h"
 #include "runtime/default_model.h"
@@ -42,8 +43,7 @@ struct ServeOptions {
     SessionOptions session;
     std::string trace_path;
     bool no_prefault = false;
-    std::string mode = "cpu";
-    GpuOptions gpu;
+    EngineCli engine;
 };
 
 /// Reads every page of the weights once, so the first request does not pay for page faults,
@@ -106,8 +106,8 @@ int serve(const ServeOptions& opts) {
     so.session = o.session;
     so.end_of_generation = end_of_generation_tokens(model, tok);
     so.trace_path = o.trace_path;
-    so.mode = parse_engine_mode(o.mode);
-    so.gpu = o.gpu;
+    so.mode = engine_mode(o.engine);
+    so.gpu = o.engine.gpu;
     server::Scheduler scheduler(model, so, metrics);
     if (o.session.n_ctx > scheduler.n_ctx())
         std::fprintf(stderr, "warning: -c %lld is above the model's training context; using %lld tokens\n",
@@ -200,9 +200,7 @@ Action add_serve(CLI::App& app) {
     sub->add_option("--trace", o->trace_path, "Capture routing (expert ids and weights per token and layer) of every request to this trace file; seq = request number");
     sub->add_flag("--debug-scripted-output", o->http.allow_scripted_output,
                   "TEST ONLY: accept the request field debug_scripted_output (text the server emits instead of sampling)");
-    sub->add_option("--mode", o->mode, "Where the model runs: cpu (reference) or gpu (GPU-all, needs a CUDA build)")->capture_default_str();
-    sub->add_option("--gpu", o->gpu.device, "CUDA device index for --mode gpu")->capture_default_str();
-    sub->add_option("--vram-budget", o->gpu.vram_budget_gib, "GPU memory budget, GiB (0 = free memory minus a margin)")->capture_default_str();
+    add_engine_options(sub, o->engine);
     sub->add_flag("--no-prefault", o->no_prefault, "Do not read the weights at startup (pages load on first use)");
     return [o]() { return serve(*o); };
 }

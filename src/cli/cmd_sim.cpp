@@ -2,6 +2,8 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "runtime/placement.h"
+#include "sim/policy_spec.h"
 #include "sim/sim_report.h"
 #include "sim/simulator.h"
 #include "trace/model_header.h"
@@ -20,7 +22,7 @@ namespace nitro::cli {
 namespace {
 
 struct SimCliOptions {
-    std::string trace, import_jsonl, model, profile, json_out, csv, svg;
+    std::string trace, import_jsonl, model, profile, json_out, csv, svg, hot_set;
     std::string policies = "all";
     std::string capacity, vram_gib;
     bool json = false;
@@ -64,6 +66,9 @@ Action add_sim(CLI::App& app) {
                     "Trace whose selection counts rank the static experts (default: the replayed trace itself)");
     sub->add_option("--ws-window", o->ws_window, "Working-set window for the coverage metric, tokens (0 = off)")
         ->capture_default_str();
+    sub->add_option("--write-hot-set", o->hot_set,
+                    "Write the hot-set file of the trace (per layer, experts by selection count, most first; what the "
+                    "static policy preloads) for nitro run/serve/plan --hot-set, and stop");
     sub->add_flag("--json", o->json, "Print JSON instead of the table");
     sub->add_option("--csv", o->csv, "Also write the results as CSV to this file");
     sub->add_option("--svg", o->svg, "Also write an SVG chart of hit rate vs capacity to this file");
@@ -84,6 +89,24 @@ Action add_sim(CLI::App& app) {
         }
         const ReplayTrace rt = make_replay_trace(trace);
         const uint64_t n_records = trace.size();
+        if (!o->hot_set.empty()) {
+            // The static policies' ranking (make_profile), with the counts it was ranked by.
+            const RoutingProfile prof = make_profile(rt);
+            std::vector<std::vector<int32_t>> ranked;
+            std::vector<std::vector<uint64_t>> counts;
+            for (size_t il = 0; il < rt.layers.size(); ++il) {
+                std::vector<uint64_t> c(rt.header.n_expert, 0);
+                for (ExpertId e : rt.layers[il].ids) ++c[e];
+                ranked.emplace_back(prof.per_layer[il].begin(), prof.per_layer[il].end());
+                std::vector<uint64_t> rc;
+                for (ExpertId e : prof.per_layer[il]) rc.push_back(c[e]);
+                counts.push_back(std::move(rc));
+            }
+            write_hot_set(o->hot_set, ranked, counts, o->trace.empty() ? o->import_jsonl : o->trace);
+            fmt::print("wrote {} ({} layers x {} experts ranked by selection count over {} tokens)\n", o->hot_set,
+                       ranked.size(), rt.header.n_expert, rt.n_tokens);
+            return 0;
+        }
         trace = Trace{};  // the replay copy is all that is needed from here on
 
         SimOptions so;

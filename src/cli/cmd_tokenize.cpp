@@ -57,13 +57,16 @@ int run_tokenize(const TokenizeOptions& o, bool text_given) {
         if (!conv.contains("messages")) fail("--chat: '{}' has no \"messages\"", o.chat);
         ChatOptions copt = ChatOptions::from_kwargs(conv.value("kwargs", nlohmann::ordered_json()));
         if (!o.date.empty()) copt.date = chat_date_from_iso(o.date);
-        text = render_chat(chat_format_for(tok.vocab()), conv["messages"], conv.value("tools", nlohmann::ordered_json()), copt);
-        enc.parse_special = true;
-        out["rendered"] = text;
+        // Only the template's markup becomes control tokens; message text stays plain text.
+        const RenderedChat rc = render_chat_marked(chat_format_for(tok.vocab()), conv["messages"],
+                                                   conv.value("tools", nlohmann::ordered_json()), copt);
+        out["rendered"] = rc.text;
+        out["ids"] = encode_chat(tok, rc);
     } else {
         text = text_given ? o.text : read_all(std::cin);
+        out["ids"] = tok.encode(text, enc);
     }
-    const std::vector<int32_t> ids = tok.encode(text, enc);
+    const std::vector<int32_t> ids = out["ids"].get<std::vector<int32_t>>();
     if (o.json) {
         out["ids"] = ids;
         std::puts(dump_json(out).c_str());

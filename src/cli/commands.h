@@ -23,5 +23,7 @@ Action add_tokenize(CLI::App& app);
 Action add_convert(CLI::App& app);
 /// `nitro serve`: the OpenAI-compatible HTTP server (docs/server.md).
 Action add_serve(CLI::App& app);
+/// `nitro plan`: the placement of a model for a VRAM budget, without a GPU (docs/hybrid.md).
+Action add_plan(CLI::App& app);
 
 }  // namespace nitro::cli

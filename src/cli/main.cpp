@@ -14,7 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -66,9 +68,17 @@ int main(int argc, char** argv) {
     add(nitro::cli::add_tokenize);
     add(nitro::cli::add_convert);
     add(nitro::cli::add_serve);
+    add(nitro::cli::add_plan);
 
+    // llama.cpp spells --override-tensor "-ot" (a two-letter short option, which CLI11 cannot
+    // declare): accept it as that.
+    std::vector<std::string> args(argv, argv + argc);
+    for (auto& a : args)
+        if (a == "-ot") a = "--override-tensor";
+    std::vector<char*> argv2;
+    for (auto& a : args) argv2.push_back(a.data());
     try {
-        app.parse(argc, argv);
+        app.parse(static_cast<int>(argv2.size()), argv2.data());
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }

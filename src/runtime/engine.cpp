@@ -12,6 +12,10 @@ GpuEngineFactory& gpu_factory() {
     static GpuEngineFactory f;
     return f;
 }
+std::function<int()>& gpu_devices() {
+    static std::function<int()> f;
+    return f;
+}
 
 /// The CPU reference behind the Engine interface.
 class CpuEngine final : public Engine {
@@ -23,9 +27,7 @@ public:
     int64_t n_past() const override { return s_.n_past(); }
     int64_t n_ctx() const override { return s_.n_ctx(); }
     void truncate(int64_t n) override { s_.truncate(n); }
-    std::string describe() const override {
-        return fmt::format("cpu ({} threads, {} kernels)", const_cast<Session&>(s_).pool().size(), cpu::kernel_isa());
-    }
+    std::string describe() const override { return fmt::format("cpu ({} threads, {} kernels)", const_cast<Session&>(s_).pool().size(), cpu::kernel_isa()); }
     uint64_t kv_host_bytes() const override { return s_.kv_cache().bytes(); }
     bool set_route_callback(std::function<void(const RouteEvent&)> cb) override {
         s_.on_route = std::move(cb);
@@ -38,20 +40,62 @@ private:
 
 }  // namespace
 
-void set_gpu_engine_factory(GpuEngineFactory f) { gpu_factory() = std::move(f); }
+void set_gpu_engine_factory(GpuEngineFactory f, std::function<int()> device_count) {
+    gpu_factory() = std::move(f);
+    gpu_devices() = std::move(device_count);
+}
 bool gpu_engine_available() { return static_cast<bool>(gpu_factory()); }
+int gpu_device_count() { return gpu_devices() ? gpu_devices()() : 0; }
 
 EngineMode parse_engine_mode(const std::string& s) {
     if (s == "cpu") return EngineMode::Cpu;
     if (s == "gpu") return EngineMode::Gpu;
-    fail("unknown --mode '{}' (expected cpu or gpu)", s);
+    if (s == "hybrid") return EngineMode::Hybrid;
+    if (s == "auto") return EngineMode::Auto;
+    fail("unknown --mode '{}' (expected cpu, gpu, hybrid or auto)", s);
+}
+
+const char* engine_mode_name(EngineMode m) {
+    switch (m) {
+        case EngineMode::Cpu: return "cpu";
+        case EngineMode::Gpu: return "gpu";
+        case EngineMode::Hybrid: return "hybrid";
+        case EngineMode::Auto: return "auto";
+    }
+    return "?";
+}
+
+void ExpertLayerCounters::add(const ExpertLayerCounters& o) {
+    gpu_pairs += o.gpu_pairs;
+    cpu_pairs += o.cpu_pairs;
+    cpu_experts += o.cpu_experts;
+    cpu_bytes += o.cpu_bytes;
+    cpu_ms += o.cpu_ms;
+    cpu_decode_ms += o.cpu_decode_ms;
+    gpu_ms += o.gpu_ms;
+    wait_ms += o.wait_ms;
+}
+
+ExpertLayerCounters ExpertCounters::total() const {
+    ExpertLayerCounters t;
+    for (const auto& L : layers) t.add(L);
+    return t;
 }
 
 std::unique_ptr<Engine> make_engine(EngineMode mode, const Model& model, const SessionOptions& so, const GpuOptions& go) {
     if (mode == EngineMode::Cpu) return std::make_unique<CpuEngine>(model, so);
+    if (mode == EngineMode::Auto) {
+        if (!gpu_engine_available() || gpu_device_count() == 0) return std::make_unique<CpuEngine>(model, so);
+        GpuOptions g = go;
+        g.mode = EngineMode::Auto;
+        return gpu_factory()(model, so, g);
+    }
     if (!gpu_engine_available())
-        fail("--mode gpu needs a build with the CUDA backend (configure with -DNITRO_CUDA=ON); this nitro was built without it");
-    return gpu_factory()(model, so, go);
+        fail("--mode {} needs a build with the CUDA backend (configure with -DNITRO_CUDA=ON); this nitro was built without it",
+             engine_mode_name(mode));
+    GpuOptions g = go;
+    g.mode = mode;
+    return gpu_factory()(model, so, g);
 }
 
 }  // namespace nitro

@@ -19,7 +19,11 @@
 
 namespace nitro {
 
-enum class EngineMode { Cpu, Gpu };
+/// Where the model runs (--mode): the CPU reference; the GPU with every expert resident (fails if
+/// the budget cannot hold them); hybrid (the dense core and the experts that fit on the GPU, the
+/// other experts computed by the CPU at the same time); auto: gpu when everything fits the
+/// budget, hybrid when it does not, cpu when there is no GPU (or no CUDA build).
+enum class EngineMode { Cpu, Gpu, Hybrid, Auto };
 
 /// Options of the GPU engine (ignored in CPU mode).
 struct GpuOptions {
@@ -27,6 +31,34 @@ struct GpuOptions {
     double vram_budget_gib = 0;     ///< --vram-budget GiB; 0 = free memory minus a margin
     bool graphs = true;             ///< capture decode steps as CUDA graphs
     bool progress = true;           ///< load progress bar on stderr
+    EngineMode mode = EngineMode::Gpu;  ///< Gpu or Hybrid (make_engine resolves Auto)
+    // Placement (runtime/placement.h), llama.cpp's flags:
+    bool cpu_moe = false;                    ///< --cpu-moe
+    int n_cpu_moe = 0;                       ///< --n-cpu-moe N
+    std::vector<std::string> override_tensor;  ///< -ot REGEX=DEVICE, in order
+    std::string hot_set;                     ///< --hot-set FILE
+    std::string residency = "auto";          ///< --residency auto|hot-set|even|layers
+    bool verbose = false;                    ///< per-layer plan and counters on stderr
+};
+
+/// What each layer's routed experts cost, counted by an engine that places experts (the GPU
+/// engine; zero-filled for GPU-all). Pairs are (token, selected expert); ms are wall-clock.
+struct ExpertLayerCounters {
+    uint64_t gpu_pairs = 0;   ///< selections computed by the GPU (resident experts)
+    uint64_t cpu_pairs = 0;   ///< selections computed by the CPU
+    uint64_t cpu_experts = 0; ///< distinct experts the CPU computed (summed over steps)
+    uint64_t cpu_bytes = 0;   ///< expert weight bytes the CPU read
+    double cpu_ms = 0;        ///< CPU time computing this layer's experts
+    double cpu_decode_ms = 0; ///< the part of cpu_ms spent in decode steps
+    double gpu_ms = 0;        ///< GPU time from the router's result to the wait for the CPU (decode steps)
+    double wait_ms = 0;       ///< GPU time waiting for the CPU's partial sum (decode steps)
+    void add(const ExpertLayerCounters& o);
+};
+struct ExpertCounters {
+    std::vector<ExpertLayerCounters> layers;
+    uint64_t decode_steps = 0;    ///< single-token steps
+    uint64_t prefill_tokens = 0;  ///< tokens evaluated in multi-token chunks
+    ExpertLayerCounters total() const;
 };
 
 class Engine {
@@ -44,20 +76,28 @@ public:
     virtual bool set_route_callback(std::function<void(const RouteEvent&)> cb) { return false; }
     /// Bytes of host memory held by the K/V cache (0 when it lives on the GPU).
     virtual uint64_t kv_host_bytes() const { return 0; }
+    /// Expert placement counters since construction (null when the engine does not place experts).
+    virtual const ExpertCounters* expert_counters() const { return nullptr; }
 };
 
 using GpuEngineFactory =
     std::function<std::unique_ptr<Engine>(const Model&, const SessionOptions&, const GpuOptions&)>;
 
-/// Installs the GPU engine factory (a CUDA build does this once at start-up).
-void set_gpu_engine_factory(GpuEngineFactory f);
+/// Installs the GPU engine factory and the function that counts usable CUDA devices (a CUDA
+/// build does this once at start-up).
+void set_gpu_engine_factory(GpuEngineFactory f, std::function<int()> device_count);
 /// True when a GPU engine factory is installed.
 bool gpu_engine_available();
+/// CUDA devices usable by the GPU engine (0 without a CUDA build, a driver or a device).
+int gpu_device_count();
 
-/// Parses "cpu" / "gpu". Throws nitro::Error otherwise.
+/// Parses "cpu", "gpu", "hybrid", "auto". Throws nitro::Error otherwise.
 EngineMode parse_engine_mode(const std::string& s);
+const char* engine_mode_name(EngineMode m);
 
-/// Makes the engine for `mode`. Throws nitro::Error for --mode gpu in a build without CUDA.
+/// Makes the engine for `mode` (Auto: the GPU engine in gpu-or-hybrid placement when a device
+/// exists, else the CPU). Throws nitro::Error for --mode gpu/hybrid in a build without CUDA or on
+/// a machine without a GPU.
 std::unique_ptr<Engine> make_engine(EngineMode mode, const Model& model, const SessionOptions& so,
                                     const GpuOptions& go);
 

@@ -9,6 +9,7 @@
 #include "trace/model_header.h"
 #include "trace/trace_file.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -62,16 +63,17 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
             if (!in) fail("cannot open prompt file '{}'", opt.prompt_file);
             text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
         }
-        EncodeOptions enc;
-        enc.parse_special = true;  // as llama.cpp's CLI: template text in the prompt is markup
         if (opt.chat) {
+            // Only the template's markup becomes control tokens; the prompt text is plain text.
             nlohmann::ordered_json messages = nlohmann::ordered_json::array();
             messages.push_back({{"role", "user"}, {"content", text}});
-            text = render_chat(chat_format_for(tok.vocab()), messages, nullptr, ChatOptions{});
+            r.prompt_ids = encode_chat(tok, render_chat_marked(chat_format_for(tok.vocab()), messages, nullptr, ChatOptions{}));
         } else {
+            EncodeOptions enc;
+            enc.parse_special = true;  // as llama.cpp's CLI: template text in a raw prompt is markup
             enc.add_special = true;
+            r.prompt_ids = tok.encode(text, enc);
         }
-        r.prompt_ids = tok.encode(text, enc);
     }
     if (r.prompt_ids.empty()) fail("the prompt is empty");
     if (opt.n_predict < 0) fail("-n must not be negative (got {})", opt.n_predict);
@@ -150,7 +152,64 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     r.text += tail;
     if (on_text && !tail.empty()) on_text(tail);
     r.engine = engine->describe();
+    if (const ExpertCounters* c = engine->expert_counters()) {
+        r.experts = *c;
+        if (trace) {  // the trace's companion: where the traced routing was computed
+            const std::string side = opt.trace_path + ".counters.json";
+            std::ofstream out(side);
+            out << nlohmann::json{{"engine", r.engine}, {"experts", expert_counters_json(*c)}}.dump(1) << "\n";
+            if (!out) fail("cannot write '{}'", side);
+        }
+    }
     return r;
+}
+
+namespace {
+
+nlohmann::json layer_json(const ExpertLayerCounters& L) {
+    const uint64_t pairs = L.gpu_pairs + L.cpu_pairs;
+    return {{"gpu_pairs", L.gpu_pairs}, {"cpu_pairs", L.cpu_pairs}, {"cpu_experts", L.cpu_experts},
+            {"cpu_bytes", L.cpu_bytes}, {"cpu_ms", L.cpu_ms}, {"cpu_decode_ms", L.cpu_decode_ms}, {"gpu_ms", L.gpu_ms}, {"wait_ms", L.wait_ms},
+            {"gpu_share", pairs ? static_cast<double>(L.gpu_pairs) / static_cast<double>(pairs) : 0.0},
+            {"cpu_gb_s", L.cpu_ms > 0 ? static_cast<double>(L.cpu_bytes) / (L.cpu_ms * 1e6) : 0.0}};
+}
+
+}  // namespace
+
+nlohmann::json expert_counters_json(const ExpertCounters& c) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& L : c.layers) layers.push_back(layer_json(L));
+    nlohmann::json j = layer_json(c.total());
+    j["decode_steps"] = c.decode_steps;
+    j["prefill_tokens"] = c.prefill_tokens;
+    j["layers"] = layers;
+    return j;
+}
+
+std::string expert_counters_line(const ExpertCounters& c) {
+    const ExpertLayerCounters t = c.total();
+    const uint64_t pairs = t.gpu_pairs + t.cpu_pairs;
+    if (pairs == 0) return "";
+    std::string s = fmt::format("experts: {:.1f}% of {} selections on the GPU, {:.1f}% on the CPU", 100.0 * t.gpu_pairs / pairs,
+                                pairs, 100.0 * t.cpu_pairs / pairs);
+    if (t.cpu_pairs > 0)
+        s += fmt::format(" ({:.2f} GB read in {:.0f} ms: {:.1f} GB/s)", t.cpu_bytes / 1e9, t.cpu_ms,
+                         t.cpu_ms > 0 ? t.cpu_bytes / (t.cpu_ms * 1e6) : 0.0);
+    if (c.decode_steps > 0 && (t.gpu_ms > 0 || t.wait_ms > 0))
+        s += fmt::format("; per decode step: CPU experts {:.2f} ms, GPU experts {:.2f} ms, GPU waiting for the CPU {:.2f} ms",
+                         t.cpu_decode_ms / static_cast<double>(c.decode_steps),
+                         t.gpu_ms / static_cast<double>(c.decode_steps), t.wait_ms / static_cast<double>(c.decode_steps));
+    return s;
+}
+
+std::string expert_counters_table(const ExpertCounters& c) {
+    std::string s = "layer   GPU sel   CPU sel  CPU experts   CPU MB   CPU ms   GPU ms  wait ms\n";
+    for (size_t il = 0; il < c.layers.size(); ++il) {
+        const auto& L = c.layers[il];
+        s += fmt::format("{:5} {:9} {:9} {:12} {:8.1f} {:8.2f} {:8.2f} {:8.2f}\n", il, L.gpu_pairs, L.cpu_pairs, L.cpu_experts,
+                         L.cpu_bytes / 1e6, L.cpu_ms, L.gpu_ms, L.wait_ms);
+    }
+    return s;
 }
 
 nlohmann::json generate_result_json(const GenerateResult& r, const GenerateOptions& opt) {
@@ -165,6 +224,7 @@ nlohmann::json generate_result_json(const GenerateResult& r, const GenerateOptio
           {"generated_tokens", r.ids.size()}, {"decode_ms", r.timings.decode_ms}, {"decode_tok_s", r.timings.decode_tok_s()},
           {"ttft_ms", r.timings.ttft_ms}}},
     };
+    if (r.experts) j["experts"] = expert_counters_json(*r.experts);
     if (opt.n_probs > 0) {
         nlohmann::json p = nlohmann::json::array();
         for (const auto& v : r.probs) p.push_back(probs_json(v));

@@ -8,6 +8,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,7 @@ struct GenerateResult {
     std::vector<float> router_margins, prompt_router_margins;
     std::string stop_reason;                           ///< "length" or "eos"
     std::string engine;                                ///< what ran it (Engine::describe)
+    std::optional<ExpertCounters> experts;             ///< expert placement counters (GPU engines)
 };
 
 class Tokenizer;
@@ -61,7 +63,16 @@ std::vector<int32_t> end_of_generation_tokens(const Model& model, const Tokenize
 /// Throws nitro::Error for a bad model, bad prompt or context overflow.
 GenerateResult generate(const GenerateOptions& opt, const std::function<void(const std::string&)>& on_text);
 
-/// The `nitro run --json` object: {"prompt_ids","ids","text","timings",["probs"],["prompt_probs"]}.
+/// The `nitro run --json` object: {"prompt_ids","ids","text","timings",["probs"],["prompt_probs"],
+/// ["experts"]}.
 nlohmann::json generate_result_json(const GenerateResult& r, const GenerateOptions& opt);
+
+/// Expert counters as JSON: totals and per layer, with the CALCULATED shares and rates.
+nlohmann::json expert_counters_json(const ExpertCounters& c);
+/// One line for humans: where the selected experts ran, what the CPU read and how fast, the GPU's
+/// wait. Empty when nothing was counted.
+std::string expert_counters_line(const ExpertCounters& c);
+/// A per-layer table of the counters (nitro run --verbose).
+std::string expert_counters_table(const ExpertCounters& c);
 
 }  // namespace nitro

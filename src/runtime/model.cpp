@@ -64,7 +64,7 @@ Model::Model(const std::string& path) : gguf_(std::make_unique<GgufModel>(path))
             L.up_exps_b = opt(il, "ffn_up_exps.bias");
             L.down_exps_b = opt(il, "ffn_down_exps.bias");
         }
-        L.swa = config_.swa_period > 0 && (il % config_.swa_period) < config_.swa_period - 1;
+        L.swa = layer_uses_swa(config_, il);
     }
     // Every matrix must have a CPU kernel; small vectors (norms, biases, sinks) must be F32.
     for (const auto& t : gguf_->tensors()) {

@@ -15,8 +15,10 @@ std::vector<int64_t> ModelSpec::windows() const {
 }
 
 ModelSpec make_model_spec(const Model& model, const SessionOptions& opt) {
-    const ModelHparams& hp = model.hp();
-    const ArchConfig& cfg = model.config();
+    return make_model_spec(model.hp(), model.config(), model.n_vocab(), opt);
+}
+
+ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t n_vocab, const SessionOptions& opt) {
     if (opt.n_ctx <= 0) fail("context length must be positive (got {})", opt.n_ctx);
     if (opt.n_ubatch <= 0) fail("ubatch size must be positive (got {})", opt.n_ubatch);
     ModelSpec s;
@@ -29,7 +31,7 @@ ModelSpec make_model_spec(const Model& model, const SessionOptions& opt) {
     s.n_expert = hp.n_expert;
     s.n_expert_used = hp.n_expert_used;
     s.n_ff_exp = hp.n_ff_exp;
-    s.n_vocab = model.n_vocab();
+    s.n_vocab = n_vocab;
     s.n_ctx = hp.n_ctx_train > 0 ? std::min(opt.n_ctx, hp.n_ctx_train) : opt.n_ctx;
     s.n_ubatch = std::min(opt.n_ubatch, s.n_ctx);
     s.rms_eps = static_cast<float>(hp.rms_eps);
@@ -54,9 +56,9 @@ ModelSpec make_model_spec(const Model& model, const SessionOptions& opt) {
 
     // K/V capacity: a sliding-window layer's ring must hold the window behind the oldest query of
     // a prompt chunk plus the chunk itself (src/runtime/kv_cache.h).
-    for (const LayerWeights& L : model.layers()) {
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
         LayerSpec ls;
-        ls.window = L.swa ? hp.sliding_window : 0;
+        ls.window = layer_uses_swa(cfg, il) ? hp.sliding_window : 0;
         ls.kv_capacity = ls.window > 0 ? std::min(s.n_ctx, ls.window + s.n_ubatch - 1) : s.n_ctx;
         s.layers.push_back(ls);
     }

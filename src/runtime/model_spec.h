@@ -50,6 +50,8 @@ struct ModelSpec {
 /// The spec of `model` for a session with options `opt`. Throws nitro::Error if n_ctx or
 /// n_ubatch is not positive.
 ModelSpec make_model_spec(const Model& model, const SessionOptions& opt);
+/// The same from hyperparameters alone (a synth preset, a plan without a file).
+ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t n_vocab, const SessionOptions& opt);
 
 /// The checks every engine makes before evaluating `tokens` at positions n_past..: at least one
 /// token, every id in [0, n_vocab), n_past + n <= n_ctx. Throws nitro::Error with both numbers.

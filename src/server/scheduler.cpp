@@ -56,6 +56,31 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
         trace_ = std::make_unique<TraceWriter>(opt.trace_path, trace_header_from_model(model.gguf(), true));
         capture_routes(*session_, *trace_, [this] { return static_cast<uint32_t>(current_seq_); });
     }
+    // Expert placement counters (GPU engines) in /metrics, per layer.
+    metrics_.add_collector([this](std::string& out) {
+        std::lock_guard<std::mutex> lk(experts_mu_);
+        if (experts_.layers.empty()) return;
+        auto family = [&](const char* name, const char* help, auto value) {
+            out += fmt::format("# HELP {} {}\n# TYPE {} counter\n", name, help, name);
+            for (size_t il = 0; il < experts_.layers.size(); ++il) out += fmt::format("{}{{layer=\"{}\"}} {}\n", name, il, value(experts_.layers[il]));
+        };
+        out += "# HELP nitro_expert_selections_total Selected (token, expert) pairs, by where the expert was computed.\n"
+               "# TYPE nitro_expert_selections_total counter\n";
+        for (size_t il = 0; il < experts_.layers.size(); ++il) {
+            out += fmt::format("nitro_expert_selections_total{{layer=\"{}\",device=\"gpu\"}} {}\n", il, experts_.layers[il].gpu_pairs);
+            out += fmt::format("nitro_expert_selections_total{{layer=\"{}\",device=\"cpu\"}} {}\n", il, experts_.layers[il].cpu_pairs);
+        }
+        family("nitro_expert_cpu_experts_total", "Distinct experts the CPU computed, summed over steps.",
+               [](const ExpertLayerCounters& L) { return L.cpu_experts; });
+        family("nitro_expert_cpu_read_bytes_total", "Expert weight bytes the CPU read, bytes.",
+               [](const ExpertLayerCounters& L) { return L.cpu_bytes; });
+        family("nitro_expert_cpu_seconds_total", "CPU time computing experts, seconds.",
+               [](const ExpertLayerCounters& L) { return L.cpu_ms / 1e3; });
+        family("nitro_expert_gpu_seconds_total", "GPU time on resident experts in decode steps (router result to the wait), seconds.",
+               [](const ExpertLayerCounters& L) { return L.gpu_ms / 1e3; });
+        family("nitro_expert_gpu_wait_seconds_total", "GPU time waiting for the CPU's experts in decode steps, seconds.",
+               [](const ExpertLayerCounters& L) { return L.wait_ms / 1e3; });
+    });
     thread_ = std::thread([this] { worker(); });
 }
 
@@ -239,6 +264,10 @@ void Scheduler::finish(Slot& slot, FinishCause cause, const std::string& error) 
     if (st.decode_ms > 0 && steps > 0) metrics_.last_decode_tok_s = 1000.0 * static_cast<double>(steps) / st.decode_ms;
     if (cause == FinishCause::CANCELLED) metrics_.requests_cancelled++;
     metrics_.active--;
+    if (const ExpertCounters* c = session_->expert_counters()) {
+        std::lock_guard<std::mutex> lk(experts_mu_);
+        experts_ = *c;
+    }
     std::shared_ptr<Job> job = std::move(slot.job);
     slot = Slot{};
     job->sink->on_finish(cause, st, error);

@@ -132,6 +132,9 @@ private:
     const Model& model_;
     SchedulerOptions opt_;
     Metrics& metrics_;
+    /// The engine's expert counters as of the last finished request (read by the /metrics collector).
+    mutable std::mutex experts_mu_;
+    ExpertCounters experts_;
     std::unique_ptr<Engine> session_;
     std::unique_ptr<TraceWriter> trace_;
     int64_t n_ctx_ = 0;

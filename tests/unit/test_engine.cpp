@@ -9,16 +9,30 @@ using namespace nitro;
 TEST(Engine, ParsesModes) {
     EXPECT_EQ(parse_engine_mode("cpu"), EngineMode::Cpu);
     EXPECT_EQ(parse_engine_mode("gpu"), EngineMode::Gpu);
+    EXPECT_EQ(parse_engine_mode("hybrid"), EngineMode::Hybrid);
+    EXPECT_EQ(parse_engine_mode("auto"), EngineMode::Auto);
     EXPECT_THROW(parse_engine_mode("tpu"), Error);
+    for (EngineMode m : {EngineMode::Cpu, EngineMode::Gpu, EngineMode::Hybrid, EngineMode::Auto})
+        EXPECT_EQ(parse_engine_mode(engine_mode_name(m)), m);
+}
+
+TEST(Engine, AutoRunsOnTheCpuWithoutAGpu) {
+    if (gpu_device_count() > 0) GTEST_SKIP() << "a GPU is visible: auto picks it";
+    Model model(std::string(NITRO_SHARED_DIR) + "/fixtures/tiny-qwen3moe-q8.gguf");
+    const auto e = make_engine(EngineMode::Auto, model, SessionOptions{}, GpuOptions{});
+    EXPECT_EQ(e->describe().rfind("cpu (", 0), 0u) << e->describe();
+    EXPECT_EQ(e->expert_counters(), nullptr) << "the CPU engine places no experts";
 }
 
 TEST(Engine, GpuModeWithoutCudaIsAClearError) {
     if (gpu_engine_available()) GTEST_SKIP() << "a GPU engine is registered in this binary";
     Model model(std::string(NITRO_SHARED_DIR) + "/fixtures/tiny-qwen3moe-q8.gguf");
-    try {
-        make_engine(EngineMode::Gpu, model, SessionOptions{}, GpuOptions{});
-        FAIL() << "no error";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("NITRO_CUDA=ON"), std::string::npos) << e.what();
+    for (EngineMode m : {EngineMode::Gpu, EngineMode::Hybrid}) {
+        try {
+            make_engine(m, model, SessionOptions{}, GpuOptions{});
+            FAIL() << "no error";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("NITRO_CUDA=ON"), std::string::npos) << e.what();
+        }
     }
 }

@@ -1,0 +1,143 @@
+// nitro plan -m MODEL --vram-budget GiB [-c CTX] [-u UBATCH] [placement flags] [--json]
+// nitro plan --synth ARCH:PRESET[:TYPE] --vram-budget GiB ...   (a preset's shape, no file needed)
+// Prints where every tensor and expert would live, without a GPU (runtime/placement.h).
+#include "arch/synth.h"
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "core/error.h"
+#include "runtime/model.h"
+#include "runtime/placement.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+
+namespace nitro::cli {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct PlanCli {
+    std::string model, synth;
+    SessionOptions session;
+    EngineCli engine;
+    double dram_gbps = 50.0;
+    double runtime_mib = 700;
+    bool json = false, layers = false;
+};
+
+/// "gpt-oss:gpt-oss-120b[:mxfp4]" -> a layout.
+ModelLayout synth_from_arg(const std::string& arg, const SessionOptions& so) {
+    const size_t a = arg.find(':');
+    if (a == std::string::npos) fail("--synth '{}': expected ARCH:PRESET[:TYPE], e.g. gpt-oss:gpt-oss-120b", arg);
+    const size_t b = arg.find(':', a + 1);
+    const std::string arch = arg.substr(0, a), preset = arg.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
+    GgmlType t = synth_default_expert_type(arch);
+    if (b != std::string::npos) {
+        const std::string tn = arg.substr(b + 1);
+        const auto parsed = type_from_name(tn);
+        if (!parsed) fail("--synth '{}': unknown weight type '{}'", arg, tn);
+        t = *parsed;
+    }
+    return synth_layout(arch, preset, t, so);
+}
+
+int run_plan(const PlanCli& o) {
+    if (o.model.empty() == o.synth.empty()) fail("nitro plan: give a model (-m FILE) or a preset (--synth ARCH:PRESET[:TYPE]), one of them");
+    std::unique_ptr<Model> model;
+    ModelLayout layout;
+    if (!o.model.empty()) {
+        model = std::make_unique<Model>(o.model);
+        layout = model_layout(*model, make_model_spec(*model, o.session));
+    } else {
+        layout = synth_from_arg(o.synth, o.session);
+    }
+    const ModelSpec& sp = layout.spec;
+    HotSet hot;
+    PlacementOptions po;
+    po.vram_budget_gib = o.engine.gpu.vram_budget_gib;
+    po.cpu_moe = o.engine.gpu.cpu_moe;
+    po.n_cpu_moe = o.engine.gpu.n_cpu_moe;
+    for (const std::string& s : o.engine.gpu.override_tensor) po.overrides.push_back(parse_tensor_override(s));
+    const std::string& r = o.engine.gpu.residency;
+    po.source = r == "hot-set" ? ResidencySource::HotSet : r == "even" ? ResidencySource::Even
+              : r == "layers" ? ResidencySource::Layers : ResidencySource::Auto;
+    if (!o.engine.gpu.hot_set.empty()) {
+        hot = read_hot_set(o.engine.gpu.hot_set, sp.n_layer, sp.n_expert);
+        po.hot_set = &hot;
+    }
+    po.runtime_overhead_bytes = static_cast<uint64_t>(o.runtime_mib * kMiB);
+    const Plan p = plan_placement(layout, po);
+
+    // CALCULATED decode floor of the CPU side: its expert bytes per token over the DRAM bandwidth.
+    const double cpu_bytes = p.cpu_bytes_per_token_uniform();
+    const double floor_tok_s = cpu_bytes > 0 ? o.dram_gbps * 1e9 / cpu_bytes : 0;
+    if (o.json) {
+        nlohmann::json j = plan_to_json(p);
+        j["model"] = layout.description;
+        j["expert_type"] = layout.expert_type;
+        j["n_ctx"] = sp.n_ctx;
+        j["n_ubatch"] = sp.n_ubatch;
+        j["runtime_overhead"] = "ASSUMED";
+        j["dram_gbps"] = o.dram_gbps;
+        j["cpu_decode_floor_tok_s"] = floor_tok_s;
+        std::puts(j.dump(1).c_str());
+        return 0;
+    }
+    for (const std::string& w : p.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    std::printf("model        %s: %lld layers, %lld experts, %lld used per token; one expert %.2f MiB (%s)\n",
+                layout.description.c_str(), static_cast<long long>(sp.n_layer), static_cast<long long>(sp.n_expert),
+                static_cast<long long>(sp.n_expert_used), p.expert_bytes / kMiB, layout.expert_type.c_str());
+    std::printf("budget       %.0f MiB (%.2f GiB), plan uses %.0f MiB: mode %s\n", p.budget_bytes / kMiB, p.budget_bytes / kMiB / 1024,
+                p.total_bytes() / kMiB, p.mode().c_str());
+    std::printf("  dense core   %9.0f MiB  (attention, norms, router, embeddings, LM head; expert biases %.0f MiB)\n",
+                (p.dense_bytes + p.expert_biases_bytes) / kMiB, p.expert_biases_bytes / kMiB);
+    std::printf("  KV cache     %9.0f MiB  (F16, -c %lld)\n", p.kv_bytes / kMiB, static_cast<long long>(sp.n_ctx));
+    std::printf("  buffers      %9.0f MiB  (activations for -u %lld tokens, slot tables)\n", p.compute_bytes / kMiB,
+                static_cast<long long>(sp.n_ubatch));
+    std::printf("  CUDA runtime %9.0f MiB  (ASSUMED, --runtime-mib: context, cuBLAS + workspace, modules; the engine measures it)\n",
+                p.overhead_bytes / kMiB);
+    std::printf("  expert slots %9.0f MiB  (%lld of %lld experts, %.1f%%)\n", p.slots_bytes / kMiB, static_cast<long long>(p.n_resident()),
+                static_cast<long long>(p.n_experts()), 100.0 * p.n_resident() / std::max<int64_t>(1, p.n_experts()));
+    std::printf("%s\n", plan_summary_line(p).c_str());
+    // Per layer, compactly: counts and why (runs of equal layers merged).
+    for (size_t i = 0; i < p.layers.size();) {
+        size_t j = i;
+        while (j + 1 < p.layers.size() && p.layers[j + 1].resident.size() == p.layers[i].resident.size() &&
+               p.layers[j + 1].why == p.layers[i].why)
+            ++j;
+        std::printf("  layers %2zu-%-2zu %4zu of %lld resident  (%s)\n", i, j, p.layers[i].resident.size(),
+                    static_cast<long long>(sp.n_expert), p.layers[i].why.c_str());
+        if (o.layers)
+            for (size_t k = i; k <= j; ++k) std::printf("    layer %zu: %s\n", k, nlohmann::json(p.layers[k].resident).dump().c_str());
+        i = j + 1;
+    }
+    std::printf("CPU side     CALCULATED at uniform routing: %.0f MiB of expert weights per decode token (%.1f%% of selections miss "
+                "VRAM); at %.1f GB/s DRAM read (ASSUMED, --dram-gbps) the CPU experts alone allow %.1f tok/s\n",
+                cpu_bytes / kMiB, 100.0 * (1.0 - static_cast<double>(p.n_resident()) / std::max<int64_t>(1, p.n_experts())),
+                o.dram_gbps, floor_tok_s);
+    return 0;
+}
+
+}  // namespace
+
+Action add_plan(CLI::App& app) {
+    auto o = std::make_shared<PlanCli>();
+    CLI::App* sub = app.add_subcommand("plan", "Where every tensor and expert would live for a VRAM budget (no GPU needed)");
+    sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model)")->envname("NITRO_MODEL");
+    sub->add_option("--synth", o->synth, "Plan a synth preset's shape instead of a file: ARCH:PRESET[:TYPE], e.g. gpt-oss:gpt-oss-120b");
+    sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str();
+    sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk")->capture_default_str();
+    add_engine_options(sub, o->engine, false);
+    sub->add_option("--dram-gbps", o->dram_gbps, "DRAM read bandwidth for the CALCULATED CPU decode floor, GB/s")->capture_default_str();
+    sub->add_option("--runtime-mib", o->runtime_mib, "GPU memory the CUDA runtime takes (context, cuBLAS and its workspace, modules, margin), MiB (ASSUMED; 691 MEASURED on an H200)")
+        ->capture_default_str();
+    sub->add_flag("--layers", o->layers, "List the resident expert ids of every layer");
+    sub->add_flag("--json", o->json, "Print the plan as JSON");
+    return [o]() { return run_plan(*o); };
+}
+
+}  // namespace nitro::cli

@@ -1,0 +1,27 @@
+// The options of every command that runs a model (nitro run, serve, bench, plan): where it runs
+// and how routed experts are placed, one table with help text, defaults, units and environment
+// mirrors. The placement flags are llama.cpp's (common/arg.cpp): --cpu-moe, --n-cpu-moe N,
+// -ot/--override-tensor REGEX=DEVICE.
+#pragma once
+
+#include "runtime/engine.h"
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace nitro::cli {
+
+struct EngineCli {
+    std::string mode = "auto";  ///< --mode
+    GpuOptions gpu;
+};
+
+/// Adds --mode, --gpu, --vram-budget, --cpu-moe, --n-cpu-moe, -ot/--override-tensor, --hot-set,
+/// --residency, --no-graphs to `sub`. with_mode = false leaves out --mode and --gpu (nitro plan).
+void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode = true);
+
+/// The engine mode of the parsed options (throws nitro::Error for an unknown --mode).
+EngineMode engine_mode(const EngineCli& o);
+
+}  // namespace nitro::cli

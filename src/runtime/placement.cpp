@@ -1,0 +1,419 @@
+#include "runtime/placement.h"
+
+#include "arch/synth.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <regex>
+
+namespace nitro {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = kMiB * 1024.0;
+
+bool is_expert_weight(const std::string& name) {
+    return name.find("_exps.weight") != std::string::npos;
+}
+bool is_expert_bias(const std::string& name) { return name.find("_exps.bias") != std::string::npos; }
+
+std::string upper(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return s;
+}
+
+const char* device_name(Device d) { return d == Device::Gpu ? "GPU" : "CPU"; }
+
+}  // namespace
+
+TensorOverride parse_tensor_override(const std::string& arg) {
+    const size_t eq = arg.rfind('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
+        fail("--override-tensor '{}': expected REGEX=DEVICE (e.g. 'exps=CPU' or 'blk\\.[0-9]\\.ffn_.*_exps=CPU')", arg);
+    TensorOverride o;
+    o.pattern = arg.substr(0, eq);
+    const std::string dev = upper(arg.substr(eq + 1));
+    if (dev == "CPU") o.device = Device::Cpu;
+    else if (dev == "GPU" || dev == "CUDA" || dev == "CUDA0") o.device = Device::Gpu;
+    else fail("--override-tensor '{}': unknown device '{}' (expected CPU, GPU or CUDA0)", arg, arg.substr(eq + 1));
+    try {
+        std::regex re(o.pattern);
+    } catch (const std::regex_error& e) {
+        fail("--override-tensor '{}': the pattern '{}' is not a valid regular expression ({})", arg, o.pattern, e.what());
+    }
+    return o;
+}
+
+HotSet read_hot_set(const std::string& path, int64_t n_layer, int64_t n_expert) {
+    std::ifstream in(path);
+    if (!in) fail("cannot open hot-set file '{}'", path);
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        fail("hot-set file '{}' is not valid JSON: {}", path, e.what());
+    }
+    if (!j.is_object() || j.value("format", "") != "nitro-hot-set")
+        fail("'{}' is not a hot-set file (expected {{\"format\": \"nitro-hot-set\", \"layers\": [[expert ids]...]}})", path);
+    if (!j.contains("layers") || !j["layers"].is_array()) fail("hot-set file '{}': \"layers\" must be an array of id arrays", path);
+    HotSet h;
+    h.source = path;
+    for (size_t il = 0; il < j["layers"].size(); ++il) {
+        const auto& L = j["layers"][il];
+        if (!L.is_array()) fail("hot-set file '{}': layer {} is not an array of expert ids", path, il);
+        std::vector<int32_t> ids;
+        std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(n_expert, 0)), false);
+        for (const auto& v : L) {
+            if (!v.is_number_integer()) fail("hot-set file '{}': layer {} holds a non-integer id", path, il);
+            const int64_t e = v.get<int64_t>();
+            if (e < 0 || (n_expert > 0 && e >= n_expert))
+                fail("hot-set file '{}': layer {} names expert {}, but the model has {} experts per layer", path, il, e, n_expert);
+            if (n_expert > 0) {
+                if (seen[static_cast<size_t>(e)]) fail("hot-set file '{}': layer {} lists expert {} twice", path, il, e);
+                seen[static_cast<size_t>(e)] = true;
+            }
+            ids.push_back(static_cast<int32_t>(e));
+        }
+        h.layers.push_back(std::move(ids));
+    }
+    if (n_layer > 0 && static_cast<int64_t>(h.layers.size()) != n_layer)
+        fail("hot-set file '{}' has {} layers, the model has {}", path, h.layers.size(), n_layer);
+    return h;
+}
+
+void write_hot_set(const std::string& path, const std::vector<std::vector<int32_t>>& ranked,
+                   const std::vector<std::vector<uint64_t>>& counts, const std::string& source) {
+    nlohmann::json j = {{"format", "nitro-hot-set"}, {"version", 1}, {"source", source}, {"layers", ranked},
+                        {"counts", counts}};
+    std::ofstream out(path);
+    if (!out) fail("cannot write hot-set file '{}'", path);
+    out << j.dump() << "\n";
+    if (!out) fail("writing hot-set file '{}' failed", path);
+}
+
+int64_t Plan::n_resident() const {
+    int64_t n = 0;
+    for (const auto& L : layers) n += static_cast<int64_t>(L.resident.size());
+    return n;
+}
+
+std::string Plan::mode() const {
+    const int64_t r = n_resident();
+    return r == n_experts() ? "gpu" : r == 0 ? "cpu-experts" : "hybrid";
+}
+
+double Plan::cpu_bytes_per_token_uniform() const {
+    double b = 0;
+    for (const auto& L : layers)
+        b += static_cast<double>(n_expert_used) * (1.0 - static_cast<double>(L.resident.size()) / static_cast<double>(n_expert)) *
+             static_cast<double>(expert_bytes);
+    return b;
+}
+
+uint64_t gpu_compute_bytes(const ModelSpec& spec) { return gpu_scratch_sizes(spec).bytes(); }
+
+GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
+    GpuScratchSizes z;
+    const int64_t ub = sp.n_ubatch, E = sp.n_embd, K = sp.n_expert_used, F = sp.n_ff_exp, R = ub * K;
+    z.x = ub * E;
+    z.h = ub * std::max(E, sp.n_o());
+    z.q = ub * sp.n_q();
+    z.k = ub * sp.n_k();
+    z.v = ub * sp.n_v();
+    z.attn = ub * sp.n_o();
+    z.router = ub * sp.n_expert;
+    z.ids = R;
+    z.weights = R;
+    z.margin = ub;
+    z.logits_rows = std::min<int64_t>(ub, GpuScratchSizes::kMaxLogitsRows);
+    z.logits = z.logits_rows * sp.n_vocab;
+    int64_t keys = 0;
+    for (const LayerSpec& L : sp.layers) keys = std::max(keys, L.window > 0 ? std::min(L.window, sp.n_ctx) : sp.n_ctx);
+    z.max_split = static_cast<int>(std::clamp<int64_t>((keys + 255) / 256, 1, 32));
+    z.attn_partial = (z.max_split > 1 ? sp.n_head * z.max_split * (sp.head_dim + 2) : 0) + 1;
+    z.tok = ub;
+    z.moe_act = R * F;
+    z.moe_down = R * E;
+    if (ub > GpuScratchSizes::kGemvMaxTokens) {
+        z.moe_gate = R * F;
+        z.moe_up = R * F;
+        z.group = R;
+        const int64_t max_ne0 = std::max({E, sp.n_o(), F});
+        z.gemm_act = std::max(R * E, ub * max_ne0);
+        z.gemm_w = std::max<int64_t>(32ll << 20, F * E);
+    }
+    z.partial = ub * E;
+    return z;
+}
+
+uint64_t GpuScratchSizes::bytes() const {
+    // One arena (DeviceAllocator::begin_arena): 256-byte aligned pieces, one page rounding.
+    const auto rnd = [](uint64_t b) { return (std::max<uint64_t>(b, 1) + 255) / 256 * 256; };
+    uint64_t b = 0;
+    for (int64_t n : {x, h, q, k, v, attn, router, weights, margin, logits, attn_partial, moe_act, moe_down, moe_gate, moe_up,
+                      partial})
+        if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
+    for (int64_t n : {ids, tok, group, group, group})
+        if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
+    b += rnd(4) + rnd(4);  // position, step counter
+    for (int64_t n : {gemm_act, gemm_w})
+        if (n > 0) b += rnd(static_cast<uint64_t>(n) * 2);
+    return vram_alloc_size(b);
+}
+
+ModelLayout model_layout(const Model& model, const ModelSpec& spec) {
+    ModelLayout l;
+    l.spec = spec;
+    l.description = model.path();
+    for (const auto& t : model.gguf().tensors()) {
+        if (is_expert_weight(t.name)) continue;
+        (is_expert_bias(t.name) ? l.expert_biases : l.dense).push_back({t.name, t.n_bytes});
+    }
+    for (const LayerWeights& L : model.layers())
+        l.experts.push_back({ModelLayout::Tensor{L.gate_exps->name, L.gate_exps->n_bytes},
+                             ModelLayout::Tensor{L.up_exps->name, L.up_exps->n_bytes},
+                             ModelLayout::Tensor{L.down_exps->name, L.down_exps->n_bytes}});
+    l.expert_type = type_display_name(model.layers().at(0).gate_exps->type);
+    return l;
+}
+
+ModelLayout synth_layout(const std::string& arch_name, const std::string& preset, GgmlType expert_type,
+                         const SessionOptions& so) {
+    int64_t n_vocab = 0;
+    const ModelHparams hp = synth_preset(arch_name, preset, &n_vocab);
+    if (n_vocab == 0) n_vocab = 256;  // tiny presets get a vocabulary copied from elsewhere; any size plans
+    const ArchInfo* arch = find_arch(hp.arch);
+    if (!arch) fail("unknown architecture '{}' (known: {})", hp.arch, known_arch_names());
+    ModelLayout l;
+    l.spec = make_model_spec(hp, arch->config(hp), n_vocab, so);
+    l.description = fmt::format("synth preset {} ({} experts)", preset, type_display_name(expert_type));
+    l.expert_type = type_display_name(expert_type);
+    l.experts.resize(static_cast<size_t>(hp.n_layer));
+    for (const TensorSpec& t : arch->tensors(hp, n_vocab)) {
+        if (hp.arch == "qwen3moe" && preset == "tiny" && t.name == "output.weight") continue;  // tied, as synth writes it
+        const GgmlType type = synth_tensor_type(t.kind, expert_type);
+        int64_t n = 1;
+        for (size_t d = 1; d < t.ne.size(); ++d) n *= t.ne[d];
+        const uint64_t bytes = row_size(type, t.ne[0]) * static_cast<uint64_t>(n);
+        if (!is_expert_weight(t.name)) {
+            (is_expert_bias(t.name) ? l.expert_biases : l.dense).push_back({t.name, bytes});
+            continue;
+        }
+        const int64_t il = std::stoll(t.name.substr(4, t.name.find('.', 4) - 4));
+        const int k = t.name.find("ffn_gate_exps") != std::string::npos ? 0 : t.name.find("ffn_up_exps") != std::string::npos ? 1 : 2;
+        l.experts[static_cast<size_t>(il)][static_cast<size_t>(k)] = {t.name, bytes};
+    }
+    return l;
+}
+
+Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
+    const ModelSpec& spec = layout.spec;
+    if (!(opt.vram_budget_gib > 0)) fail("a VRAM budget is needed to plan a placement (--vram-budget GiB)");
+    if (layout.experts.size() != static_cast<size_t>(spec.n_layer) || spec.n_expert <= 0)
+        fail("{}: a placement needs routed experts in every layer", layout.description);
+    Plan p;
+    p.budget_bytes = static_cast<uint64_t>(opt.vram_budget_gib * kGiB);
+    p.n_layer = spec.n_layer;
+    p.n_expert = spec.n_expert;
+    p.n_expert_used = spec.n_expert_used;
+    p.overhead_bytes = opt.runtime_overhead_bytes;
+    p.compute_bytes = gpu_compute_bytes(spec);
+    // K/V: F16 keys and values at each layer's capacity, plus the slot tables.
+    // Every part is one arena on the GPU (DeviceAllocator::begin_arena): pieces 256-byte aligned,
+    // the whole rounded once to the driver's pages.
+    const auto align = [](uint64_t b) { return (std::max<uint64_t>(b, 1) + 255) / 256 * 256; };
+    const auto rnd = [](uint64_t b) { return vram_alloc_size(b); };
+    uint64_t kv = 0;  // K, V and the slot table of every layer
+    for (const LayerSpec& L : spec.layers)
+        kv += align(static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_k()) * 2) +
+              align(static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_v()) * 2) +
+              align(static_cast<uint64_t>(spec.n_expert) * 4);
+    p.kv_bytes = rnd(kv);
+
+    // Dense core and expert sizes; overrides checked against every name.
+    std::vector<std::regex> res;
+    for (const auto& o : opt.overrides) res.emplace_back(o.pattern);
+    std::vector<bool> matched(opt.overrides.size(), false);
+    auto override_for = [&](const std::string& name) -> const TensorOverride* {
+        for (size_t i = 0; i < res.size(); ++i)
+            if (std::regex_search(name, res[i])) {
+                matched[i] = true;
+                return &opt.overrides[i];
+            }
+        return nullptr;
+    };
+    for (const auto& t : layout.expert_biases) p.expert_biases_bytes += align(t.bytes);
+    for (const auto& t : layout.dense) {
+        p.dense_bytes += align(t.bytes);
+        if (const TensorOverride* o = override_for(t.name); o && o->device == Device::Cpu)
+            fail("--override-tensor '{}={}' puts '{}' on the CPU: the hybrid executor keeps the dense core (attention, "
+                 "norms, router, embeddings, LM head) on the GPU and places only routed experts (ffn_*_exps) on the CPU",
+                 o->pattern, device_name(o->device), t.name);
+    }
+    p.dense_bytes = rnd(p.dense_bytes + p.expert_biases_bytes) - p.expert_biases_bytes;  // one arena with the biases
+    const uint64_t X = static_cast<uint64_t>(spec.n_expert);
+    for (const auto& t : layout.experts[0]) p.expert_bytes += t.bytes / X;
+    // The slot pools share one arena: 256-byte alignment of each of the 3 pools per layer and one
+    // rounding of the arena to the driver's 2 MiB pages.
+    const uint64_t pool_rounding = static_cast<uint64_t>(spec.n_layer) * 3 * 256 + (2ull << 20);
+
+    // The fixed part must fit.
+    const uint64_t fixed = p.dense_bytes + p.expert_biases_bytes + p.kv_bytes + p.compute_bytes + p.overhead_bytes;
+    if (fixed > p.budget_bytes)
+        fail("--vram-budget {:.2f} GiB is too small: the dense core needs {:.0f} MiB, the K/V cache {:.0f} MiB (-c {}), "
+             "buffers for -u {} tokens {:.0f} MiB, the CUDA runtime {:.0f} MiB: {:.0f} MiB in all, {:.0f} MiB short "
+             "(lower -c or -u, or raise the budget)",
+             opt.vram_budget_gib, (p.dense_bytes + p.expert_biases_bytes) / kMiB, p.kv_bytes / kMiB, spec.n_ctx,
+             spec.n_ubatch, p.compute_bytes / kMiB, p.overhead_bytes / kMiB, fixed / kMiB, (fixed - p.budget_bytes) / kMiB);
+    uint64_t avail = p.budget_bytes - fixed > pool_rounding ? p.budget_bytes - fixed - pool_rounding : 0;
+
+    // Per layer: forced to the CPU, forced to the GPU, or free for the residency source.
+    enum class Force { None, Cpu, Gpu };
+    std::vector<Force> force(static_cast<size_t>(spec.n_layer), Force::None);
+    std::vector<std::string> why(static_cast<size_t>(spec.n_layer));
+    for (int64_t il = 0; il < spec.n_layer; ++il) {
+        for (const ModelLayout::Tensor& t : layout.experts[static_cast<size_t>(il)]) {
+            const TensorOverride* o = override_for(t.name);
+            if (!o) continue;
+            const Force f = o->device == Device::Cpu ? Force::Cpu : Force::Gpu;
+            if (force[static_cast<size_t>(il)] == Force::None || f == Force::Cpu) {
+                force[static_cast<size_t>(il)] = f;
+                why[static_cast<size_t>(il)] = fmt::format("-ot '{}={}'", o->pattern, device_name(o->device));
+            }
+        }
+        if (force[static_cast<size_t>(il)] != Force::None) continue;
+        if (opt.cpu_moe) {
+            force[static_cast<size_t>(il)] = Force::Cpu;
+            why[static_cast<size_t>(il)] = "--cpu-moe";
+        } else if (opt.n_cpu_moe > 0) {
+            force[static_cast<size_t>(il)] = il < opt.n_cpu_moe ? Force::Cpu : Force::Gpu;
+            why[static_cast<size_t>(il)] = fmt::format("--n-cpu-moe {}", opt.n_cpu_moe);
+        }
+    }
+    for (size_t i = 0; i < matched.size(); ++i)
+        if (!matched[i]) p.warnings.push_back(fmt::format("--override-tensor '{}' matched no tensor", opt.overrides[i].pattern));
+
+    p.layers.resize(static_cast<size_t>(spec.n_layer));
+    const uint64_t layer_bytes = p.expert_bytes * static_cast<uint64_t>(spec.n_expert);
+    uint64_t forced_gpu = 0;
+    for (int64_t il = 0; il < spec.n_layer; ++il) {
+        LayerPlacement& lp = p.layers[static_cast<size_t>(il)];
+        lp.why = why[static_cast<size_t>(il)];
+        if (force[static_cast<size_t>(il)] == Force::Gpu) {
+            forced_gpu += layer_bytes;
+            for (int32_t e = 0; e < spec.n_expert; ++e) lp.resident.push_back(e);
+        }
+    }
+    if (forced_gpu > avail)
+        fail("the experts placed on the GPU by {} need {:.0f} MiB, but only {:.0f} MiB of the {:.2f} GiB budget are left "
+             "after the dense core, K/V cache and buffers ({:.0f} MiB short)",
+             why[static_cast<size_t>(std::find(force.begin(), force.end(), Force::Gpu) - force.begin())], forced_gpu / kMiB,
+             avail / kMiB, opt.vram_budget_gib, (forced_gpu - avail) / kMiB);
+    avail -= forced_gpu;
+
+    // Free layers: as many slots as the rest of the budget holds, by the residency source.
+    std::vector<int64_t> free_layers;
+    for (int64_t il = 0; il < spec.n_layer; ++il)
+        if (force[static_cast<size_t>(il)] == Force::None) free_layers.push_back(il);
+    const int64_t capacity = static_cast<int64_t>(free_layers.size()) * spec.n_expert;
+    const int64_t slots = std::min<int64_t>(capacity, p.expert_bytes > 0 ? static_cast<int64_t>(avail / p.expert_bytes) : 0);
+    ResidencySource src = opt.source;
+    if (src == ResidencySource::Auto) src = opt.hot_set ? ResidencySource::HotSet : ResidencySource::Even;
+    if (src == ResidencySource::HotSet && !opt.hot_set) fail("the hot-set residency needs a hot-set file (--hot-set FILE)");
+    if (slots == capacity) {
+        for (int64_t il : free_layers) {
+            LayerPlacement& lp = p.layers[static_cast<size_t>(il)];
+            for (int32_t e = 0; e < spec.n_expert; ++e) lp.resident.push_back(e);
+            lp.why = "fits the budget";
+        }
+    } else if (src == ResidencySource::Even) {
+        const int64_t nl = static_cast<int64_t>(free_layers.size());
+        for (int64_t i = 0; i < nl; ++i) {
+            LayerPlacement& lp = p.layers[static_cast<size_t>(free_layers[static_cast<size_t>(i)])];
+            const int64_t n = slots / nl + (i < slots % nl ? 1 : 0);
+            for (int32_t e = 0; e < n; ++e) lp.resident.push_back(e);
+            lp.why = "even fill";
+        }
+    } else if (src == ResidencySource::Layers) {
+        int64_t left = slots;
+        for (auto it = free_layers.rbegin(); it != free_layers.rend(); ++it) {
+            LayerPlacement& lp = p.layers[static_cast<size_t>(*it)];
+            lp.why = "whole layers";
+            if (left < spec.n_expert) continue;
+            for (int32_t e = 0; e < spec.n_expert; ++e) lp.resident.push_back(e);
+            left -= spec.n_expert;
+        }
+    } else {  // hot set: per layer, the first entries of its ranking; slots spread by the ranking's counts
+        const HotSet& hs = *opt.hot_set;
+        if (static_cast<int64_t>(hs.layers.size()) != spec.n_layer)
+            fail("hot set '{}' has {} layers, the model has {}", hs.source, hs.layers.size(), spec.n_layer);
+        // Round-robin over the free layers in rank order: rank 0 of every layer, then rank 1, ...
+        // (a profile's counts are not comparable across layers of different traffic; each layer
+        // gets the same share, its own hottest experts first).
+        int64_t left = slots;
+        for (int64_t rank = 0; left > 0 && rank < spec.n_expert; ++rank) {
+            for (int64_t il : free_layers) {
+                if (left == 0) break;
+                const auto& ranked = hs.layers[static_cast<size_t>(il)];
+                LayerPlacement& lp = p.layers[static_cast<size_t>(il)];
+                int32_t e;
+                if (rank < static_cast<int64_t>(ranked.size())) {
+                    e = ranked[static_cast<size_t>(rank)];
+                } else {  // the profile never saw enough experts here: the lowest ids not yet resident
+                    e = 0;
+                    while (std::find(lp.resident.begin(), lp.resident.end(), e) != lp.resident.end()) ++e;
+                }
+                lp.resident.push_back(e);
+                --left;
+            }
+        }
+        for (int64_t il : free_layers) p.layers[static_cast<size_t>(il)].why = "hot set";
+    }
+    uint64_t arena = 0;
+    for (const LayerPlacement& lp : p.layers) {
+        const uint64_t n = lp.resident.size();
+        for (const ModelLayout::Tensor& t : layout.experts[0]) arena += align(n * (t.bytes / X));
+    }
+    p.slots_bytes = arena > 0 ? rnd(arena) : 0;
+    return p;
+}
+
+std::string plan_summary_line(const Plan& p) {
+    return fmt::format("experts: {} resident slots ({:.0f} MiB) in VRAM, {} on CPU; dense core {:.0f} MiB, KV {:.0f} MiB, "
+                       "buffers {:.0f} MiB, runtime {:.0f} MiB; budget {:.0f} MiB",
+                       p.n_resident(), p.slots_bytes / kMiB, p.n_experts() - p.n_resident(),
+                       (p.dense_bytes + p.expert_biases_bytes) / kMiB, p.kv_bytes / kMiB, p.compute_bytes / kMiB,
+                       p.overhead_bytes / kMiB, p.budget_bytes / kMiB);
+}
+
+nlohmann::json plan_to_json(const Plan& p) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& L : p.layers) layers.push_back({{"resident", L.resident}, {"why", L.why}});
+    return {
+        {"mode", p.mode()},
+        {"budget_bytes", p.budget_bytes},
+        {"dense_bytes", p.dense_bytes},
+        {"expert_biases_bytes", p.expert_biases_bytes},
+        {"kv_bytes", p.kv_bytes},
+        {"compute_bytes", p.compute_bytes},
+        {"runtime_overhead_bytes", p.overhead_bytes},
+        {"expert_bytes", p.expert_bytes},
+        {"slots_bytes", p.slots_bytes},
+        {"total_bytes", p.total_bytes()},
+        {"n_layer", p.n_layer},
+        {"n_expert", p.n_expert},
+        {"n_expert_used", p.n_expert_used},
+        {"n_resident", p.n_resident()},
+        {"cpu_bytes_per_token_uniform", p.cpu_bytes_per_token_uniform()},
+        {"layers", layers},
+        {"warnings", p.warnings},
+    };
+}
+
+}  // namespace nitro

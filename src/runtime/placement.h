@@ -1,0 +1,174 @@
+// Placement as data: a pure function from (model, VRAM budget, context, user overrides) to a plan
+// that says where every tensor and every routed expert lives. The GPU engine executes a plan; the
+// `nitro plan` command prints one without a GPU. Expert granularity: each layer has its own list
+// of experts resident in VRAM slots; the other experts of that layer are computed by the CPU
+// straight from the mmap'd file (the hybrid executor, docs/hybrid.md).
+//
+// Flags as llama.cpp users know them (common/arg.cpp): --cpu-moe (every expert tensor on the
+// CPU), --n-cpu-moe N (the experts of the first N layers on the CPU), -ot/--override-tensor
+// REGEX=DEVICE (a tensor whose name matches REGEX goes to DEVICE: CPU, or CUDA0 / GPU).
+#pragma once
+
+#include "runtime/model.h"
+#include "runtime/model_spec.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nitro {
+
+/// Where a tensor lives.
+enum class Device { Gpu, Cpu };
+
+/// A llama.cpp-style tensor override: tensors whose name matches `pattern` (ECMAScript regex,
+/// searched anywhere in the name, as std::regex_search) go to `device`.
+struct TensorOverride {
+    std::string pattern;
+    Device device = Device::Cpu;
+};
+
+/// Parses "REGEX=DEVICE" (DEVICE: CPU, GPU, CUDA0; case-insensitive). Throws nitro::Error naming
+/// the argument when there is no '=', the device is unknown or the regex does not compile.
+TensorOverride parse_tensor_override(const std::string& arg);
+
+/// Where a layer's static residency comes from when no override decides.
+enum class ResidencySource {
+    Auto,    ///< the hot set when one is given, else an even fill
+    HotSet,  ///< a hot-set file (nitro sim --write-hot-set): the most selected experts per layer
+    Even,    ///< the same number of slots in every layer, experts in id order
+    Layers,  ///< whole layers, last layers first (llama.cpp --n-cpu-moe's shape, as many as fit)
+};
+
+/// The hot set: per layer, expert ids ranked by how often a profile selected them (most first).
+struct HotSet {
+    std::vector<std::vector<int32_t>> layers;
+    std::string source;  ///< what it was made from (file path / trace), for messages
+};
+
+/// Reads a hot-set file (JSON, docs/hybrid.md "Hot-set file"). Throws nitro::Error naming the file
+/// and what is wrong (not JSON, wrong format tag, ids out of range, layer count differs from the
+/// model's when n_layer > 0).
+HotSet read_hot_set(const std::string& path, int64_t n_layer, int64_t n_expert);
+/// Writes one (ids per layer, most selected first) with the counts they were ranked by.
+void write_hot_set(const std::string& path, const std::vector<std::vector<int32_t>>& ranked,
+                   const std::vector<std::vector<uint64_t>>& counts, const std::string& source);
+
+struct PlacementOptions {
+    double vram_budget_gib = 0;      ///< everything the process allocates on the GPU must fit (> 0)
+    bool cpu_moe = false;            ///< --cpu-moe
+    int n_cpu_moe = 0;               ///< --n-cpu-moe N (0 = off)
+    std::vector<TensorOverride> overrides;  ///< -ot, applied in order, first match wins
+    ResidencySource source = ResidencySource::Auto;
+    const HotSet* hot_set = nullptr;
+    /// GPU memory the process needs besides the plan's buffers: the CUDA context, cuBLAS (and its
+    /// 32 MiB workspace), the kernels' modules and a 64 MiB margin for modules loaded late. The GPU
+    /// engine passes its measurement; otherwise ASSUMED 700 MiB (MEASURED 691 MiB on an H200 with
+    /// CUDA 13 and driver 580; smaller GPUs take less).
+    uint64_t runtime_overhead_bytes = 700ull << 20;
+};
+
+/// One layer's routed experts: which are resident in VRAM slots (slot s holds resident[s]).
+struct LayerPlacement {
+    std::vector<int32_t> resident;
+    std::string why;  ///< "hot set", "even fill", "--n-cpu-moe", "-ot 'exps=CPU'", ...
+};
+
+/// A complete plan. Bytes are what the GPU engine allocates for each part.
+struct Plan {
+    uint64_t budget_bytes = 0;
+    uint64_t dense_bytes = 0;      ///< every tensor that is not a routed expert (embeddings, attention, norms, router, LM head)
+    uint64_t expert_biases_bytes = 0;  ///< routed experts' biases (all experts, small)
+    uint64_t kv_bytes = 0;         ///< K/V cache, F16, at the spec's capacities (+ the slot tables)
+    uint64_t compute_bytes = 0;    ///< activations and scratch for one n_ubatch chunk (gpu_compute_bytes)
+    uint64_t overhead_bytes = 0;   ///< PlacementOptions::runtime_overhead_bytes
+    uint64_t expert_bytes = 0;     ///< one expert's gate + up + down, bytes (the same in every layer)
+    uint64_t slots_bytes = 0;      ///< all resident experts
+    int64_t n_layer = 0, n_expert = 0, n_expert_used = 0;
+    std::vector<LayerPlacement> layers;
+    std::vector<std::string> warnings;  ///< e.g. -ot patterns that matched no tensor
+
+    /// Bytes of GPU memory the plan uses in total.
+    uint64_t total_bytes() const {
+        return dense_bytes + expert_biases_bytes + kv_bytes + compute_bytes + overhead_bytes + slots_bytes;
+    }
+    int64_t n_resident() const;
+    int64_t n_experts() const { return n_layer * n_expert; }
+    /// "gpu" (every expert resident), "cpu-experts" (none), "hybrid" (some).
+    std::string mode() const;
+    /// CALCULATED: expert bytes the CPU reads per decode token if the router picks uniformly:
+    /// sum over layers of n_expert_used * (1 - resident / n_expert) * expert_bytes.
+    double cpu_bytes_per_token_uniform() const;
+};
+
+/// What a placement depends on: the spec and the bytes of every tensor, the dense core apart
+/// from the routed experts. From a loaded model, or from a synth preset (no file needed).
+struct ModelLayout {
+    ModelSpec spec;
+    struct Tensor {
+        std::string name;
+        uint64_t bytes = 0;
+    };
+    std::vector<Tensor> dense;          ///< every tensor the GPU engine uploads that is not a routed expert
+    std::vector<Tensor> expert_biases;  ///< ffn_*_exps.bias (uploaded whole, every expert)
+    /// Per layer: ffn_gate_exps, ffn_up_exps, ffn_down_exps (whole tensors, n_expert experts each).
+    std::vector<std::array<Tensor, 3>> experts;
+    std::string description;  ///< "gpt-oss-120b.gguf", "synth preset gpt-oss-120b"
+    std::string expert_type;  ///< "MXFP4", ...
+};
+ModelLayout model_layout(const Model& model, const ModelSpec& spec);
+/// The layout `nitro synth --arch ARCH --preset PRESET --type T` would write, computed from the
+/// architecture's tensor table without writing anything. Throws for an unknown arch or preset.
+ModelLayout synth_layout(const std::string& arch, const std::string& preset, GgmlType expert_type, const SessionOptions& so);
+
+/// The plan for a model (its layout) under `opt`. Pure. Throws nitro::Error when the budget cannot
+/// hold the dense core, the K/V cache and the buffers (naming each part and the shortfall), or
+/// when an override asks for something the hybrid cannot do (a dense tensor on the CPU; experts
+/// forced onto the GPU that do not fit).
+Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt);
+
+/// The startup line: "experts: N resident slots (X MiB) in VRAM, M on CPU; dense core Y MiB, KV Z MiB,
+/// budget B MiB".
+std::string plan_summary_line(const Plan& p);
+/// The plan as JSON (every byte count, per-layer resident lists, warnings).
+nlohmann::json plan_to_json(const Plan& p);
+
+/// The device memory one allocation of `bytes` takes: 256-byte aligned, and large allocations
+/// (>= 1 MiB) rounded up to the driver's 2 MiB pages, which is what cudaMalloc reserves for them.
+/// The GPU engine's allocator counts allocations with it and the plan adds up with it, so the
+/// budget bounds what the device really gives out.
+constexpr uint64_t vram_alloc_size(uint64_t bytes) {
+    const uint64_t b = (bytes < 1 ? 1 : bytes);
+    return b >= (1ull << 20) ? (b + (2ull << 20) - 1) / (2ull << 20) * (2ull << 20) : (b + 255) / 256 * 256;
+}
+
+/// Element counts of the activations and scratch the GPU engine allocates for a chunk of
+/// n_ubatch tokens. The engine allocates exactly these (cuda/gpu_session.cpp) and the plan counts
+/// them, so the two cannot disagree. f32 unless noted.
+struct GpuScratchSizes {
+    static constexpr int64_t kGemvMaxTokens = 8;   ///< chunks up to this use the GEMV path (cuda/ops.h)
+    static constexpr int64_t kMaxLogitsRows = 64;  ///< the LM head writes at most this many rows at a time
+    int64_t x = 0, h = 0, q = 0, k = 0, v = 0, attn = 0, router = 0;
+    int64_t ids = 0;          ///< int32 [n_ubatch, n_expert_used]
+    int64_t weights = 0;
+    int64_t margin = 0;       ///< router margins [n_ubatch]
+    int64_t logits = 0, logits_rows = 0;
+    int max_split = 1;        ///< flash-decoding splits of the longest layer
+    int64_t attn_partial = 0;
+    int64_t tok = 0;          ///< int32 token ids
+    int64_t moe_act = 0, moe_down = 0, moe_gate = 0, moe_up = 0;
+    int64_t group = 0;        ///< int32, three arrays of this size (prefill grouping)
+    int64_t gemm_act = 0, gemm_w = 0;  ///< f16 (prefill GEMMs)
+    int64_t partial = 0;      ///< the CPU experts' partial sum, [n_ubatch, n_embd]
+    /// Device bytes of all of them in one arena: 256-byte aligned pieces, the sum rounded by
+    /// vram_alloc_size.
+    uint64_t bytes() const;
+};
+GpuScratchSizes gpu_scratch_sizes(const ModelSpec& spec);
+/// gpu_scratch_sizes(spec).bytes().
+uint64_t gpu_compute_bytes(const ModelSpec& spec);
+
+}  // namespace nitro

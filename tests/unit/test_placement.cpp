@@ -1,0 +1,225 @@
+// Placement as data (runtime/placement.h), without a GPU: plans for real model shapes (synth
+// presets) at several budgets, llama.cpp-style overrides, hot sets, and the errors.
+#include "arch/synth.h"
+#include "core/error.h"
+#include "gguf_bytes.h"
+#include "runtime/model.h"
+#include "runtime/placement.h"
+#include "runtime/session.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+namespace nitro {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+ModelLayout gptoss120b() { return synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, SessionOptions{}); }
+
+PlacementOptions budget(double gib) {
+    PlacementOptions o;
+    o.vram_budget_gib = gib;
+    return o;
+}
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(Placement, ExpertBytesAreTheFormatsArithmetic) {
+    // gpt-oss MXFP4: a row of 2880 values is 90 blocks of 17 bytes; gate, up: 2880 rows of n_embd
+    // 2880; down: 2880 rows of n_ff_exp 2880 (hand computation; PEERS.md quotes 13.2 MB).
+    const Plan p = plan_placement(gptoss120b(), budget(200));
+    EXPECT_EQ(p.expert_bytes, 3ull * 2880 * 90 * 17);
+    EXPECT_EQ(p.mode(), "gpu") << "200 GiB holds all of gpt-oss-120b";
+    EXPECT_EQ(p.n_resident(), 36 * 128);
+    // qwen3-30b-a3b Q8_0: gate/up 768 rows of 2048 (64 blocks of 34 bytes), down 2048 rows of 768 (24 blocks).
+    const Plan q = plan_placement(synth_layout("qwen3moe", "qwen3-30b-a3b", GgmlType::Q8_0, SessionOptions{}), budget(100));
+    EXPECT_EQ(q.expert_bytes, 2ull * 768 * 64 * 34 + 2048ull * 24 * 34);
+}
+
+TEST(Placement, SynthLayoutEqualsTheFileSynthWrites) {
+    // The layout computed from the tables must be the bytes of the file nitro synth writes.
+    for (const char* arch : {"gpt-oss", "qwen3moe"}) {
+        SynthOptions so;
+        so.arch = arch;
+        so.preset = "tiny";
+        so.expert_type = GgmlType::Q4_K;
+        so.out = test::temp_dir(std::string("plan-") + arch) + "/m.gguf";
+        so.vocab_from = std::string(NITRO_SHARED_DIR) + (std::string(arch) == "gpt-oss" ? "/fixtures/tiny-gptoss-mxfp4.gguf"
+                                                                                         : "/fixtures/tiny-qwen3moe-q8.gguf");
+        synth_model(so);
+        Model m(so.out);
+        const ModelLayout from_file = model_layout(m, make_model_spec(m, SessionOptions{}));
+        // synth_layout plans tiny presets with a 256-token vocabulary: compare everything else.
+        const ModelLayout from_tables = synth_layout(arch, "tiny", GgmlType::Q4_K, SessionOptions{});
+        ASSERT_EQ(from_file.experts.size(), from_tables.experts.size()) << arch;
+        for (size_t il = 0; il < from_file.experts.size(); ++il)
+            for (int k = 0; k < 3; ++k) {
+                EXPECT_EQ(from_file.experts[il][static_cast<size_t>(k)].name, from_tables.experts[il][static_cast<size_t>(k)].name);
+                EXPECT_EQ(from_file.experts[il][static_cast<size_t>(k)].bytes, from_tables.experts[il][static_cast<size_t>(k)].bytes);
+            }
+        std::map<std::string, uint64_t> dense;
+        for (const auto& t : from_tables.dense) dense[t.name] = t.bytes;
+        for (const auto& t : from_file.dense) {
+            if (t.name == "token_embd.weight" || t.name == "output.weight") continue;  // vocabulary-sized
+            ASSERT_TRUE(dense.count(t.name)) << arch << " " << t.name;
+            EXPECT_EQ(dense[t.name], t.bytes) << arch << " " << t.name;
+        }
+        EXPECT_EQ(from_file.expert_biases.size(), from_tables.expert_biases.size()) << arch;
+    }
+}
+
+TEST(Placement, BudgetLadderFillsWhatIsLeftEvenly) {
+    const ModelLayout L = gptoss120b();
+    int64_t prev = -1;
+    for (double gib : {4.5, 6.0, 8.0, 12.0, 16.0, 24.0, 48.0, 64.0}) {
+        const Plan p = plan_placement(L, budget(gib));
+        EXPECT_LE(p.total_bytes(), p.budget_bytes) << gib << " GiB";
+        const uint64_t fixed = p.dense_bytes + p.expert_biases_bytes + p.kv_bytes + p.compute_bytes + p.overhead_bytes;
+        // Hand computation: whole experts in what is left after the fixed part and the slot arena's
+        // rounding (3 x 256 bytes per layer, 2 MiB for the arena).
+        const int64_t want = std::min<int64_t>(
+            36 * 128, static_cast<int64_t>((p.budget_bytes - fixed - 36 * 3 * 256 - (2u << 20)) / p.expert_bytes));
+        EXPECT_EQ(p.n_resident(), want) << gib << " GiB";
+        EXPECT_GT(p.n_resident(), prev) << "more budget, more resident experts";
+        prev = p.n_resident();
+        size_t lo = 1000, hi = 0;
+        for (const auto& lp : p.layers) {
+            lo = std::min(lo, lp.resident.size());
+            hi = std::max(hi, lp.resident.size());
+            std::set<int32_t> uniq(lp.resident.begin(), lp.resident.end());
+            EXPECT_EQ(uniq.size(), lp.resident.size()) << "an expert twice in one layer";
+        }
+        EXPECT_LE(hi - lo, 1u) << "even fill: layers differ by at most one slot (" << gib << " GiB)";
+    }
+    // 12 GiB: the 12 GiB-class configuration of PEERS.md; the dense core is about 3.1 GiB there.
+    const Plan p12 = plan_placement(L, budget(12));
+    EXPECT_EQ(p12.mode(), "hybrid");
+    EXPECT_GT(p12.n_resident(), 600);
+    EXPECT_LT(p12.n_resident(), 700);
+    EXPECT_NEAR(p12.cpu_bytes_per_token_uniform(),
+                36.0 * 4 * (1.0 - p12.n_resident() / (36.0 * 128)) * static_cast<double>(p12.expert_bytes), 1.0);
+    EXPECT_NE(plan_summary_line(p12).find("experts: " + std::to_string(p12.n_resident()) + " resident slots"), std::string::npos);
+}
+
+TEST(Placement, TooSmallABudgetNamesTheShortfall) {
+    const std::string e = error_of([] { plan_placement(gptoss120b(), budget(2)); });
+    EXPECT_NE(e.find("--vram-budget 2.00 GiB is too small"), std::string::npos) << e;
+    EXPECT_NE(e.find("dense core needs"), std::string::npos) << e;
+    EXPECT_NE(e.find("MiB short"), std::string::npos) << e;
+    // A longer context needs more K/V: the same budget that fits at 4k fails at 128k.
+    SessionOptions big;
+    big.n_ctx = 131072;
+    const ModelLayout L = synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, big);
+    EXPECT_NE(error_of([&] { plan_placement(L, budget(4)); }).find("K/V cache"), std::string::npos);
+    EXPECT_NE(error_of([] { plan_placement(gptoss120b(), budget(0)); }).find("budget is needed"), std::string::npos);
+}
+
+TEST(Placement, LlamaCppOverrides) {
+    const ModelLayout L = gptoss120b();
+    PlacementOptions o = budget(12);
+    o.cpu_moe = true;
+    Plan p = plan_placement(L, o);
+    EXPECT_EQ(p.n_resident(), 0);
+    EXPECT_EQ(p.mode(), "cpu-experts");
+    EXPECT_EQ(p.layers[7].why, "--cpu-moe");
+
+    o = budget(12);
+    o.n_cpu_moe = 31;  // llama.cpp: the experts of the first 31 layers on the CPU
+    p = plan_placement(L, o);
+    for (int il = 0; il < 36; ++il) EXPECT_EQ(p.layers[static_cast<size_t>(il)].resident.size(), il < 31 ? 0u : 128u) << il;
+    o.n_cpu_moe = 20;  // 16 whole layers do not fit 12 GiB
+    const std::string e = error_of([&] { plan_placement(L, o); });
+    EXPECT_NE(e.find("--n-cpu-moe 20"), std::string::npos) << e;
+    EXPECT_NE(e.find("MiB short"), std::string::npos) << e;
+
+    o = budget(12);
+    o.overrides = {parse_tensor_override("blk\\.(1[0-9])\\.ffn_.*_exps=CPU"), parse_tensor_override("nothing_like_this=CPU")};
+    p = plan_placement(L, o);
+    for (int il = 10; il < 20; ++il) EXPECT_TRUE(p.layers[static_cast<size_t>(il)].resident.empty()) << il;
+    EXPECT_FALSE(p.layers[0].resident.empty());
+    EXPECT_NE(p.layers[12].why.find("-ot"), std::string::npos);
+    ASSERT_EQ(p.warnings.size(), 1u);
+    EXPECT_NE(p.warnings[0].find("nothing_like_this"), std::string::npos);
+
+    o.overrides = {parse_tensor_override("attn_q=CPU")};
+    EXPECT_NE(error_of([&] { plan_placement(L, o); }).find("keeps the dense core"), std::string::npos);
+    o.overrides = {parse_tensor_override("blk\\.3\\.ffn_.*_exps=CUDA0")};
+    p = plan_placement(L, o);
+    EXPECT_EQ(p.layers[3].resident.size(), 128u) << "forced onto the GPU";
+
+    EXPECT_NE(error_of([] { parse_tensor_override("exps"); }).find("REGEX=DEVICE"), std::string::npos);
+    EXPECT_NE(error_of([] { parse_tensor_override("exps=TPU"); }).find("unknown device"), std::string::npos);
+    EXPECT_NE(error_of([] { parse_tensor_override("ex(ps=CPU"); }).find("not a valid regular expression"), std::string::npos);
+}
+
+TEST(Placement, HotSetAndWholeLayers) {
+    const ModelLayout L = gptoss120b();
+    const std::string dir = test::temp_dir("hotset");
+    // Layer il ranks its experts (il + 5 k) mod 128: the plan must take each layer's first ones.
+    std::vector<std::vector<int32_t>> ranked(36);
+    std::vector<std::vector<uint64_t>> counts(36);
+    for (int il = 0; il < 36; ++il)
+        for (int k = 0; k < 128; ++k) {
+            ranked[static_cast<size_t>(il)].push_back((il + 5 * k) % 128);
+            counts[static_cast<size_t>(il)].push_back(static_cast<uint64_t>(1000 - k));
+        }
+    write_hot_set(dir + "/h.json", ranked, counts, "test");
+    const HotSet hs = read_hot_set(dir + "/h.json", 36, 128);
+    PlacementOptions o = budget(12);
+    o.hot_set = &hs;
+    const Plan p = plan_placement(L, o);
+    EXPECT_EQ(p.n_resident(), plan_placement(L, budget(12)).n_resident()) << "same slots, other experts";
+    for (int il = 0; il < 36; ++il) {
+        const auto& r = p.layers[static_cast<size_t>(il)].resident;
+        ASSERT_FALSE(r.empty());
+        for (size_t k = 0; k < r.size(); ++k) EXPECT_EQ(r[k], ranked[static_cast<size_t>(il)][k]) << il << " " << k;
+        EXPECT_EQ(p.layers[static_cast<size_t>(il)].why, "hot set");
+    }
+    // Whole layers, last first (llama.cpp's shape for the same budget).
+    o = budget(12);
+    o.source = ResidencySource::Layers;
+    const Plan w = plan_placement(L, o);
+    EXPECT_EQ(w.layers[35].resident.size(), 128u);
+    EXPECT_EQ(w.layers[0].resident.size(), 0u);
+    EXPECT_EQ(w.n_resident() % 128, 0);
+    // Bad hot-set files.
+    std::ofstream(dir + "/bad.json") << "{\"format\": \"nitro-hot-set\", \"layers\": [[0, 999]]}";
+    EXPECT_NE(error_of([&] { read_hot_set(dir + "/bad.json", 1, 128); }).find("names expert 999"), std::string::npos);
+    std::ofstream(dir + "/bad2.json") << "[1, 2, 3]";
+    EXPECT_NE(error_of([&] { read_hot_set(dir + "/bad2.json", 1, 128); }).find("not a hot-set file"), std::string::npos);
+    EXPECT_NE(error_of([&] { read_hot_set(dir + "/h.json", 24, 128); }).find("has 36 layers"), std::string::npos);
+}
+
+TEST(Placement, PlanCommandPrintsAndExportsThePlan) {
+    const std::string cmd = std::string(NITRO_BINARY) + " plan --synth gpt-oss:gpt-oss-120b --vram-budget 12 --json";
+    FILE* f = popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    ASSERT_EQ(pclose(f), 0) << out;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    const Plan p = plan_placement(gptoss120b(), budget(12));
+    EXPECT_EQ(j.at("n_resident").get<int64_t>(), p.n_resident());
+    EXPECT_EQ(j.at("mode"), "hybrid");
+    EXPECT_EQ(j.at("layers").size(), 36u);
+    EXPECT_GT(j.at("cpu_decode_floor_tok_s").get<double>(), 0);
+    // A budget that cannot hold the dense core is an error with exit status 1, not a crash.
+    EXPECT_NE(std::system((std::string(NITRO_BINARY) + " plan --synth gpt-oss:gpt-oss-120b --vram-budget 1 >/dev/null 2>&1").c_str()), 0);
+}
+
+}  // namespace
+}  // namespace nitro
