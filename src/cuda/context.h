@@ -31,12 +31,23 @@ public:
     DeviceAllocator(const DeviceAllocator&) = delete;
     DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
-    /// Device memory of `bytes` (256-byte aligned), zero-initialised is NOT promised.
+    /// Device memory of `bytes` (256-byte aligned), zero-initialised is NOT promised. Counted
+    /// against the budget as the device reserves it (vram_alloc_size: large blocks in 2 MiB pages).
     /// Throws nitro::Error naming `what` when the budget (or the device) cannot hold it.
     void* alloc(uint64_t bytes, const std::string& what);
+    /// free() of memory from an arena is ignored (the arena lives as long as the allocator).
     void free(void* p);
+    /// Until end_arena(), alloc() hands out 256-byte aligned pieces of one block of `bytes` (one
+    /// device allocation, one rounding to the driver's pages) instead of separate blocks; asking
+    /// for more than the arena holds is a programming error. For the many tensors of the dense
+    /// core, the K/V cache and the scratch buffers, whose separate 2 MiB roundings would waste
+    /// hundreds of MiB of a small budget.
+    void begin_arena(uint64_t bytes, const std::string& what);
+    void end_arena();
 
     uint64_t budget() const { return budget_; }
+    /// Lowers (or raises) the budget; `used()` may not be above it.
+    void set_budget(uint64_t bytes);
     uint64_t used() const { return used_; }
     uint64_t peak() const { return peak_; }
 
@@ -44,6 +55,9 @@ private:
     int device_;
     uint64_t budget_, used_ = 0, peak_ = 0;
     std::vector<std::pair<void*, uint64_t>> live_;
+    uint8_t* arena_ = nullptr;
+    uint64_t arena_size_ = 0, arena_off_ = 0;
+    std::string arena_what_;
 };
 
 /// A typed device buffer owned by an allocator (freed with it or explicitly).
@@ -77,12 +91,22 @@ private:
     int next_ = 0;
 };
 
+class NvmlMemory;
+
 class DeviceContext {
 public:
-    /// Selects `device`, creates streams, events, cuBLAS. budget_gib <= 0: free memory minus a
-    /// margin (max(512 MiB, 3% of the card)). Throws nitro::Error for a bad device index or a
-    /// budget larger than the free memory.
+    /// Selects `device`, creates streams, events, cuBLAS (with a workspace from the allocator, so
+    /// cuBLAS allocates nothing on its own). budget_gib <= 0: free memory minus a margin
+    /// (max(512 MiB, 3% of the card)). The budget covers the whole process: what the CUDA runtime
+    /// itself takes (context, cuBLAS, modules; measured with NVML when it is available, else
+    /// ASSUMED kAssumedRuntimeOverhead) is subtracted before the allocator's share. Throws
+    /// nitro::Error for a bad device index, a budget larger than the free memory, or one smaller
+    /// than the runtime's own overhead.
     DeviceContext(int device, double budget_gib);
+    /// What the CUDA runtime is assumed to take when NVML cannot measure it, bytes.
+    static constexpr uint64_t kAssumedRuntimeOverhead = 400ull << 20;
+    /// cuBLAS's workspace, allocated from the budget (cuBLAS recommends 32 MiB on Hopper).
+    static constexpr uint64_t kCublasWorkspace = 32ull << 20;
     ~DeviceContext();
     DeviceContext(const DeviceContext&) = delete;
     DeviceContext& operator=(const DeviceContext&) = delete;
@@ -93,6 +117,7 @@ public:
     cudaStream_t copy() const { return copy_; }
     cublasHandle_t cublas() const { return cublas_; }
     DeviceAllocator& alloc() { return *alloc_; }
+    const DeviceAllocator& alloc() const { return *alloc_; }
 
     template <typename T>
     T* alloc_n(size_t n, const std::string& what) {
@@ -106,8 +131,21 @@ public:
     /// Short description: "NVIDIA H200 (sm_90, 132 SMs), budget 130.2 GiB".
     std::string describe() const;
 
+    /// The whole budget (--vram-budget), bytes.
+    uint64_t total_budget() const { return total_budget_; }
+    /// GPU memory the CUDA runtime took before the first allocation (context, cuBLAS), bytes;
+    /// measured when runtime_overhead_measured().
+    uint64_t runtime_overhead() const { return runtime_overhead_; }
+    bool runtime_overhead_measured() const { return overhead_measured_; }
+    /// GPU memory of the device in use now minus what was in use before this context existed
+    /// (the process's footprint when nothing else starts on the GPU), 0 without NVML.
+    uint64_t process_used() const;
+
 private:
     int device_;
+    uint64_t total_budget_ = 0, runtime_overhead_ = 0, baseline_used_ = 0;
+    bool overhead_measured_ = false;
+    std::unique_ptr<NvmlMemory> nvml_;
     cudaDeviceProp props_{};
     cudaStream_t compute_ = nullptr, copy_ = nullptr;
     cublasHandle_t cublas_ = nullptr;

@@ -1,17 +1,21 @@
+// The GPU engine (gpu_session.h): upload per the plan, the ops of runtime/forward.h on CUDA, the
+// hybrid's CPU side and the decode graph. docs/hybrid.md describes the protocol.
 #include "cuda/gpu_session.h"
 
 #include "core/error.h"
+#include "cpu/moe.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/ops.h"
+#include "runtime/forward.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <thread>
 
 #include <unistd.h>
@@ -21,6 +25,10 @@ namespace nitro::cuda {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 /// Load progress on stderr: a bar redrawn in place on a terminal, a few lines otherwise.
 class Progress {
@@ -45,15 +53,36 @@ private:
     int last_ = -1;
 };
 
+const float* f32(const GgufTensorInfo* t) { return t ? reinterpret_cast<const float*>(t->data) : nullptr; }
+
+/// Placement options from the engine options, the budget and the runtime overhead measured by ctx.
+PlacementOptions placement_options(const GpuOptions& go, const DeviceContext& ctx, const HotSet* hot) {
+    PlacementOptions po;
+    po.vram_budget_gib = static_cast<double>(ctx.total_budget()) / kGiB;
+    po.cpu_moe = go.cpu_moe;
+    po.n_cpu_moe = go.n_cpu_moe;
+    for (const std::string& o : go.override_tensor) po.overrides.push_back(parse_tensor_override(o));
+    if (go.residency == "auto") po.source = ResidencySource::Auto;
+    else if (go.residency == "hot-set") po.source = ResidencySource::HotSet;
+    else if (go.residency == "even") po.source = ResidencySource::Even;
+    else if (go.residency == "layers") po.source = ResidencySource::Layers;
+    else fail("--residency '{}': expected auto, hot-set, even or layers", go.residency);
+    po.hot_set = hot;
+    po.runtime_overhead_bytes = ctx.runtime_overhead() + ctx.alloc().used();  // the runtime + cuBLAS workspace
+    return po;
+}
+
 }  // namespace
 
 struct GpuSession::Impl {
     const Model& model;
-    ModelHparams hp;
-    ArchConfig cfg;
-    cpu::RopeParams rope;
-    int64_t n_ubatch = 0, E = 0, nq = 0, nk = 0, nv = 0, no = 0, X = 0, K = 0, F = 0, V = 0;
+    ModelSpec spec;
+    Plan plan;
+    GpuScratchSizes z;
+    bool hybrid = false;  ///< some selected experts may be computed by the CPU
     bool use_graphs = true;
+    bool verbose = false;
+    int64_t E = 0, X = 0, K = 0, F = 0, V = 0;
 
     struct Layer {
         DWeight wq, wk, wv, wo, gate_inp;
@@ -61,41 +90,196 @@ struct GpuSession::Impl {
         const float *q_norm = nullptr, *k_norm = nullptr, *sinks = nullptr, *ffn_norm = nullptr, *gate_inp_b = nullptr;
         ExpertSlots ex;
         int32_t* d_slot_of = nullptr;
-        std::vector<int32_t> h_slot_of;
+        std::vector<int32_t> h_slot_of;  ///< [X] slot of each expert, -1 = on the CPU
+        std::vector<uint8_t> on_gpu;     ///< [X] 1 = resident (cpu::moe_ffn skips it)
+        int64_t n_slots = 0;
+        bool cpu_part = false;           ///< some experts of this layer are on the CPU
         uint16_t *kc = nullptr, *vc = nullptr;
         int64_t capacity = 0, window = 0;
         int n_split_decode = 1;
-        const float* partial = nullptr;
-        // router results of single-token steps, mapped pinned host memory (host / device alias)
-        float *rh_h = nullptr, *rd_h = nullptr;
-        int32_t *rh_ids = nullptr, *rd_ids = nullptr;
-        float *rh_w = nullptr, *rd_w = nullptr;
-        uint32_t *rh_ready = nullptr, *rd_ready = nullptr;
+        // Decode-step exchange in mapped pinned host memory (h* host view, d* device alias).
+        float *rh_h = nullptr, *rd_h = nullptr;        // router input (normalised hidden state) [E]
+        int32_t *rh_ids = nullptr, *rd_ids = nullptr;  // [K]
+        float *rh_w = nullptr, *rd_w = nullptr;        // [K]
+        float *rh_margin = nullptr, *rd_margin = nullptr;
+        uint32_t *rh_ready = nullptr, *rd_ready = nullptr;  // GPU -> CPU: router result of step N is there
+        float *ph_partial = nullptr, *pd_partial = nullptr;  // CPU -> GPU: sum of the CPU's experts [E]
+        uint32_t *ph_done = nullptr, *pd_done = nullptr;     // CPU -> GPU: partial of step N is there
+        uint64_t *th_route = nullptr, *td_route = nullptr;   // GPU clock when the router flag was set
+        uint64_t *th_wait = nullptr, *td_wait = nullptr;     // GPU clock at the start / end of the wait
     };
     std::vector<Layer> layers;
     DWeight token_embd, output;
     const float* output_norm = nullptr;
 
-    // activations
+    // activations (device)
     float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr, *router = nullptr;
     int32_t* d_ids = nullptr;
-    float* d_w = nullptr;
-    float* logits = nullptr;
-    int64_t logits_rows = 0;
-    float* attn_partial = nullptr;
+    float *d_w = nullptr, *d_margin = nullptr, *logits = nullptr, *attn_partial = nullptr, *partial = nullptr;
     int32_t *d_tok = nullptr, *d_pos = nullptr;
     uint32_t* d_step = nullptr;
     // pinned host
-    int32_t *h_tok = nullptr, *h_pos = nullptr, *h_ids = nullptr;
+    int32_t *h_tok = nullptr, *h_pos = nullptr;
     uint32_t* h_step = nullptr;
     float* h_logits = nullptr;
-    MoeScratch moe;
+    int32_t* h_ids = nullptr;          ///< [ub, K] router ids of a multi-token chunk
+    float *h_w = nullptr, *h_margin = nullptr, *h_hidden = nullptr, *h_partial = nullptr;
+    MoeScratch moe_sc;
     GemmScratch gemm;
+    uint8_t* slot_arena = nullptr;  ///< every layer's expert slot pools (install_slots)
 
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t graph_exec = nullptr;
+    bool graph_host_router = false;  ///< the captured graph writes router results to the host
+
+    // CPU side of the hybrid
+    std::unique_ptr<cpu::ThreadPool> pool;
+    std::vector<cpu::ExpertWeights> experts;
+    cpu::MoeScratch cpu_scratch;
+    std::function<void(const RouteEvent&)> on_route;
+    ExpertCounters counters;
+
+    // the chunk being run
+    std::span<const int32_t> tokens;
+    float* logits_dst = nullptr;  ///< host destination of the chunk's logits rows
+    bool single = false;          ///< a captured single-token decode step
+    cudaStream_t s = nullptr;
 
     explicit Impl(const Model& m) : model(m) {}
+
+    void drop_graph() {
+        if (graph_exec) cudaGraphExecDestroy(graph_exec);
+        if (graph) cudaGraphDestroy(graph);
+        graph_exec = nullptr;
+        graph = nullptr;
+    }
+    /// Router results go to the host in decode steps when the CPU needs them or someone listens.
+    bool host_router() const { return hybrid || static_cast<bool>(on_route); }
+
+    // ---- the ops of forward_chunk (runtime/forward.h)
+    void embed(const ChunkArgs& c) { get_rows(s, token_embd, d_tok, c.n, x); }
+    void attn_norm(int il, const ChunkArgs& c) {
+        rms_norm(s, x, layers[static_cast<size_t>(il)].attn_norm, c.n, E, E, spec.rms_eps, h, E);
+    }
+    void qkv(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const GemmScratch* gs = gemm.cublas ? &gemm : nullptr;
+        matmul(s, D.wq, h, c.n, E, q, spec.n_q(), D.bq, false, gs);
+        matmul(s, D.wk, h, c.n, E, k, spec.n_k(), D.bk, false, gs);
+        matmul(s, D.wv, h, c.n, E, v, spec.n_v(), D.bv, false, gs);
+    }
+    void rope_kv_store(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        if (D.q_norm) {
+            rms_norm(s, q, D.q_norm, c.n * spec.n_head, spec.head_dim, spec.head_dim, spec.rms_eps, q, spec.head_dim);
+            rms_norm(s, k, D.k_norm, c.n * spec.n_head_kv, spec.head_dim, spec.head_dim, spec.rms_eps, k, spec.head_dim);
+        }
+        rope_neox(s, q, c.n, spec.n_head, spec.head_dim, spec.n_q(), spec.rope, d_pos);
+        rope_neox(s, k, c.n, spec.n_head_kv, spec.head_dim, spec.n_k(), spec.rope, d_pos);
+        kv_store(s, k, v, c.n, spec.n_k(), spec.n_v(), D.kc, D.vc, D.capacity, d_pos);
+    }
+    void attention(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        AttnArgs a;
+        a.q = q;
+        a.k_cache = D.kc;
+        a.v_cache = D.vc;
+        a.capacity = D.capacity;
+        a.n_q = c.n;
+        a.n_head = spec.n_head;
+        a.n_head_kv = spec.n_head_kv;
+        a.head_dim = spec.head_dim;
+        a.window = D.window;
+        a.sinks = D.sinks;
+        a.scale = spec.attn_scale;
+        a.pos0 = d_pos;
+        a.n_split = c.n == 1 ? D.n_split_decode : 1;
+        a.partial = attn_partial;
+        a.out = attn;
+        cuda::attention(s, a);
+    }
+    void attn_out(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        matmul(s, D.wo, attn, c.n, spec.n_o(), x, E, D.bo, true, gemm.cublas ? &gemm : nullptr);  // x += attn W_o + b_o
+    }
+    void ffn_norm(int il, const ChunkArgs& c) {
+        Layer& D = layers[static_cast<size_t>(il)];
+        rms_norm(s, x, D.ffn_norm, c.n, E, E, spec.rms_eps, h, E, single && D.cpu_part ? D.rd_h : nullptr);
+    }
+    void route(int il, const ChunkArgs& c) {
+        Layer& D = layers[static_cast<size_t>(il)];
+        matmul(s, D.gate_inp, h, c.n, E, router, X, nullptr, false, gemm.cublas ? &gemm : nullptr);
+        RouterHostOut ho;
+        if (single && host_router()) {
+            ho.ids = D.rd_ids;
+            ho.w = D.rd_w;
+            ho.margin = D.rd_margin;
+            ho.ready = D.rd_ready;
+            ho.step = d_step;
+            ho.t_ns = D.td_route;
+        }
+        top_k_route(s, router, D.gate_inp_b, c.n, X, static_cast<int>(K), spec.gating == MoeGating::SoftmaxAll, d_ids, d_w,
+                    d_margin, single && host_router() ? &ho : nullptr);
+        if (single) return;
+        // Multi-token chunk: ids to the host when the prefill GEMMs group by expert there, when the
+        // CPU computes some experts, or for route events (one host synchronisation per layer).
+        const bool need = c.n > kGemvMaxTokens || D.cpu_part || on_route;
+        if (!need) return;
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(h_ids, d_ids, static_cast<size_t>(c.n * K) * 4, cudaMemcpyDeviceToHost, s));
+        if (D.cpu_part || on_route) {
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(h_w, d_w, static_cast<size_t>(c.n * K) * 4, cudaMemcpyDeviceToHost, s));
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(h_margin, d_margin, static_cast<size_t>(c.n) * 4, cudaMemcpyDeviceToHost, s));
+        }
+        if (D.cpu_part)
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(h_hidden, h, static_cast<size_t>(c.n * E) * 4, cudaMemcpyDeviceToHost, s));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
+        if (on_route)
+            for (int64_t i = 0; i < c.n; ++i)
+                on_route(RouteEvent{c.pos0 + i, il, c.n > 1, std::span<const int32_t>(h_ids + i * K, static_cast<size_t>(K)),
+                                    std::span<const float>(h_w + i * K, static_cast<size_t>(K)), h_margin[i]});
+    }
+    void moe(int il, const ChunkArgs& c) {
+        Layer& D = layers[static_cast<size_t>(il)];
+        const bool host_ids = !single && (c.n > kGemvMaxTokens || D.cpu_part || on_route);
+        const int32_t* hid = host_ids ? h_ids : nullptr;
+        if (D.n_slots > 0) moe_experts(s, D.ex, h, c.n, E, static_cast<int>(K), d_ids, hid, D.h_slot_of.data(), moe_sc);
+        if (!D.cpu_part) {
+            moe_combine(s, D.ex, c.n, E, static_cast<int>(K), d_ids, d_w, hid, nullptr, x, moe_sc);
+            if (!single) count_gpu_only(il, c.n);
+            return;
+        }
+        if (single) {  // the CPU thread of eval() computes the rest; wait for it on the device
+            wait_flag(s, D.pd_done, d_step, D.td_wait);
+            moe_combine(s, D.ex, c.n, E, static_cast<int>(K), d_ids, d_w, nullptr, D.pd_partial, x, moe_sc);
+            return;
+        }
+        // Multi-token chunk: the CPU's experts now, while the GPU runs the resident ones.
+        const auto t0 = Clock::now();
+        const cpu::MoeStats st = cpu::moe_ffn(*pool, experts[static_cast<size_t>(il)], h_hidden, c.n, static_cast<int>(K), h_ids,
+                                              h_w, D.on_gpu.data(), h_partial, cpu_scratch);
+        ExpertLayerCounters& L = counters.layers[static_cast<size_t>(il)];
+        L.cpu_ms += ms_since(t0);
+        L.cpu_pairs += static_cast<uint64_t>(st.rows);
+        L.gpu_pairs += static_cast<uint64_t>(c.n * K - st.rows);
+        L.cpu_experts += static_cast<uint64_t>(st.experts);
+        L.cpu_bytes += st.bytes;
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(partial, h_partial, static_cast<size_t>(c.n * E) * 4, cudaMemcpyHostToDevice, s));
+        moe_combine(s, D.ex, c.n, E, static_cast<int>(K), d_ids, d_w, hid, partial, x, moe_sc);
+    }
+    void count_gpu_only(int il, int64_t n) { counters.layers[static_cast<size_t>(il)].gpu_pairs += static_cast<uint64_t>(n * K); }
+    void lm_head(const ChunkArgs& c) {
+        const int64_t first = c.logits == ChunkArgs::Logits::All ? 0 : c.n - 1;
+        const GemmScratch* gs = gemm.cublas ? &gemm : nullptr;
+        // At most z.logits_rows rows at a time (the logits of a whole prompt chunk would not fit
+        // a small budget: 512 x 201,088 floats are 412 MB).
+        for (int64_t r0 = first; r0 < c.n; r0 += z.logits_rows) {
+            const int64_t rows = std::min<int64_t>(z.logits_rows, c.n - r0);
+            rms_norm(s, x + r0 * E, output_norm, rows, E, E, spec.rms_eps, h, E);
+            matmul(s, output, h, rows, E, logits, V, nullptr, false, gs);
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(logits_dst + (r0 - first) * V, logits, static_cast<size_t>(rows * V) * 4,
+                                             cudaMemcpyDeviceToHost, s));
+        }
+    }
 };
 
 namespace {
@@ -109,11 +293,15 @@ const float* upload_f32(DeviceContext& ctx, StagingRing& ring, Progress& pr, con
     return static_cast<const float*>(d);
 }
 
-DWeight upload_matrix(DeviceContext& ctx, StagingRing& ring, Progress& pr, const GgufTensorInfo& t) {
+void check_gpu_type(const GgufTensorInfo& t) {
     if (!supported_weight_type(t.type))
         fail("tensor '{}' has type {}, which the GPU engine does not support (F32, F16, BF16, Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, "
              "Q6_K, IQ4_XS)",
              t.name, type_display_name(t.type));
+}
+
+DWeight upload_matrix(DeviceContext& ctx, StagingRing& ring, Progress& pr, const GgufTensorInfo& t) {
+    check_gpu_type(t);
     void* d = ctx.alloc().alloc(t.n_bytes, "tensor " + t.name);
     ring.upload(d, t.data, t.n_bytes);
     pr.add(t.n_bytes);
@@ -126,57 +314,86 @@ DWeight upload_matrix(DeviceContext& ctx, StagingRing& ring, Progress& pr, const
     return w;
 }
 
+/// A slot pool of `resident.size()` experts of expert tensor t ([ne0, ne1, X]) at `dst` (device,
+/// inside the slot arena): slot s holds expert resident[s]. *stride receives the bytes between slots.
+DWeight upload_slots(StagingRing& ring, Progress& pr, const GgufTensorInfo& t, const std::vector<int32_t>& resident,
+                     uint8_t* dst, size_t* stride) {
+    check_gpu_type(t);
+    DWeight w;
+    w.type = t.type;
+    w.ne0 = t.ne[0];
+    w.n_rows = t.ne[1];
+    w.row_bytes = row_size(t.type, t.ne[0]);
+    *stride = w.row_bytes * static_cast<size_t>(t.ne[1]);
+    if (resident.empty()) return w;
+    for (size_t sl = 0; sl < resident.size(); ++sl) {
+        ring.upload(dst + sl * *stride, t.data + static_cast<size_t>(resident[sl]) * *stride, *stride);
+        pr.add(*stride);
+    }
+    w.data = dst;
+    return w;
+}
+
+/// Bytes of one expert tensor's slot pool for n experts, 256-byte aligned inside the arena.
+size_t pool_bytes(const GgufTensorInfo& t, size_t n) {
+    return (row_size(t.type, t.ne[0]) * static_cast<size_t>(t.ne[1]) * n + 255) / 256 * 256;
+}
+
 }  // namespace
 
-GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOptions& go)
-    : m_(std::make_unique<Impl>(model)) {
-    Impl& m = *m_;
-    m.hp = model.hp();
-    m.cfg = model.config();
-    const ModelHparams& hp = m.hp;
-    if (so.n_ctx <= 0) fail("context length must be positive (got {})", so.n_ctx);
-    if (so.n_ubatch <= 0) fail("ubatch size must be positive (got {})", so.n_ubatch);
-    if (hp.head_dim_v != hp.head_dim) fail("the GPU engine needs key and value heads of one size ({} vs {})", hp.head_dim, hp.head_dim_v);
-    n_ctx_ = hp.n_ctx_train > 0 ? std::min(so.n_ctx, hp.n_ctx_train) : so.n_ctx;
-    m.n_ubatch = std::min(so.n_ubatch, n_ctx_);
-    m.use_graphs = go.graphs;
-    m.E = hp.n_embd;
-    m.nq = hp.n_head * hp.head_dim;
-    m.nk = hp.n_head_kv * hp.head_dim;
-    m.nv = hp.n_head_kv * hp.head_dim_v;
-    m.no = hp.n_head * hp.head_dim_v;
-    m.X = hp.n_expert;
-    m.K = hp.n_expert_used;
-    m.F = hp.n_ff_exp;
-    m.V = model.n_vocab();
-
-    m.rope.n_rot = static_cast<int>(hp.rope_dim);
-    m.rope.freq_base = static_cast<float>(hp.rope_freq_base);
-    m.rope.n_ctx_orig = static_cast<int>(hp.rope_orig_ctx > 0 ? hp.rope_orig_ctx : hp.n_ctx_train);
-    if ((hp.rope_scaling == "yarn" || hp.rope_scaling == "linear") && hp.rope_scaling_factor > 0)
-        m.rope.freq_scale = static_cast<float>(1.0 / hp.rope_scaling_factor);
-    m.rope.ext_factor = hp.rope_scaling == "yarn" ? 1.0f : 0.0f;
-    m.rope.beta_fast = static_cast<float>(hp.rope_yarn_beta_fast);
-    m.rope.beta_slow = static_cast<float>(hp.rope_yarn_beta_slow);
-
+GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOptions& go) {
     ctx_ = std::make_unique<DeviceContext>(go.device, go.vram_budget_gib);
     DeviceContext& ctx = *ctx_;
+    m_ = std::make_unique<Impl>(model);
+    Impl& m = *m_;
+    m.spec = make_model_spec(model, so);
+    const ModelSpec& sp = m.spec;
+    if (sp.head_dim_v != sp.head_dim) fail("the GPU engine needs key and value heads of one size ({} vs {})", sp.head_dim, sp.head_dim_v);
+    m.use_graphs = go.graphs;
+    m.verbose = go.verbose;
+    m.E = sp.n_embd;
+    m.X = sp.n_expert;
+    m.K = sp.n_expert_used;
+    m.F = sp.n_ff_exp;
+    m.V = sp.n_vocab;
+    m.z = gpu_scratch_sizes(sp);
+
+    // ---- the plan, first with the runtime overhead measured so far plus an ASSUMED margin for
+    // kernel modules the driver loads lazily on first use: fails early (before any upload) if the
+    // budget cannot hold the dense core. The final plan is made after the warm-up below has
+    // loaded those modules and their real size is measured.
+    HotSet hot;
+    if (!go.hot_set.empty()) hot = read_hot_set(go.hot_set, sp.n_layer, sp.n_expert);
+    const ModelLayout layout = model_layout(model, sp);
+    PlacementOptions po = placement_options(go, ctx, go.hot_set.empty() ? nullptr : &hot);
+    constexpr uint64_t kAssumedLazyModules = 320ull << 20;  // when NVML cannot measure them
+    m.plan = plan_placement(layout, po);  // throws with the shortfall when the fixed part does not fit
 
     // ---- weights, through the pinned staging ring
-    uint64_t total = model.token_embd().n_bytes + model.output_norm().n_bytes;
-    if (&model.output() != &model.token_embd()) total += model.output().n_bytes;
+    // ---- weights, through the pinned staging ring, into one arena (one allocation: a small
+    // budget would lose hundreds of MiB to the driver's 2 MiB rounding of each tensor)
+    uint64_t total = 0, arena = 0;
+    auto count = [&](const GgufTensorInfo* t) {
+        if (!t) return;
+        total += t->n_bytes;
+        arena += (t->n_bytes + 255) / 256 * 256;
+    };
+    count(&model.token_embd());
+    count(&model.output_norm());
+    if (&model.output() != &model.token_embd()) count(&model.output());
     for (const auto& L : model.layers())
         for (const GgufTensorInfo* t : {L.attn_norm, L.wq, L.bq, L.wk, L.bk, L.wv, L.bv, L.wo, L.bo, L.q_norm, L.k_norm,
-                                        L.sinks, L.ffn_norm, L.gate_inp, L.gate_inp_b, L.gate_exps, L.up_exps, L.down_exps,
-                                        L.gate_exps_b, L.up_exps_b, L.down_exps_b})
-            if (t) total += t->n_bytes;
+                                        L.sinks, L.ffn_norm, L.gate_inp, L.gate_inp_b, L.gate_exps_b, L.up_exps_b, L.down_exps_b})
+            count(t);
     Progress pr(go.progress, total);
+    ctx.alloc().begin_arena(arena, "dense core");
     {
         StagingRing ring(ctx.copy(), 64ull << 20, 4);
         m.token_embd = upload_matrix(ctx, ring, pr, model.token_embd());
         m.output = &model.output() == &model.token_embd() ? m.token_embd : upload_matrix(ctx, ring, pr, model.output());
         m.output_norm = upload_f32(ctx, ring, pr, &model.output_norm());
-        for (const auto& L : model.layers()) {
+        for (size_t il = 0; il < model.layers().size(); ++il) {
+            const LayerWeights& L = model.layers()[il];
             Impl::Layer D;
             D.attn_norm = upload_f32(ctx, ring, pr, L.attn_norm);
             D.wq = upload_matrix(ctx, ring, pr, *L.wq);
@@ -193,120 +410,265 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
             D.ffn_norm = upload_f32(ctx, ring, pr, L.ffn_norm);
             D.gate_inp = upload_matrix(ctx, ring, pr, *L.gate_inp);
             D.gate_inp_b = upload_f32(ctx, ring, pr, L.gate_inp_b);
-            // Experts: a slot pool; in GPU-all slot s holds expert s.
-            auto pool = [&](const GgufTensorInfo& t, size_t& stride) {
-                DWeight w = upload_matrix(ctx, ring, pr, t);
-                stride = w.row_bytes * static_cast<size_t>(t.ne[1]);
-                return w;
-            };
-            D.ex.gate = pool(*L.gate_exps, D.ex.gate_stride);
-            D.ex.up = pool(*L.up_exps, D.ex.up_stride);
-            D.ex.down = pool(*L.down_exps, D.ex.down_stride);
+            // Experts: biases of every expert now; the slot pools come with the plan (install_slots).
             D.ex.gate_b = upload_f32(ctx, ring, pr, L.gate_exps_b);
             D.ex.up_b = upload_f32(ctx, ring, pr, L.up_exps_b);
             D.ex.down_b = upload_f32(ctx, ring, pr, L.down_exps_b);
             D.ex.n_expert = m.X;
-            D.ex.oai_act = m.cfg.act == FfnAct::SwigluOai;
+            D.ex.oai_act = sp.act == FfnAct::SwigluOai;
             m.layers.push_back(std::move(D));
         }
         ring.finish();
     }
+    ctx.alloc().end_arena();
 
-    // ---- slot tables, KV cache, router outputs
-    const int64_t ub = m.n_ubatch;
-    std::vector<int32_t> identity(static_cast<size_t>(m.X));
-    for (int64_t e = 0; e < m.X; ++e) identity[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+    // ---- slot tables, KV cache (one arena), decode-step exchange buffers
+    const int64_t ub = sp.n_ubatch;
+    uint64_t kv_arena = 0;
+    for (const LayerSpec& ls : sp.layers)
+        kv_arena += (static_cast<uint64_t>(ls.kv_capacity * sp.n_k()) * 2 + 255) / 256 * 256 +
+                    (static_cast<uint64_t>(ls.kv_capacity * sp.n_v()) * 2 + 255) / 256 * 256 +
+                    (static_cast<uint64_t>(m.X) * 4 + 255) / 256 * 256;
+    ctx.alloc().begin_arena(kv_arena, "K/V cache and slot tables");
     for (size_t il = 0; il < m.layers.size(); ++il) {
         Impl::Layer& D = m.layers[il];
         D.d_slot_of = ctx.alloc_n<int32_t>(static_cast<size_t>(m.X), fmt::format("slot table of layer {}", il));
         D.ex.slot_of = D.d_slot_of;
-        set_slot_table(static_cast<int>(il), identity);
-        D.window = model.layers()[il].swa ? hp.sliding_window : 0;
-        D.capacity = D.window > 0 ? std::min(n_ctx_, D.window + ub - 1) : n_ctx_;
-        D.kc = ctx.alloc_n<uint16_t>(static_cast<size_t>(D.capacity * m.nk), fmt::format("K cache of layer {}", il));
-        D.vc = ctx.alloc_n<uint16_t>(static_cast<size_t>(D.capacity * m.nv), fmt::format("V cache of layer {}", il));
-        const int64_t keys = D.window > 0 ? std::min(D.window, n_ctx_) : n_ctx_;
-        D.n_split_decode = static_cast<int>(std::clamp<int64_t>((keys + 255) / 256, 1, 32));
-        const size_t rbytes = static_cast<size_t>(m.E) * 4 + static_cast<size_t>(m.K) * 8 + 64;
+        D.window = sp.layers[il].window;
+        D.capacity = sp.layers[il].kv_capacity;
+        D.kc = ctx.alloc_n<uint16_t>(static_cast<size_t>(D.capacity * sp.n_k()), fmt::format("K cache of layer {}", il));
+        D.vc = ctx.alloc_n<uint16_t>(static_cast<size_t>(D.capacity * sp.n_v()), fmt::format("V cache of layer {}", il));
+        const int64_t keys = D.window > 0 ? std::min(D.window, sp.n_ctx) : sp.n_ctx;
+        D.n_split_decode = static_cast<int>(std::clamp<int64_t>((keys + 255) / 256, 1, m.z.max_split));
+        // [h E][ids K][w K][margin 1][ready 1][partial E][done 1][t_route 1 u64][t_wait 2 u64], 64-byte aligned parts
+        auto al = [](size_t b) { return (b + 63) / 64 * 64; };
+        const size_t o_ids = al(static_cast<size_t>(m.E) * 4), o_w = o_ids + al(static_cast<size_t>(m.K) * 4),
+                     o_mg = o_w + al(static_cast<size_t>(m.K) * 4), o_rd = o_mg + 64, o_p = o_rd + 64,
+                     o_dn = o_p + al(static_cast<size_t>(m.E) * 4), o_tr = o_dn + 64, o_tw = o_tr + 64, bytes = o_tw + 64;
         void* dev = nullptr;
-        auto* host = static_cast<uint8_t*>(ctx.host_mapped(rbytes, &dev));
+        auto* host = static_cast<uint8_t*>(ctx.host_mapped(bytes, &dev));
         auto* devb = static_cast<uint8_t*>(dev);
-        D.rh_h = reinterpret_cast<float*>(host);
-        D.rd_h = reinterpret_cast<float*>(devb);
-        D.rh_ids = reinterpret_cast<int32_t*>(host + m.E * 4);
-        D.rd_ids = reinterpret_cast<int32_t*>(devb + m.E * 4);
-        D.rh_w = reinterpret_cast<float*>(host + m.E * 4 + m.K * 4);
-        D.rd_w = reinterpret_cast<float*>(devb + m.E * 4 + m.K * 4);
-        D.rh_ready = reinterpret_cast<uint32_t*>(host + m.E * 4 + m.K * 8);
-        D.rd_ready = reinterpret_cast<uint32_t*>(devb + m.E * 4 + m.K * 8);
+        auto bind = [&](auto*& hp, auto*& dp, size_t off) {
+            using T = std::remove_pointer_t<std::remove_reference_t<decltype(hp)>>;
+            hp = reinterpret_cast<T*>(host + off);
+            dp = reinterpret_cast<T*>(devb + off);
+        };
+        bind(D.rh_h, D.rd_h, 0);
+        bind(D.rh_ids, D.rd_ids, o_ids);
+        bind(D.rh_w, D.rd_w, o_w);
+        bind(D.rh_margin, D.rd_margin, o_mg);
+        bind(D.rh_ready, D.rd_ready, o_rd);
+        bind(D.ph_partial, D.pd_partial, o_p);
+        bind(D.ph_done, D.pd_done, o_dn);
+        bind(D.th_route, D.td_route, o_tr);
+        bind(D.th_wait, D.td_wait, o_tw);
     }
 
-    // ---- activations and scratch (sized once for n_ubatch tokens)
-    auto A = [&](int64_t n, const char* what) { return ctx.alloc_n<float>(static_cast<size_t>(n), what); };
-    m.x = A(ub * m.E, "hidden state");
-    m.h = A(ub * std::max(m.E, m.no), "normed hidden state");
-    m.q = A(ub * m.nq, "q");
-    m.k = A(ub * m.nk, "k");
-    m.v = A(ub * m.nv, "v");
-    m.attn = A(ub * m.no, "attention output");
-    m.router = A(ub * m.X, "router logits");
-    m.d_ids = ctx.alloc_n<int32_t>(static_cast<size_t>(ub * m.K), "expert ids");
-    m.d_w = A(ub * m.K, "expert weights");
-    m.logits = A(m.V, "logits");
-    m.logits_rows = 1;
-    int max_split = 1;
-    for (const auto& D : m.layers) max_split = std::max(max_split, D.n_split_decode);
-    m.attn_partial = A(static_cast<int64_t>(attention_partial_floats(1, hp.n_head, hp.head_dim, max_split)) + 1,
-                       "attention partials");
-    m.d_tok = ctx.alloc_n<int32_t>(static_cast<size_t>(ub), "token ids");
+    ctx.alloc().end_arena();
+
+    // ---- activations and scratch: exactly runtime/placement.h's GpuScratchSizes (the plan counted
+    // them), in one arena
+    const GpuScratchSizes& z = m.z;
+    ctx.alloc().begin_arena(z.bytes(), "activations and scratch");
+    auto A = [&](int64_t n, const char* what) { return n > 0 ? ctx.alloc_n<float>(static_cast<size_t>(n), what) : nullptr; };
+    m.x = A(z.x, "hidden state");
+    m.h = A(z.h, "normed hidden state");
+    m.q = A(z.q, "q");
+    m.k = A(z.k, "k");
+    m.v = A(z.v, "v");
+    m.attn = A(z.attn, "attention output");
+    m.router = A(z.router, "router logits");
+    m.d_ids = ctx.alloc_n<int32_t>(static_cast<size_t>(z.ids), "expert ids");
+    m.d_w = A(z.weights, "expert weights");
+    m.d_margin = A(z.margin, "router margins");
+    m.logits = A(z.logits, "logits");
+    m.attn_partial = A(z.attn_partial, "attention partials");
+    m.d_tok = ctx.alloc_n<int32_t>(static_cast<size_t>(z.tok), "token ids");
     m.d_pos = ctx.alloc_n<int32_t>(1, "position");
     m.d_step = ctx.alloc_n<uint32_t>(1, "step counter");
+    m.moe_sc.act = A(z.moe_act, "expert activations");
+    m.moe_sc.down = A(z.moe_down, "expert outputs");
+    m.partial = A(z.partial, "CPU experts' partial sums");
     const int64_t R = ub * m.K;
-    m.moe.act = A(R * m.F, "expert activations");
-    m.moe.down = A(R * m.E, "expert outputs");
-    if (ub > kGemvMaxTokens) {
-        m.moe.gate = A(R * m.F, "expert gate outputs");
-        m.moe.up = A(R * m.F, "expert up outputs");
-        m.moe.group_tok = ctx.alloc_n<int32_t>(static_cast<size_t>(R), "expert grouping");
-        m.moe.row_of = ctx.alloc_n<int32_t>(static_cast<size_t>(R), "expert grouping");
-        m.moe.group_exp = ctx.alloc_n<int32_t>(static_cast<size_t>(R), "expert grouping");
-        int64_t max_ne0 = std::max({m.E, m.no, m.F});
-        m.gemm.act_elems = static_cast<size_t>(std::max(R * m.E, ub * max_ne0));
+    if (z.moe_gate > 0) {
+        m.moe_sc.gate = A(z.moe_gate, "expert gate outputs");
+        m.moe_sc.up = A(z.moe_up, "expert up outputs");
+        m.moe_sc.group_tok = ctx.alloc_n<int32_t>(static_cast<size_t>(z.group), "expert grouping");
+        m.moe_sc.row_of = ctx.alloc_n<int32_t>(static_cast<size_t>(z.group), "expert grouping");
+        m.moe_sc.group_exp = ctx.alloc_n<int32_t>(static_cast<size_t>(z.group), "expert grouping");
+        m.gemm.act_elems = static_cast<size_t>(z.gemm_act);
         m.gemm.act = ctx.alloc_n<uint16_t>(m.gemm.act_elems, "f16 activations (prefill)");
-        m.gemm.w_elems = static_cast<size_t>(std::max<int64_t>(32ll << 20, m.F * m.E));
+        m.gemm.w_elems = static_cast<size_t>(z.gemm_w);
         m.gemm.w = ctx.alloc_n<uint16_t>(m.gemm.w_elems, "f16 weight scratch (prefill)");
         m.gemm.cublas = ctx.cublas();
-        m.moe.gemm = m.gemm;
+        m.moe_sc.gemm = m.gemm;
     }
+    ctx.alloc().end_arena();
     void* dummy = nullptr;
     const size_t pin_ints = static_cast<size_t>(ub) + 2 + static_cast<size_t>(R) + 3 * static_cast<size_t>(R);
-    auto* pin = static_cast<int32_t*>(ctx.host_mapped(pin_ints * 4 + static_cast<size_t>(m.V) * 4, &dummy));
+    // (+ the hidden-state and partial-sum exchange of multi-token chunks in hybrid placement)
+    const size_t pin_floats = static_cast<size_t>(m.V) + 2 * static_cast<size_t>(R) + static_cast<size_t>(ub) +
+                              2 * static_cast<size_t>(ub * m.E);
+    auto* pin = static_cast<int32_t*>(ctx.host_mapped((pin_ints + pin_floats) * 4, &dummy));
     m.h_tok = pin;
     m.h_pos = pin + ub;
     m.h_step = reinterpret_cast<uint32_t*>(pin + ub + 1);
     m.h_ids = pin + ub + 2;
-    m.moe.host_idx = pin + ub + 2 + R;
-    m.h_logits = reinterpret_cast<float*>(pin + pin_ints);
+    m.moe_sc.host_idx = pin + ub + 2 + R;
+    float* pf = reinterpret_cast<float*>(pin + pin_ints);
+    m.h_logits = pf;
+    m.h_w = pf + m.V;
+    m.h_margin = m.h_w + R;
+    m.h_hidden = m.h_margin + ub;
+    m.h_partial = m.h_hidden + ub * m.E;
     NITRO_CUDA_CHECK(cudaStreamSynchronize(ctx.compute()));
+
+    // ---- the CPU side: experts straight from the mmap'd file
+    m.counters.layers.resize(m.layers.size());
+    const int threads = so.n_threads > 0 ? so.n_threads : std::max(1u, std::thread::hardware_concurrency());
+    m.pool = std::make_unique<cpu::ThreadPool>(threads);
+    for (const auto& L : model.layers())
+        m.experts.push_back({L.gate_exps, L.up_exps, L.down_exps, f32(L.gate_exps_b), f32(L.up_exps_b), f32(L.down_exps_b),
+                             sp.act});
+
+    // ---- warm-up: one slot per layer, a prompt chunk and a decode step on dummy tokens, so every
+    // kernel (ours and cuBLAS's) has been loaded; then the process's GPU memory is measured and
+    // the final plan made with what the runtime really takes.
+    {
+        Plan warm = m.plan;  // one slot per layer if the budget has room for them, else none
+        for (auto& lp : warm.layers) lp.resident.assign(m.plan.n_resident() >= sp.n_layer ? 1 : 0, 0);
+        install_slots(warm, false);
+        const int64_t n = std::min<int64_t>(sp.n_ubatch, GpuScratchSizes::kGemvMaxTokens + 8);
+        std::vector<int32_t> dummy(static_cast<size_t>(n), 0);
+        std::vector<float> l;
+        if (n + 1 <= sp.n_ctx) {
+            eval(dummy, false, l);
+            eval(std::span<const int32_t>(dummy.data(), 1), false, l);
+        }
+        n_past_ = 0;
+        m.drop_graph();
+        m.counters = ExpertCounters{};
+        m.counters.layers.resize(m.layers.size());
+        install_slots(Plan{}, false);  // frees the warm-up slots
+    }
+    uint64_t lazy = kAssumedLazyModules;
+    bool measured = false;
+    if (const uint64_t used = ctx.process_used(); used > 0) {
+        const uint64_t known = ctx.runtime_overhead() + ctx.alloc().used();
+        // Modules are loaded once per process: the largest measurement so far stands for it.
+        static std::atomic<uint64_t> process_lazy{0};
+        uint64_t seen = used > known ? used - known : 0, prev = process_lazy.load();
+        while (seen > prev && !process_lazy.compare_exchange_weak(prev, seen)) {
+        }
+        lazy = std::max(seen, prev);
+        measured = ctx.runtime_overhead_measured();
+    }
+    constexpr uint64_t kModuleMargin = 64ull << 20;  // kernels the warm-up may not have touched
+    po.runtime_overhead_bytes = ctx.runtime_overhead() + lazy + kModuleMargin + DeviceContext::kCublasWorkspace;
+    runtime_bytes_ = po.runtime_overhead_bytes;
+    runtime_measured_ = measured;
+    m.plan = plan_placement(layout, po);
+    const Plan& plan = m.plan;
+    if (go.mode == EngineMode::Gpu && plan.n_resident() < plan.n_experts())
+        fail("--mode gpu: the {:.2f} GiB budget holds {} of the {} experts ({}); use --mode hybrid or auto to compute the "
+             "others on the CPU, or raise --vram-budget",
+             ctx.total_budget() / kGiB, plan.n_resident(), plan.n_experts(), plan_summary_line(plan));
+    // The allocator may not hand out what the runtime's modules took.
+    ctx.alloc().set_budget(std::max(ctx.alloc().used(), ctx.total_budget() - ctx.runtime_overhead() - lazy - kModuleMargin));
+    install_slots(plan, go.progress);
+    for (const std::string& w : plan.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (go.progress || go.verbose) std::fprintf(stderr, "%s\n", plan_summary_line(plan).c_str());
+    if (go.verbose)
+        for (size_t il = 0; il < plan.layers.size(); ++il)
+            std::fprintf(stderr, "  layer %2zu: %3zu of %lld experts resident (%s)\n", il, plan.layers[il].resident.size(),
+                         static_cast<long long>(sp.n_expert), plan.layers[il].why.c_str());
+}
+
+void GpuSession::install_slots(const Plan& plan, bool progress) {
+    Impl& m = *m_;
+    DeviceContext& ctx = *ctx_;
+    const Model& model = m.model;
+    m.drop_graph();  // a captured graph has the old pools and flags baked in
+    uint64_t total = 0;
+    for (const auto& lp : plan.layers) total += lp.resident.size() * plan.expert_bytes;
+    Progress pr(progress && total > 0, total);
+    StagingRing ring(ctx.copy(), 64ull << 20, 4);
+    // Every slot pool of every layer lives in one arena: one allocation, one rounding to the
+    // driver's pages (runtime/placement.h vram_alloc_size), exactly what the plan counted.
+    if (m.slot_arena) ctx.alloc().free(m.slot_arena);
+    m.slot_arena = nullptr;
+    static const std::vector<int32_t> none;
+    auto resident_of = [&](size_t il) -> const std::vector<int32_t>& {
+        return il < plan.layers.size() ? plan.layers[il].resident : none;
+    };
+    size_t arena = 0;
+    for (size_t il = 0; il < m.layers.size(); ++il) {
+        const LayerWeights& L = model.layers()[il];
+        const size_t n = resident_of(il).size();
+        arena += pool_bytes(*L.gate_exps, n) + pool_bytes(*L.up_exps, n) + pool_bytes(*L.down_exps, n);
+    }
+    if (arena > 0) m.slot_arena = static_cast<uint8_t*>(ctx.alloc().alloc(arena, "expert slots"));
+    uint8_t* at = m.slot_arena;
+    bool any_cpu = false;
+    for (size_t il = 0; il < m.layers.size(); ++il) {
+        Impl::Layer& D = m.layers[il];
+        const LayerWeights& L = model.layers()[il];
+        const std::vector<int32_t>& res = resident_of(il);
+        // slot s holds expert res[s]; slot_of maps expert -> slot (-1: computed by the CPU)
+        D.ex.gate = upload_slots(ring, pr, *L.gate_exps, res, at, &D.ex.gate_stride);
+        at += pool_bytes(*L.gate_exps, res.size());
+        D.ex.up = upload_slots(ring, pr, *L.up_exps, res, at, &D.ex.up_stride);
+        at += pool_bytes(*L.up_exps, res.size());
+        D.ex.down = upload_slots(ring, pr, *L.down_exps, res, at, &D.ex.down_stride);
+        at += pool_bytes(*L.down_exps, res.size());
+        D.n_slots = static_cast<int64_t>(res.size());
+        D.h_slot_of.assign(static_cast<size_t>(m.X), -1);
+        D.on_gpu.assign(static_cast<size_t>(m.X), 0);
+        for (size_t sl = 0; sl < res.size(); ++sl) {
+            D.h_slot_of[static_cast<size_t>(res[sl])] = static_cast<int32_t>(sl);
+            D.on_gpu[static_cast<size_t>(res[sl])] = 1;
+        }
+        D.cpu_part = D.n_slots < m.X;
+        any_cpu |= D.cpu_part;
+        NITRO_CUDA_CHECK(cudaMemcpy(D.d_slot_of, D.h_slot_of.data(), static_cast<size_t>(m.X) * 4, cudaMemcpyHostToDevice));
+    }
+    ring.finish();
+    m.hybrid = any_cpu;
 }
 
 GpuSession::~GpuSession() {
-    if (m_ && m_->graph_exec) cudaGraphExecDestroy(m_->graph_exec);
-    if (m_ && m_->graph) cudaGraphDestroy(m_->graph);
+    if (m_) m_->drop_graph();
 }
+
+int64_t GpuSession::n_ctx() const { return m_->spec.n_ctx; }
 
 void GpuSession::truncate(int64_t n) {
     if (n < 0 || n > n_past_) fail("cannot truncate a session of {} tokens to {}", n_past_, n);
     n_past_ = n;
 }
 
+const Plan& GpuSession::plan() const { return m_->plan; }
 uint64_t GpuSession::vram_used() const { return ctx_->alloc().used(); }
 uint64_t GpuSession::vram_budget() const { return ctx_->alloc().budget(); }
+uint64_t GpuSession::process_vram() const { return ctx_->process_used(); }
+const ExpertCounters* GpuSession::expert_counters() const { return &m_->counters; }
+
+bool GpuSession::set_route_callback(std::function<void(const RouteEvent&)> cb) {
+    m_->on_route = std::move(cb);
+    // a captured decode graph writes router results to the host only if it was needed then
+    if (m_->graph_exec && m_->graph_host_router != m_->host_router()) m_->drop_graph();
+    return true;
+}
 
 std::string GpuSession::describe() const {
-    return fmt::format("gpu: {}, {:.2f} GiB in use{}", ctx_->describe(), vram_used() / kGiB,
-                       launches_per_token_ > 0 ? fmt::format(", {} launches per decode step (CUDA graph)", launches_per_token_)
-                                               : std::string());
+    const Plan& p = m_->plan;
+    std::string s = fmt::format("{}: {}, {:.2f} GiB in use", m_->hybrid ? "hybrid" : "gpu", ctx_->describe(),
+                                (vram_used() + runtime_bytes_ - DeviceContext::kCublasWorkspace) / kGiB);
+    if (m_->hybrid)
+        s += fmt::format(", {} of {} experts resident, CPU {} threads ({} kernels)", p.n_resident(), p.n_experts(),
+                         m_->pool->size(), cpu::kernel_isa());
+    if (launches_per_token_ > 0) s += fmt::format(", {} launches per decode step (CUDA graph)", launches_per_token_);
+    return s;
 }
 
 RouterHostView GpuSession::router_host(int layer) const {
@@ -314,90 +676,17 @@ RouterHostView GpuSession::router_host(int layer) const {
     return {D.rh_h, D.rh_ids, D.rh_w, D.rh_ready};
 }
 
-void GpuSession::set_slot_table(int layer, std::span<const int32_t> slot_of) {
-    Impl& m = *m_;
-    auto& D = m.layers.at(static_cast<size_t>(layer));
-    if (static_cast<int64_t>(slot_of.size()) != m.X) fail("slot table of layer {} needs {} entries, got {}", layer, m.X, slot_of.size());
-    for (int32_t s : slot_of)
-        if (s >= m.X) fail("slot {} does not exist (the pool of layer {} has {} slots)", s, layer, m.X);
-    D.h_slot_of.assign(slot_of.begin(), slot_of.end());
-    NITRO_CUDA_CHECK(cudaMemcpyAsync(D.d_slot_of, D.h_slot_of.data(), slot_of.size() * 4, cudaMemcpyHostToDevice, ctx_->compute()));
-    NITRO_CUDA_CHECK(cudaStreamSynchronize(ctx_->compute()));
-}
-
-void GpuSession::set_moe_partial(int layer, const float* device_partial) {
-    m_->layers.at(static_cast<size_t>(layer)).partial = device_partial;
-    // a captured graph has the old pointer baked in
-    if (m_->graph_exec) {
-        cudaGraphExecDestroy(m_->graph_exec);
-        cudaGraphDestroy(m_->graph);
-        m_->graph_exec = nullptr;
-        m_->graph = nullptr;
-    }
-}
-
 namespace {
 
-/// The forward pass of n tokens whose ids and position are already in d_tok / d_pos.
-/// Enqueued on the compute stream only (so it can be captured), except the prefill MoE, which
-/// reads the router's ids on the host.
-void enqueue_forward(GpuSession::Impl& m, cudaStream_t s, int64_t n, bool all_logits, bool want_logits, bool single) {
-    const ModelHparams& hp = m.hp;
-    const float eps = static_cast<float>(hp.rms_eps);
-    const int64_t E = m.E;
-    const GemmScratch* gs = m.gemm.cublas ? &m.gemm : nullptr;
-    get_rows(s, m.token_embd, m.d_tok, n, m.x);
-    for (size_t il = 0; il < m.layers.size(); ++il) {
-        auto& D = m.layers[il];
-        // attention block
-        rms_norm(s, m.x, D.attn_norm, n, E, E, eps, m.h, E);
-        matmul(s, D.wq, m.h, n, E, m.q, m.nq, D.bq, false, gs);
-        matmul(s, D.wk, m.h, n, E, m.k, m.nk, D.bk, false, gs);
-        matmul(s, D.wv, m.h, n, E, m.v, m.nv, D.bv, false, gs);
-        if (D.q_norm) {
-            rms_norm(s, m.q, D.q_norm, n * hp.n_head, hp.head_dim, hp.head_dim, eps, m.q, hp.head_dim);
-            rms_norm(s, m.k, D.k_norm, n * hp.n_head_kv, hp.head_dim, hp.head_dim, eps, m.k, hp.head_dim);
+/// Spins until a flag written by the GPU reaches `want`; checks the stream now and then so a GPU
+/// fault ends the wait (NITRO_CUDA_CHECK aborts with the error) instead of hanging.
+void wait_host_flag(const volatile uint32_t* flag, uint32_t want, cudaStream_t s) {
+    for (uint64_t spin = 0;; ++spin) {
+        if (static_cast<int32_t>(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - want) >= 0) return;
+        if ((spin & 0xFFFFF) == 0xFFFFF) {
+            const cudaError_t e = cudaStreamQuery(s);
+            if (e != cudaSuccess && e != cudaErrorNotReady) NITRO_CUDA_CHECK(e);
         }
-        rope_neox(s, m.q, n, hp.n_head, hp.head_dim, m.nq, m.rope, m.d_pos);
-        rope_neox(s, m.k, n, hp.n_head_kv, hp.head_dim, m.nk, m.rope, m.d_pos);
-        kv_store(s, m.k, m.v, n, m.nk, m.nv, D.kc, D.vc, D.capacity, m.d_pos);
-        AttnArgs a;
-        a.q = m.q;
-        a.k_cache = D.kc;
-        a.v_cache = D.vc;
-        a.capacity = D.capacity;
-        a.n_q = n;
-        a.n_head = hp.n_head;
-        a.n_head_kv = hp.n_head_kv;
-        a.head_dim = hp.head_dim;
-        a.window = D.window;
-        a.sinks = D.sinks;
-        a.scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-        a.pos0 = m.d_pos;
-        a.n_split = n == 1 ? D.n_split_decode : 1;
-        a.partial = m.attn_partial;
-        a.out = m.attn;
-        attention(s, a);
-        matmul(s, D.wo, m.attn, n, m.no, m.x, E, D.bo, true, gs);  // x += attn W_o + b_o
-        // MoE block
-        rms_norm(s, m.x, D.ffn_norm, n, E, E, eps, m.h, E, single ? D.rd_h : nullptr);
-        matmul(s, D.gate_inp, m.h, n, E, m.router, m.X, nullptr, false, gs);
-        RouterHostOut ho{D.rd_ids, D.rd_w, D.rd_ready, m.d_step};
-        top_k_route(s, m.router, D.gate_inp_b, n, m.X, static_cast<int>(m.K), m.cfg.gating == MoeGating::SoftmaxAll,
-                    m.d_ids, m.d_w, single ? &ho : nullptr);
-        const int32_t* host_ids = nullptr;
-        if (n > kGemvMaxTokens) {
-            NITRO_CUDA_CHECK(cudaMemcpyAsync(m.h_ids, m.d_ids, static_cast<size_t>(n * m.K) * 4, cudaMemcpyDeviceToHost, s));
-            NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
-            host_ids = m.h_ids;
-        }
-        moe_ffn(s, D.ex, m.h, n, E, static_cast<int>(m.K), m.d_ids, m.d_w, host_ids, D.h_slot_of.data(), D.partial, m.x, m.moe);
-    }
-    if (want_logits) {
-        const int64_t first = all_logits ? 0 : n - 1;
-        const int64_t n_out = n - first;
-        rms_norm(s, m.x + first * E, m.output_norm, n_out, E, E, eps, m.h, E);
-        matmul(s, m.output, m.h, n_out, E, m.logits, m.V, nullptr, false, gs);
     }
 }
 
@@ -405,48 +694,38 @@ void enqueue_forward(GpuSession::Impl& m, cudaStream_t s, int64_t n, bool all_lo
 
 void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
     Impl& m = *m_;
+    check_eval(m.spec, n_past_, tokens);
     const int64_t n = static_cast<int64_t>(tokens.size());
-    if (n == 0) fail("eval: no tokens");
-    if (n_past_ + n > n_ctx_)
-        fail("the prompt and generated tokens need {} positions but the context holds {} (n_ctx)", n_past_ + n, n_ctx_);
-    for (int32_t t : tokens)
-        if (t < 0 || t >= m.V) fail("token id {} is out of range (vocabulary has {} tokens)", t, m.V);
     const int64_t V = m.V;
     logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
     cudaStream_t s = ctx_->compute();
-    if (all_logits && m.logits_rows < m.n_ubatch) {
-        ctx_->alloc().free(m.logits);
-        m.logits = ctx_->alloc_n<float>(static_cast<size_t>(m.n_ubatch * V), "logits of a prompt chunk");
-        m.logits_rows = m.n_ubatch;
-        if (m.graph_exec) {  // the captured decode step wrote the old logits buffer
-            cudaGraphExecDestroy(m.graph_exec);
-            cudaGraphDestroy(m.graph);
-            m.graph_exec = nullptr;
-            m.graph = nullptr;
-        }
-    }
+    m.s = s;
 
-    for (int64_t i = 0; i < n; i += m.n_ubatch) {
-        const int64_t k = std::min(m.n_ubatch, n - i);
+    for (int64_t i = 0; i < n; i += m.spec.n_ubatch) {
+        const int64_t k = std::min(m.spec.n_ubatch, n - i);
         const bool last = i + k == n;
-        const bool want = all_logits || last;
+        ChunkArgs c;
+        c.n = k;
+        c.pos0 = n_past_;
+        c.logits = all_logits ? ChunkArgs::Logits::All : (last ? ChunkArgs::Logits::Last : ChunkArgs::Logits::None);
         std::memcpy(m.h_tok, tokens.data() + i, static_cast<size_t>(k) * 4);
         *m.h_pos = static_cast<int32_t>(n_past_);
-        const bool single = k == 1;
-        if (single) *m.h_step = ++step_;
-        auto body = [&]() {
-            NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_tok, m.h_tok, static_cast<size_t>(k) * 4, cudaMemcpyHostToDevice, s));
-            NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_pos, m.h_pos, 4, cudaMemcpyHostToDevice, s));
-            if (single) NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_step, m.h_step, 4, cudaMemcpyHostToDevice, s));
-            enqueue_forward(m, s, k, all_logits, want, single);
-        };
-        if (single && !all_logits && m.use_graphs) {
+        m.tokens = tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(k));
+        m.single = k == 1 && !all_logits && m.use_graphs;
+        if (m.single) {
+            // A decode step: one CUDA graph; in hybrid placement the CPU computes its experts
+            // here, layer by layer, as the GPU's router results arrive.
+            *m.h_step = ++step_;
+            m.logits_dst = m.h_logits;
             if (!m.graph_exec) {
                 NITRO_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                body();
-                NITRO_CUDA_CHECK(cudaMemcpyAsync(m.h_logits, m.logits, static_cast<size_t>(V) * 4, cudaMemcpyDeviceToHost, s));
+                NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_tok, m.h_tok, 4, cudaMemcpyHostToDevice, s));
+                NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_pos, m.h_pos, 4, cudaMemcpyHostToDevice, s));
+                NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_step, m.h_step, 4, cudaMemcpyHostToDevice, s));
+                forward_chunk(m, m.spec, c);
                 NITRO_CUDA_CHECK(cudaStreamEndCapture(s, &m.graph));
                 NITRO_CUDA_CHECK(cudaGraphInstantiate(&m.graph_exec, m.graph, 0));
+                m.graph_host_router = m.host_router();
                 size_t nn = 0;
                 NITRO_CUDA_CHECK(cudaGraphGetNodes(m.graph, nullptr, &nn));
                 std::vector<cudaGraphNode_t> nodes(nn);
@@ -460,25 +739,77 @@ void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vec
                 launches_per_token_ = kernels;
             }
             NITRO_CUDA_CHECK(cudaGraphLaunch(m.graph_exec, s));
+            if (m.hybrid) cpu_decode_step();
             NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
             std::memcpy(logits.data(), m.h_logits, static_cast<size_t>(V) * 4);
+            after_decode_step();
         } else {
-            body();
-            if (want) {
-                const int64_t rows = all_logits ? k : 1;
-                float* dst = all_logits ? logits.data() + i * V : logits.data();
-                NITRO_CUDA_CHECK(cudaMemcpyAsync(dst, m.logits, static_cast<size_t>(rows * V) * 4, cudaMemcpyDeviceToHost, s));
-            }
+            m.logits_dst = all_logits ? logits.data() + i * V : logits.data();
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_tok, m.h_tok, static_cast<size_t>(k) * 4, cudaMemcpyHostToDevice, s));
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_pos, m.h_pos, 4, cudaMemcpyHostToDevice, s));
+            forward_chunk(m, m.spec, c);
             NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
+            m.counters.prefill_tokens += static_cast<uint64_t>(k);
         }
         n_past_ += k;
     }
 }
 
+void GpuSession::cpu_decode_step() {
+    Impl& m = *m_;
+    const uint32_t step = step_;
+    size_t il = 0;
+    try {
+        for (; il < m.layers.size(); ++il) {
+            Impl::Layer& D = m.layers[il];
+            if (!D.cpu_part) continue;
+            wait_host_flag(D.rh_ready, step, m.s);
+            const auto t0 = Clock::now();
+            const cpu::MoeStats st = cpu::moe_ffn(*m.pool, m.experts[il], D.rh_h, 1, static_cast<int>(m.K), D.rh_ids, D.rh_w,
+                                                  D.on_gpu.data(), D.ph_partial, m.cpu_scratch);
+            __atomic_store_n(D.ph_done, step, __ATOMIC_RELEASE);
+            ExpertLayerCounters& L = m.counters.layers[il];
+            const double ms = ms_since(t0);
+            L.cpu_ms += ms;
+            L.cpu_decode_ms += ms;
+            L.cpu_pairs += static_cast<uint64_t>(st.rows);
+            L.gpu_pairs += static_cast<uint64_t>(m.K - st.rows);
+            L.cpu_experts += static_cast<uint64_t>(st.experts);
+            L.cpu_bytes += st.bytes;
+        }
+    } catch (...) {
+        // Release the GPU (it waits on these flags), let the step finish, then report.
+        for (; il < m.layers.size(); ++il) __atomic_store_n(m.layers[il].ph_done, step, __ATOMIC_RELEASE);
+        cudaStreamSynchronize(m.s);
+        throw;
+    }
+}
+
+void GpuSession::after_decode_step() {
+    Impl& m = *m_;
+    ++m.counters.decode_steps;
+    for (size_t il = 0; il < m.layers.size(); ++il) {
+        Impl::Layer& D = m.layers[il];
+        ExpertLayerCounters& L = m.counters.layers[il];
+        if (!D.cpu_part) L.gpu_pairs += static_cast<uint64_t>(m.K);
+        if (D.cpu_part) {
+            const uint64_t route = *D.th_route, w0 = D.th_wait[0], w1 = D.th_wait[1];
+            if (w0 >= route) L.gpu_ms += static_cast<double>(w0 - route) / 1e6;
+            if (w1 >= w0) L.wait_ms += static_cast<double>(w1 - w0) / 1e6;
+        }
+        if (m.on_route)
+            m.on_route(RouteEvent{n_past_, static_cast<int>(il), false,
+                                  std::span<const int32_t>(D.rh_ids, static_cast<size_t>(m.K)),
+                                  std::span<const float>(D.rh_w, static_cast<size_t>(m.K)), *D.rh_margin});
+    }
+}
+
 void register_engine() {
-    set_gpu_engine_factory([](const Model& model, const SessionOptions& so, const GpuOptions& go) -> std::unique_ptr<Engine> {
-        return std::make_unique<GpuSession>(model, so, go);
-    });
+    set_gpu_engine_factory(
+        [](const Model& model, const SessionOptions& so, const GpuOptions& go) -> std::unique_ptr<Engine> {
+            return std::make_unique<GpuSession>(model, so, go);
+        },
+        [] { return device_count(); });
 }
 
 }  // namespace nitro::cuda

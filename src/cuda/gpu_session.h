@@ -1,19 +1,23 @@
-// GPU-all session: the whole model on one CUDA device, mirroring runtime/session.h's API
-// (eval(tokens, all_logits, logits)). The forward pass is the CPU reference's, op for op
-// (src/runtime/session.cpp), built from the kernels of cuda/ops.h.
+// The GPU engine: the forward pass of runtime/forward.h on one CUDA device, in the placement a
+// plan (runtime/placement.h) gives it.
 //
-// Built for the hybrid executor:
-//   - each layer's experts live in a slot pool addressed through a slot table (expert -> slot,
-//     -1 = not on the GPU); GPU-all is the special case "every expert has a slot";
-//   - the MoE op adds an optional partial sum computed elsewhere (set_moe_partial);
-//   - a single-token step writes each layer's router result (normalised hidden state, expert
-//     ids, weights) straight into pinned host memory and then a per-layer ready flag
-//     (router_host), so CPU workers can start without a copy or a stream synchronisation;
-//   - a device context (cuda/context.h) owns streams, events, allocator, graphs.
+//   - GPU-all: every routed expert resident (slot s of a layer holds expert s);
+//   - hybrid: the dense core, the K/V cache and the experts the plan makes resident live in VRAM;
+//     every other expert is computed by the CPU straight from the mmap'd file while the GPU
+//     computes the resident ones. docs/hybrid.md has the protocol; in short, for a decode step
+//     (one CUDA graph): per MoE layer the GPU writes the router result (normalised hidden state,
+//     expert ids, weights) into pinned host memory and sets a per-layer flag; a CPU thread team
+//     waiting on that flag computes the non-resident experts (cpu::moe_ffn with the resident mask)
+//     into a pinned partial-sum buffer and sets a second flag; meanwhile the GPU runs the resident
+//     experts, then waits on the device for the second flag (a one-thread spin kernel, no host
+//     synchronisation) and adds both. Multi-token chunks run the same split with a host
+//     synchronisation per layer.
+//   - a device context (cuda/context.h) owns streams, allocator and budget.
 #pragma once
 
 #include "runtime/engine.h"
 #include "runtime/model.h"
+#include "runtime/placement.h"
 #include "runtime/session.h"
 
 #include <cstdint>
@@ -37,44 +41,56 @@ struct RouterHostView {
 
 class GpuSession final : public Engine {
 public:
-    /// Uploads the model (progress bar on stderr when opt.progress). Throws nitro::Error when a
-    /// tensor type is not supported on the GPU or the budget cannot hold the model.
+    /// Plans the placement (go.mode: Gpu = every expert resident or a clear error; Hybrid / Auto =
+    /// what the budget holds), uploads the dense core and the resident experts (progress bar on
+    /// stderr when go.progress) and prints the plan's summary line. Throws nitro::Error when a
+    /// tensor type is not supported on the GPU or the budget cannot hold the dense core.
     GpuSession(const Model& model, const SessionOptions& so, const GpuOptions& go);
     ~GpuSession() override;
 
     void eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override;
     int64_t n_past() const override { return n_past_; }
-    int64_t n_ctx() const override { return n_ctx_; }
+    int64_t n_ctx() const override;
     void truncate(int64_t n) override;
     std::string describe() const override;
+    bool set_route_callback(std::function<void(const RouteEvent&)> cb) override;
+    const ExpertCounters* expert_counters() const override;
 
     DeviceContext& context() { return *ctx_; }
-    /// Kernel launches of one single-token step (nodes of the captured decode graph, or counted
-    /// launches without graphs). 0 before the first decode step.
+    const Plan& plan() const;
+    /// Kernel launches of one single-token step (nodes of the captured decode graph). 0 before the
+    /// first decode step.
     int launches_per_token() const { return launches_per_token_; }
-    /// Bytes of device memory in use / the budget.
+    /// Bytes of device memory the engine's allocator holds / its budget (the plan's budget minus
+    /// the CUDA runtime's own measured overhead).
     uint64_t vram_used() const;
     uint64_t vram_budget() const;
+    /// GPU memory the whole process uses now (device used minus what was used before it started,
+    /// NVML; 0 when NVML is unavailable). What `--vram-budget` promises to bound.
+    uint64_t process_vram() const;
 
     /// Number of single-token steps run so far (the value the ready flags take).
     uint32_t step() const { return step_; }
     RouterHostView router_host(int layer) const;
 
-    /// Slot table of a layer: slot_of[e] = slot holding expert e, or -1 (not resident; its
-    /// contribution must come through set_moe_partial). In GPU-all every expert is resident.
-    void set_slot_table(int layer, std::span<const int32_t> slot_of);
-    /// Device buffer [n_ubatch, n_embd] f32 that the MoE op of `layer` adds before the residual
-    /// (nullptr to stop). The caller fills it for the tokens of the next eval.
-    void set_moe_partial(int layer, const float* device_partial);
-
-    struct Impl;  ///< implementation detail (gpu_session.cu)
+    struct Impl;  ///< implementation detail (gpu_session.cpp)
 
 private:
-    std::unique_ptr<Impl> m_;
+    /// Hybrid decode step: the CPU's experts of every layer, as the GPU's router results arrive.
+    void cpu_decode_step();
+    /// Counters, GPU timestamps and route events of the decode step that just finished.
+    void after_decode_step();
+    /// (Re)allocates every layer's slot pools for `plan`'s resident experts, uploads them, and sets
+    /// the slot tables (an empty plan frees the pools).
+    void install_slots(const Plan& plan, bool progress);
+
     std::unique_ptr<DeviceContext> ctx_;
-    int64_t n_ctx_ = 0, n_past_ = 0;
+    std::unique_ptr<Impl> m_;
+    int64_t n_past_ = 0;
     int launches_per_token_ = 0;
     uint32_t step_ = 0;
+    uint64_t runtime_bytes_ = 0;    ///< GPU memory of the CUDA runtime + its modules + cuBLAS workspace
+    bool runtime_measured_ = false;
 };
 
 /// Installs the GPU engine factory (runtime/engine.h).

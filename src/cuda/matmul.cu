@@ -401,9 +401,8 @@ __global__ void moe_glu_kernel(const float* __restrict__ gate, const float* __re
 
 }  // namespace
 
-void moe_ffn(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
-             const float* w, const int32_t* host_ids, const int32_t* host_slot_of, const float* partial, float* x,
-             MoeScratch& sc) {
+void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
+                 const int32_t* host_ids, const int32_t* host_slot_of, MoeScratch& sc) {
     const int64_t F = ex.gate.n_rows;
     check_weight(ex.gate, "moe");
     check_weight(ex.down, "moe");
@@ -425,9 +424,6 @@ void moe_ffn(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, i
                 ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), static_cast<int>(ex.down.ne0 / 32),
                 ids, ex.slot_of, sc.act, F, sc.down);
         });
-        NITRO_CUDA_LAUNCH_CHECK();
-        moe_combine_kernel<<<dim3(ceil_div(E, 256), static_cast<unsigned>(n)), 256, 0, s>>>(
-            x, partial, sc.down, nullptr, ex.down_b, ids, w, ex.slot_of, K, E);
         NITRO_CUDA_LAUNCH_CHECK();
         return;
     }
@@ -483,9 +479,21 @@ void moe_ffn(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, i
         dequantize_f16(s, expert_w(ex.down, ex.down_stride, slot), 0, E, sc.gemm.w);
         gemm_f16(sc.gemm.cublas, wbuf, E, F, F, act16 + b * F, c, sc.down + b * E, E, false);
     }
+}
+
+void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids, const float* w,
+                 const int32_t* host_ids, const float* partial, float* x, MoeScratch& sc) {
+    const bool decode = n <= kGemvMaxTokens || !host_ids;
     moe_combine_kernel<<<dim3(ceil_div(E, 256), static_cast<unsigned>(n)), 256, 0, s>>>(
-        x, partial, sc.down, sc.row_of, ex.down_b, ids, w, ex.slot_of, K, E);
+        x, partial, sc.down, decode ? nullptr : sc.row_of, ex.down_b, ids, w, ex.slot_of, K, E);
     NITRO_CUDA_LAUNCH_CHECK();
+}
+
+void moe_ffn(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
+             const float* w, const int32_t* host_ids, const int32_t* host_slot_of, const float* partial, float* x,
+             MoeScratch& sc) {
+    moe_experts(s, ex, h, n, E, K, ids, host_ids, host_slot_of, sc);
+    moe_combine(s, ex, n, E, K, ids, w, host_ids, partial, x, sc);
 }
 
 }  // namespace nitro::cuda

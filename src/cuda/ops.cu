@@ -311,9 +311,16 @@ __device__ __forceinline__ void warp_argmax(float& v, int& idx) {
     }
 }
 
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 __global__ void route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int n, int X, int K,
-                             int softmax_all, int32_t* __restrict__ ids, float* __restrict__ wout, int32_t* host_ids,
-                             float* host_w, volatile uint32_t* host_ready, const uint32_t* __restrict__ step) {
+                             int softmax_all, int32_t* __restrict__ ids, float* __restrict__ wout, float* __restrict__ margin,
+                             int32_t* host_ids, float* host_w, float* host_margin, volatile uint32_t* host_ready,
+                             const uint32_t* __restrict__ step, uint64_t* host_t) {
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int t = blockIdx.x * (blockDim.x / kWarp) + warp;
     if (t >= n) return;
@@ -363,6 +370,12 @@ __global__ void route_kernel(const float* __restrict__ logits, const float* __re
         for (int i = 0; i < kMaxExpertsPerLane; ++i)
             if (lane + 32 * i == bi) v[i] = -INFINITY;
     }
+    // The best unselected value: the margin of the selection (cpu::top_k_margin).
+    float next = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i)
+        if (lane + 32 * i < X) next = fmaxf(next, v[i]);
+    next = warp_max(next);
     if (lane == 0) {
         float w[32];
         if (softmax_all) {  // renormalise the selected probabilities
@@ -377,6 +390,10 @@ __global__ void route_kernel(const float* __restrict__ logits, const float* __re
             const float inv = static_cast<float>(1.0 / sum);
             for (int k = 0; k < K; ++k) w[k] *= inv;
         }
+        const float last = selv[K - 1];
+        const float mg = K >= X ? INFINITY : softmax_all ? logf(last) - logf(next) : last - next;
+        if (margin) margin[t] = mg;
+        if (host_margin) host_margin[t] = mg;
         for (int k = 0; k < K; ++k) {
             ids[t * K + k] = seli[k];
             wout[t * K + k] = w[k];
@@ -386,23 +403,42 @@ __global__ void route_kernel(const float* __restrict__ logits, const float* __re
             }
         }
         if (host_ready) {
+            if (host_t) *host_t = globaltimer_ns();
             __threadfence_system();  // ids and weights reach host memory before the flag
             *host_ready = *step;
         }
     }
 }
 
+__global__ void wait_flag_kernel(const volatile uint32_t* flag, const uint32_t* __restrict__ step, uint64_t* t_ns) {
+    const uint32_t want = *step;
+    const uint64_t t0 = globaltimer_ns();
+    // Wrap-safe "flag has reached step".
+    while (static_cast<int32_t>(*flag - want) < 0) __nanosleep(200);
+    __threadfence_system();
+    if (t_ns) {
+        t_ns[0] = t0;
+        t_ns[1] = globaltimer_ns();
+    }
+}
+
 }  // namespace
 
+void wait_flag(cudaStream_t s, const volatile uint32_t* flag, const uint32_t* step, uint64_t* t_ns) {
+    wait_flag_kernel<<<1, 1, 0, s>>>(flag, step, t_ns);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
 void top_k_route(cudaStream_t s, const float* logits, const float* bias, int64_t n, int64_t X, int K, bool softmax_all,
-                 int32_t* ids, float* w, const RouterHostOut* host) {
+                 int32_t* ids, float* w, float* margin, const RouterHostOut* host) {
     if (X > 32 * kMaxExpertsPerLane) cfail("CUDA router: {} experts (at most {} supported)", X, 32 * kMaxExpertsPerLane);
     if (K > 32 || K > X) cfail("CUDA router: {} experts used of {} (at most 32)", K, X);
     if (host && host->ready && n != 1) cfail("CUDA router: the host ready flag is for single-token steps");
     constexpr int kWarpsPerBlock = 4;
     route_kernel<<<ceil_div(n, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, s>>>(
-        logits, bias, static_cast<int>(n), static_cast<int>(X), K, softmax_all ? 1 : 0, ids, w, host ? host->ids : nullptr,
-        host ? host->w : nullptr, host ? host->ready : nullptr, host ? host->step : nullptr);
+        logits, bias, static_cast<int>(n), static_cast<int>(X), K, softmax_all ? 1 : 0, ids, w, margin,
+        host ? host->ids : nullptr, host ? host->w : nullptr, host ? host->margin : nullptr, host ? host->ready : nullptr,
+        host ? host->step : nullptr, host ? host->t_ns : nullptr);
     NITRO_CUDA_LAUNCH_CHECK();
 }
 

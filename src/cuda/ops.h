@@ -100,14 +100,25 @@ void dequantize_f32(cudaStream_t s, const DWeight& w, int64_t r0, int64_t n, flo
 /// host_ids / host_w / host_ready (optional, mapped pinned memory): the results are also written
 /// there, then a system fence, then *host_ready = *step (so a CPU thread polling host_ready sees
 /// complete ids and weights without a copy or a stream synchronisation).
+/// margin (optional, device [n]): the selection margin of each token, as cpu::route computes it
+/// (logit of the last selected expert minus the best unselected one, in logit units).
+/// host->t_ns (optional): the GPU's %globaltimer (ns) when the flag was set.
 struct RouterHostOut {
     int32_t* ids = nullptr;
     float* w = nullptr;
+    float* margin = nullptr;
     volatile uint32_t* ready = nullptr;
     const uint32_t* step = nullptr;  ///< device
+    uint64_t* t_ns = nullptr;
 };
 void top_k_route(cudaStream_t s, const float* logits, const float* bias, int64_t n, int64_t X, int K, bool softmax_all,
-                 int32_t* ids, float* w, const RouterHostOut* host);
+                 int32_t* ids, float* w, float* margin, const RouterHostOut* host);
+
+/// A device-side wait: one thread spins until *flag (mapped pinned host memory, written by a CPU
+/// thread) reaches *step (device), so the kernels after it see what the CPU wrote before setting
+/// the flag. Captured into CUDA graphs like any kernel; never a host synchronisation.
+/// t_ns (optional, mapped host memory, 2 values): %globaltimer at the start and the end of the wait.
+void wait_flag(cudaStream_t s, const volatile uint32_t* flag, const uint32_t* step, uint64_t* t_ns);
 
 /// The experts of one MoE layer, addressed through a slot table: expert e is resident in slot
 /// slot_of[e] (device array, -1 = not on the GPU), and slot s's matrices start at
@@ -136,12 +147,19 @@ struct MoeScratch {
     GemmScratch gemm;
 };
 
-/// The MoE FFN for n tokens: x[t] += partial[t] (if given: a sum computed elsewhere, e.g. by the
-/// CPU for experts that are not resident) + sum_j w[t,j] * expert_{ids[t,j]}(h[t]) over the
-/// selected experts that are resident (slot_of >= 0). Results do not depend on launch order:
-/// the sum over j is in router order.
+/// The MoE FFN for n tokens in two launches-worth of work, so a caller can wait for a partial sum
+/// computed elsewhere (the CPU's non-resident experts) between them:
+///   moe_experts: every selected expert that is resident (slot_of >= 0) on its tokens, from its
+///     slot, into scratch.down (nothing is written to x);
+///   moe_combine: x[t] += partial[t] (if given) + sum_j w[t,j] * (down[t,j] + down_b) over the
+///     resident experts, in router order (results do not depend on launch order).
 /// host_ids: the same ids already on the host (the prefill path groups tokens by expert there);
-/// may be null for n <= kGemvMaxTokens.
+/// may be null for n <= kGemvMaxTokens (the decode path reads the device ids).
+void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
+                 const int32_t* host_ids, const int32_t* host_slot_of, MoeScratch& scratch);
+void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids, const float* w,
+                 const int32_t* host_ids, const float* partial, float* x, MoeScratch& scratch);
+/// moe_experts then moe_combine.
 void moe_ffn(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
              const float* w, const int32_t* host_ids, const int32_t* host_slot_of, const float* partial, float* x,
              MoeScratch& scratch);

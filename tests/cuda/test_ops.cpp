@@ -16,7 +16,9 @@
 #include "cpu/ops.h"
 #include "core/fp16.h"
 #include "core/error.h"
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "quant/types.h"
@@ -140,9 +142,12 @@ TEST_F(CudaOps, MatmulGemvMatchesReference) {
                 std::vector<float> cref(static_cast<size_t>(n * rows));
                 cpu::WeightView wv{t, w.bytes.data(), ne0, rows, row_size(t, ne0)};
                 cpu::matmul(pool, wv, acts, cref.data());
+                // Bound: the CPU rounds activations to 8 bits per block (Q8_0/Q8_K: amax/127 steps),
+                // about 3.2/127/sqrt(12) = 0.73% rms of a Gaussian row, and the products inherit it;
+                // small shapes (96 rows, 1 token) scatter around that (1.02% MEASURED once for Q5_K).
                 const double ec = nerr(got, cref);
                 worst_cpu = std::max(worst_cpu, ec);
-                EXPECT_LT(ec, 1e-2);
+                EXPECT_LT(ec, 2e-2);
                 // bias + accumulate
                 matmul(ctx->compute(), d, dx, n, ne0, out, rows, db, true, nullptr);
                 auto got2 = to_host(out, static_cast<size_t>(n * rows));
@@ -347,12 +352,14 @@ TEST_F(CudaOps, RouterMatchesCpuTopK) {
             float* db = to_dev(*ctx, bias);
             int32_t* ids = ctx->alloc_n<int32_t>(static_cast<size_t>(n * K), "ids");
             float* w = ctx->alloc_n<float>(static_cast<size_t>(n * K), "w");
+            float* mg = ctx->alloc_n<float>(static_cast<size_t>(n), "margins");
             poison(ids, static_cast<size_t>(n * K));
             poison(w, static_cast<size_t>(n * K));
-            top_k_route(ctx->compute(), dl, softmax_all ? nullptr : db, n, X, K, softmax_all, ids, w, nullptr);
+            top_k_route(ctx->compute(), dl, softmax_all ? nullptr : db, n, X, K, softmax_all, ids, w, mg, nullptr);
             auto gi = to_host(ids, static_cast<size_t>(n * K));
             auto gw = to_host(w, static_cast<size_t>(n * K));
-            std::vector<float> rw;
+            auto gm = to_host(mg, static_cast<size_t>(n));
+            std::vector<float> rw, rm;
             for (int64_t t = 0; t < n; ++t) {
                 std::vector<float> l(lg.begin() + t * X, lg.begin() + (t + 1) * X);
                 if (!softmax_all) for (int e = 0; e < X; ++e) l[e] += bias[e];
@@ -360,11 +367,14 @@ TEST_F(CudaOps, RouterMatchesCpuTopK) {
                 std::vector<float> ww(K);
                 if (!softmax_all) {
                     cpu::top_k(l.data(), X, K, sel.data());
+                    rm.push_back(cpu::top_k_margin(l.data(), X, K, sel.data()));
                     for (int j = 0; j < K; ++j) ww[j] = l[sel[j]];
                     cpu::softmax(ww.data(), K);
                 } else {
                     cpu::softmax(l.data(), X);
                     cpu::top_k(l.data(), X, K, sel.data());
+                    const float pm = cpu::top_k_margin(l.data(), X, K, sel.data());
+                    rm.push_back(std::log(l[sel[K - 1]]) - std::log(l[sel[K - 1]] - pm));
                     float s = 0;
                     for (int j = 0; j < K; ++j) s += (ww[j] = l[sel[j]]);
                     for (int j = 0; j < K; ++j) ww[j] /= s;
@@ -374,6 +384,8 @@ TEST_F(CudaOps, RouterMatchesCpuTopK) {
             }
             EXPECT_EQ(gi[0], 3) << "ties go to the lower id";
             EXPECT_LT(nerr(gw, rw), 1e-5);
+            for (int64_t t = 0; t < n; ++t)  // the router margin, as cpu::route computes it
+                EXPECT_NEAR(gm[t], rm[t], 1e-4f * std::max(1.0f, std::abs(rm[t]))) << "token " << t;
         }
 }
 
@@ -388,9 +400,12 @@ TEST_F(CudaOps, RouterWritesPinnedHostOutputsAndReadyFlag) {
     std::memset(host, 0xFF, K * 8 + 16);
     *reinterpret_cast<uint32_t*>(host + K * 8) = 0;
     uint32_t* dstep = to_dev(*ctx, std::vector<uint32_t>{77});
-    RouterHostOut ho{reinterpret_cast<int32_t*>(static_cast<uint8_t*>(dev)), reinterpret_cast<float*>(static_cast<uint8_t*>(dev) + K * 4),
-                     reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(dev) + K * 8), dstep};
-    top_k_route(ctx->compute(), dl, nullptr, 1, X, K, false, ids, w, &ho);
+    RouterHostOut ho;
+    ho.ids = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(dev));
+    ho.w = reinterpret_cast<float*>(static_cast<uint8_t*>(dev) + K * 4);
+    ho.ready = reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(dev) + K * 8);
+    ho.step = dstep;
+    top_k_route(ctx->compute(), dl, nullptr, 1, X, K, false, ids, w, nullptr, &ho);
     // poll the flag as a CPU worker would: no stream synchronisation
     volatile uint32_t* ready = reinterpret_cast<volatile uint32_t*>(host + K * 8);
     for (int spin = 0; spin < 100000000 && *ready != 77; ++spin) {
@@ -400,6 +415,28 @@ TEST_F(CudaOps, RouterWritesPinnedHostOutputsAndReadyFlag) {
     auto gw = to_host(w, K);
     EXPECT_EQ(std::memcmp(host, gi.data(), K * 4), 0);
     EXPECT_EQ(std::memcmp(host + K * 4, gw.data(), K * 4), 0);
+}
+
+TEST_F(CudaOps, WaitFlagHoldsTheStreamUntilTheCpuSetsTheFlag) {
+    void* dev = nullptr;
+    auto* host = static_cast<uint32_t*>(ctx->host_mapped(64, &dev));
+    host[0] = 4;  // the flag: an older step
+    auto* dev_flag = static_cast<uint32_t*>(dev);
+    auto* times = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dev) + 16);
+    uint32_t* dstep = to_dev(*ctx, std::vector<uint32_t>{5});
+    float* x = to_dev(*ctx, std::vector<float>{1.f});
+    wait_flag(ctx->compute(), dev_flag, dstep, times);
+    add(ctx->compute(), x, nullptr, nullptr, 1, 1);  // a kernel queued behind the wait
+    cudaEvent_t done;
+    ASSERT_EQ(cudaEventCreate(&done), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(done, ctx->compute()), cudaSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(cudaEventQuery(done), cudaErrorNotReady) << "the stream ran past an unset flag";
+    __atomic_store_n(&host[0], 5u, __ATOMIC_RELEASE);
+    ASSERT_EQ(cudaEventSynchronize(done), cudaSuccess);
+    const auto* t = reinterpret_cast<const uint64_t*>(reinterpret_cast<const uint8_t*>(host) + 16);
+    EXPECT_GE(t[1] - t[0], 40'000'000u) << "the wait's own clock saw less than the 50 ms it waited";
+    cudaEventDestroy(done);
 }
 
 namespace {
@@ -543,7 +580,16 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
 }
 
 TEST_F(CudaOps, ScratchAllocationsRespectTheBudget) {
-    DeviceContext small(0, 0.05);  // 51 MiB
+    // The budget covers the whole process: the CUDA runtime's share (measured) is not the
+    // allocator's. A budget below it is a clear error.
+    try {
+        DeviceContext tiny(0, 0.01);
+        FAIL() << "a 10 MiB budget was accepted";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("budget"), std::string::npos) << e.what();
+    }
+    const double runtime_gib = static_cast<double>(ctx->runtime_overhead() + DeviceContext::kCublasWorkspace) / (1 << 30);
+    DeviceContext small(0, runtime_gib + 0.05);  // the runtime + 51 MiB for the allocator
     void* a = small.alloc().alloc(40ull << 20, "first block");
     EXPECT_NE(a, nullptr);
     try {
@@ -555,7 +601,7 @@ TEST_F(CudaOps, ScratchAllocationsRespectTheBudget) {
         EXPECT_NE(m.find("second block"), std::string::npos) << m;
     }
     small.alloc().free(a);
-    EXPECT_EQ(small.alloc().used(), 0u);
+    EXPECT_EQ(small.alloc().used(), DeviceContext::kCublasWorkspace) << "only cuBLAS's workspace is left";
     EXPECT_NE(small.alloc().alloc(20ull << 20, "after free"), nullptr);
 }
 

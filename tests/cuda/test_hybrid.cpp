@@ -1,0 +1,205 @@
+// The hybrid executor on a GPU (label cuda): at budgets that hold 0%, ~10%, ~50% and 100% of the
+// routed experts, the GPU engine gives the CPU reference's tokens within the teacher-forced bounds
+// of model_compare.h, prompt chunks and decode steps (the decode graph with the CPU team working
+// on the same layer) alike; both paths engage (counters); repeated runs and thread counts give
+// bit-identical logits; the process never holds more GPU memory than the budget.
+#include "core/error.h"
+#include "cuda/context.h"
+#include "cuda/gpu_session.h"
+#include "cuda_test_util.h"
+#include "model_compare.h"
+#include "runtime/placement.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+using namespace nitro;
+using namespace nitro::cuda::test;
+using nlohmann::json;
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+/// The budget (GiB) whose plan makes `fraction` of the model's experts resident: an engine with a
+/// large budget measures what the CUDA runtime and its modules take (the final plan's overhead),
+/// then the plan's fixed part plus that share of the experts.
+double budget_for(const Model& model, const SessionOptions& so, double fraction) {
+    GpuOptions big;
+    big.progress = false;
+    big.mode = EngineMode::Hybrid;
+    big.vram_budget_gib = 8;
+    cuda::GpuSession probe(model, so, big);
+    const Plan& all = probe.plan();
+    const uint64_t fixed = all.dense_bytes + all.expert_biases_bytes + all.kv_bytes + all.compute_bytes + all.overhead_bytes;
+    const double experts = static_cast<double>(all.n_experts()) * fraction;
+    // + the pool rounding the plan keeps free, + half an expert so the count lands on `fraction`
+    const double bytes = static_cast<double>(fixed) + static_cast<double>(all.n_layer * 3 * 256 + (2 << 20)) +
+                         (experts + 0.5) * static_cast<double>(all.expert_bytes);
+    return bytes / kGiB;
+}
+
+/// Samples the process's GPU memory every 2 ms while alive; peak() is the largest sample.
+class VramSampler {
+public:
+    explicit VramSampler(const cuda::GpuSession& s) : s_(s), t_([this] {
+        while (!stop_) {
+            peak_ = std::max<uint64_t>(peak_, s_.process_vram());
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+    }) {}
+    ~VramSampler() {
+        stop_ = true;
+        t_.join();
+    }
+    uint64_t peak() const { return peak_; }
+
+private:
+    const cuda::GpuSession& s_;
+    std::atomic<bool> stop_{false};
+    std::atomic<uint64_t> peak_{0};
+    std::thread t_;
+};
+
+std::vector<std::vector<int32_t>> golden_sequences(const std::string& fixture, size_t* prompt_len, int max_cases) {
+    std::ifstream f(shared_dir() + "/fixtures/" + fixture + ".golden.json");
+    EXPECT_TRUE(f) << fixture;
+    const json g = json::parse(f);
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& c : g["cases"]) {
+        std::vector<int32_t> seq = c["prompt_token_ids"].get<std::vector<int32_t>>();
+        prompt_len[out.size()] = seq.size();
+        const auto gen = c["generated_token_ids"].get<std::vector<int32_t>>();
+        seq.insert(seq.end(), gen.begin(), gen.end() - 1);
+        out.push_back(seq);
+        if (static_cast<int>(out.size()) >= max_cases) break;
+    }
+    return out;
+}
+
+void hybrid_matches_cpu(const std::string& fixture) {
+    cuda::test::require_gpu();
+    Model model(shared_dir() + "/fixtures/" + fixture + ".gguf");
+    SessionOptions so;
+    so.n_threads = 2;
+    so.n_ctx = 4096;
+    size_t plen[16];
+    const auto seqs = golden_sequences(fixture, plen, 4);
+    for (double fraction : {0.0, 0.1, 0.5, 1.0}) {
+        GpuOptions go;
+        go.mode = EngineMode::Hybrid;
+        go.vram_budget_gib = budget_for(model, so, fraction);
+        SCOPED_TRACE(fixture + " at a budget for " + std::to_string(fraction) + " of the experts");
+        // Engagement and the budget: one engine, every sequence teacher-forced and decoded.
+        {
+            go.progress = false;
+            cuda::GpuSession gpu(model, so, go);
+            const Plan& p = gpu.plan();
+            const int64_t want = static_cast<int64_t>(fraction * static_cast<double>(p.n_experts()) + 0.5);
+            EXPECT_NEAR(static_cast<double>(p.n_resident()), static_cast<double>(want), 1.0 + 0.02 * p.n_experts());
+            VramSampler vram(gpu);
+            std::vector<float> l;
+            for (size_t i = 0; i < seqs.size(); ++i) {
+                gpu.truncate(0);
+                gpu.eval(std::span<const int32_t>(seqs[i].data(), plen[i]), false, l);
+                for (size_t t = plen[i]; t < seqs[i].size(); ++t) gpu.eval(std::span<const int32_t>(&seqs[i][t], 1), false, l);
+            }
+            const ExpertLayerCounters tot = gpu.expert_counters()->total();
+            std::printf("  %s %.0f%%: %lld resident of %lld; pairs GPU %llu CPU %llu; CPU %.2f ms, GPU %.2f ms, wait %.2f ms; "
+                        "peak process VRAM %.1f MiB of %.1f MiB\n",
+                        fixture.c_str(), 100 * fraction, static_cast<long long>(p.n_resident()), static_cast<long long>(p.n_experts()),
+                        static_cast<unsigned long long>(tot.gpu_pairs), static_cast<unsigned long long>(tot.cpu_pairs), tot.cpu_ms,
+                        tot.gpu_ms, tot.wait_ms, vram.peak() / 1048576.0, go.vram_budget_gib * 1024);
+            if (p.n_resident() > 0) {
+                EXPECT_GT(tot.gpu_pairs, 0u) << "resident experts but none computed on the GPU";
+            } else {
+                EXPECT_EQ(tot.gpu_pairs, 0u);
+            }
+            if (p.n_resident() < p.n_experts()) {
+                EXPECT_GT(tot.cpu_pairs, 0u) << "experts off the GPU but none computed on the CPU";
+            } else {
+                EXPECT_EQ(tot.cpu_pairs, 0u);
+            }
+            if (vram.peak() > 0) {
+                EXPECT_LE(vram.peak(), static_cast<uint64_t>(go.vram_budget_gib * kGiB)) << "over the budget";
+            }
+        }
+        // Tokens: the CPU reference's, within the bounds (prompt chunks of 512 and of 7 tokens).
+        Stats st;
+        for (size_t i = 0; i < seqs.size(); ++i) compare(model, seqs[i], plen[i], static_cast<int>(seqs[i].size() - plen[i]), 512, st, go);
+        compare(model, seqs[0], plen[0], 8, 7, st, go);
+        std::printf("  %s %.0f%%: argmax agrees at %d/%d positions (%d checked), max top-5 |dp| %.5f, greedy %d steps equal\n",
+                    fixture.c_str(), 100 * fraction, st.agree, st.steps, st.checked, st.max_dp, st.greedy_len);
+        EXPECT_GT(st.checked, st.steps / 2);
+    }
+}
+
+/// Logits of a prompt and 8 decode steps with `threads` CPU threads.
+std::vector<float> run_logits(const Model& model, const GpuOptions& go, int threads, const std::vector<int32_t>& seq, size_t plen) {
+    SessionOptions so;
+    so.n_threads = threads;
+    cuda::GpuSession gpu(model, so, go);
+    std::vector<float> all, l;
+    gpu.eval(std::span<const int32_t>(seq.data(), plen), true, l);
+    all.insert(all.end(), l.begin(), l.end());
+    for (size_t t = plen; t < std::min(seq.size(), plen + 8); ++t) {
+        gpu.eval(std::span<const int32_t>(&seq[t], 1), false, l);
+        all.insert(all.end(), l.begin(), l.end());
+    }
+    return all;
+}
+
+}  // namespace
+
+TEST(CudaHybrid, GptOssFixtureMatchesCpuAtEveryBudget) { hybrid_matches_cpu("tiny-gptoss-mxfp4"); }
+
+TEST(CudaHybrid, Qwen3MoeFixtureMatchesCpuAtEveryBudget) { hybrid_matches_cpu("tiny-qwen3moe-q8"); }
+
+TEST(CudaHybrid, BitIdenticalAcrossRunsAndThreadCounts) {
+    cuda::test::require_gpu();
+    Model model(shared_dir() + "/fixtures/tiny-gptoss-mxfp4.gguf");
+    size_t plen[4];
+    const auto seqs = golden_sequences("tiny-gptoss-mxfp4", plen, 1);
+    GpuOptions go;
+    go.progress = false;
+    go.mode = EngineMode::Hybrid;
+    go.vram_budget_gib = budget_for(model, SessionOptions{}, 0.5);
+    const auto a = run_logits(model, go, 2, seqs[0], plen[0]);
+    const auto b = run_logits(model, go, 2, seqs[0], plen[0]);
+    const auto c = run_logits(model, go, 1, seqs[0], plen[0]);
+    ASSERT_EQ(a.size(), b.size());
+    ASSERT_EQ(a.size(), c.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "two runs differ";
+    EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0) << "1 and 2 CPU threads differ";
+}
+
+TEST(CudaHybrid, ModesAndBudgetErrors) {
+    cuda::test::require_gpu();
+    Model model(shared_dir() + "/fixtures/tiny-qwen3moe-q8.gguf");
+    GpuOptions go;
+    go.progress = false;
+    go.vram_budget_gib = budget_for(model, SessionOptions{}, 0.3);
+    go.mode = EngineMode::Gpu;  // every expert on the GPU, or a clear error
+    try {
+        cuda::GpuSession gpu(model, SessionOptions{}, go);
+        FAIL() << "--mode gpu started with 30% of the experts";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--mode hybrid"), std::string::npos) << e.what();
+    }
+    go.mode = EngineMode::Auto;  // the budget decides: hybrid here
+    cuda::GpuSession gpu(model, SessionOptions{}, go);
+    EXPECT_EQ(gpu.plan().mode(), "hybrid");
+    EXPECT_NE(gpu.describe().find("hybrid"), std::string::npos) << gpu.describe();
+    // llama.cpp's flags reach the plan.
+    go.mode = EngineMode::Hybrid;
+    go.vram_budget_gib = budget_for(model, SessionOptions{}, 1.0);
+    go.n_cpu_moe = 2;
+    cuda::GpuSession g2(model, SessionOptions{}, go);
+    EXPECT_EQ(g2.plan().layers[0].resident.size(), 0u);
+    EXPECT_EQ(g2.plan().layers[3].resident.size(), static_cast<size_t>(model.hp().n_expert));
+}
