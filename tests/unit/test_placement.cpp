@@ -135,11 +135,11 @@ TEST(Placement, LlamaCppOverrides) {
     EXPECT_EQ(p.mode(), "cpu-experts");
     EXPECT_EQ(p.layers[7].why, "--cpu-moe");
 
-    o = budget(12);
+    o = budget(13);
     o.n_cpu_moe = 31;  // llama.cpp: the experts of the first 31 layers on the CPU
     p = plan_placement(L, o);
     for (int il = 0; il < 36; ++il) EXPECT_EQ(p.layers[static_cast<size_t>(il)].resident.size(), il < 31 ? 0u : 128u) << il;
-    o.n_cpu_moe = 20;  // 16 whole layers do not fit 12 GiB
+    o.n_cpu_moe = 20;  // 16 whole layers do not fit 13 GiB
     const std::string e = error_of([&] { plan_placement(L, o); });
     EXPECT_NE(e.find("--n-cpu-moe 20"), std::string::npos) << e;
     EXPECT_NE(e.find("MiB short"), std::string::npos) << e;
