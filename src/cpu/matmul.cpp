@@ -63,8 +63,14 @@ Isa selected_isa() {
 kernels::Table make_table(Isa isa) {
     kernels::Table t;
     kernels::fill_scalar(t);
-    if (isa >= Isa::Avx2) kernels::fill_avx2(t);
-    if (isa >= Isa::Avx512) kernels::fill_avx512(t);
+    if (isa >= Isa::Avx2) {
+        kernels::fill_avx2(t);
+        kernels::fill_kquants_avx2(t);
+    }
+    if (isa >= Isa::Avx512) {
+        kernels::fill_avx512(t);
+        kernels::fill_kquants_avx512(t);
+    }
     return t;
 }
 
@@ -120,26 +126,33 @@ struct Chunk {
 /// True for the activation types that carry block_scales.
 bool has_block_scales(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q8_1; }
 
-/// The kernel's view of activation row t.
-kernels::ActRow act_row(const ActBuffer& a, int64_t t) {
-    const float* d = a.block_scales.empty() ? nullptr : a.block_scales.data() + t * (a.ne0 / 32);
-    return {a.row(t), d};
+}  // namespace
+
+kernels::ActRow kernels::act_row(const ActBuffer& a, int64_t t) {
+    kernels::ActRow r{a.row(t), a.block_scales.empty() ? nullptr : a.block_scales.data() + t * (a.ne0 / 32)};
+    if (a.simd_stride) {
+        const uint8_t* s = a.simd.data() + static_cast<size_t>(t) * a.simd_stride;
+        r.img = reinterpret_cast<const int8_t*>(s);
+        if (a.simd_dx) r.dx = reinterpret_cast<const float*>(s + a.simd_dx);
+        if (a.simd_corr) r.corr = reinterpret_cast<const int32_t*>(s + a.simd_corr);
+        if (a.simd_sx) r.sx = reinterpret_cast<const float*>(s + a.simd_sx);
+    }
+    return r;
 }
 
+namespace {
+
 void run_chunk(const MatmulJob& j, kernels::DotFn dot, int64_t r0, int64_t r1) {
-    kernels::ActRow a[kMaxTokens];
+    kernels::ActRow a[kTokenTile];
     float res[kMaxTokens];
     for (int64_t t0 = 0; t0 < j.n_tokens; t0 += kTokenTile) {
         const int64_t t1 = std::min(j.n_tokens, t0 + kTokenTile);
+        for (int64_t t = t0; t < t1; ++t) a[t - t0] = kernels::act_row(*j.acts, j.token_ids ? j.token_ids[t] : t);
         for (int64_t r = r0; r < r1; ++r) {
             const uint8_t* wrow = j.w.row(r);
             for (int64_t t = t0; t < t1; t += kMaxTokens) {
                 const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, t1 - t));
-                for (int k = 0; k < nt; ++k) {
-                    const int64_t src = j.token_ids ? j.token_ids[t + k] : t + k;
-                    a[k] = act_row(*j.acts, src);
-                }
-                dot(j.w.ne0, wrow, a, nt, res);
+                dot(j.w.ne0, wrow, a + (t - t0), nt, res);
                 for (int k = 0; k < nt; ++k) j.out[(t + k) * j.out_stride + r] = res[k];
             }
         }
@@ -158,6 +171,16 @@ void check_job(const MatmulJob& j, size_t index) {
     if (j.acts->data.size() < j.acts->row_bytes * static_cast<size_t>(j.acts->n_tokens) ||
         (has_block_scales(j.acts->type) &&
          j.acts->block_scales.size() != static_cast<size_t>(j.acts->n_tokens * (j.acts->ne0 / 32))))
+        fail("matmul job {}: the activation buffer was not filled by quantize_acts", index);
+    if (j.acts->weight_type != j.w.type) {
+        // Same vec-dot type, but the SIMD views may differ (image order, offset corrections).
+        const kernels::ActLayout a = kernels::act_layout(j.acts->weight_type, j.w.ne0);
+        const kernels::ActLayout w = kernels::act_layout(j.w.type, j.w.ne0);
+        if (a.order != w.order || a.lanes != w.lanes || a.corr_offset != w.corr_offset || a.stride != w.stride)
+            fail("matmul job {}: activations were prepared for weight type {}, not {}", index,
+                 type_display_name(j.acts->weight_type), type_display_name(j.w.type));
+    }
+    if (j.acts->simd.size() != j.acts->simd_stride * static_cast<size_t>(j.acts->n_tokens))
         fail("matmul job {}: the activation buffer was not filled by quantize_acts", index);
     if (j.n_tokens > 1 && j.out_stride < j.w.n_rows)
         fail("matmul job {}: out_stride {} is smaller than the {} rows", index, j.out_stride, j.w.n_rows);
@@ -222,44 +245,60 @@ GgmlType vec_dot_type(GgmlType weight) {
     }
 }
 
+void act_buffer_init(ActBuffer& out, int64_t n_tokens, int64_t ne0, GgmlType weight_type) {
+    const GgmlType vt = vec_dot_type(weight_type);
+    if (n_tokens < 0) fail("quantize_acts: negative token count {}", n_tokens);
+    const size_t rb = row_size(vt, ne0);  // throws if ne0 is not a multiple of the block size
+    NITRO_CHECK(type_traits(vt).quantize != nullptr);
+    out.type = vt;
+    out.weight_type = weight_type;
+    out.ne0 = ne0;
+    out.n_tokens = n_tokens;
+    out.row_bytes = rb;
+    out.data.resize(rb * static_cast<size_t>(n_tokens));
+    out.block_scales.clear();
+    if (has_block_scales(vt)) out.block_scales.resize(static_cast<size_t>(n_tokens * (ne0 / 32)));
+    const kernels::ActLayout l = kernels::act_layout(weight_type, ne0);
+    out.simd_stride = l.stride;
+    out.simd_dx = l.dx;
+    out.simd_corr = l.corr;
+    out.simd_sx = l.sx;
+    out.simd.resize(l.stride * static_cast<size_t>(n_tokens));
+}
+
+void quantize_act_piece(ActBuffer& out, int64_t t, const float* x_row, int64_t v0, int64_t nv) {
+    const auto& tt = type_traits(out.type);
+    const size_t off = static_cast<size_t>(v0 / tt.block_size) * tt.type_size;
+    uint8_t* row = out.data.data() + static_cast<size_t>(t) * out.row_bytes;
+    tt.quantize(x_row + v0, row + off, nv);
+    if (has_block_scales(out.type)) {
+        const int64_t nb = out.ne0 / 32;
+        for (int64_t b = v0 / 32; b < (v0 + nv) / 32; ++b)  // d is the first field of Q8_0 and Q8_1 blocks
+            out.block_scales[static_cast<size_t>(t * nb + b)] = fp16_to_f32(kernels::load_u16(row + b * tt.type_size));
+    }
+    if (out.simd_stride) {
+        const kernels::ActLayout l = kernels::act_layout(out.weight_type, out.ne0);
+        kernels::fill_act_simd(l, out.weight_type, out.ne0, row, v0, nv, out.simd.data() + static_cast<size_t>(t) * out.simd_stride);
+    }
+}
+
+kernels::DotFn kernels::active_kernel(GgmlType t) { return kernel_for(t); }
+
 namespace {
 
 /// Shared body of both quantize_acts: sizes `out`, then `for_pieces(n_pieces, fn)` runs
-/// fn(piece) for every piece of kActPiece values (whole blocks; blocks are independent, so the
-/// bytes do not depend on the split).
+/// fn(piece) for every piece of kActPiece values (whole blocks and SIMD groups; blocks are
+/// independent, so the bytes do not depend on the split).
 constexpr int64_t kActPiece = 1024;
 
 template <class ForPieces>
 void quantize_acts_impl(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type, ActBuffer& out,
                         ForPieces&& for_pieces) {
-    const GgmlType vt = vec_dot_type(weight_type);
-    if (n_tokens < 0) fail("quantize_acts: negative token count {}", n_tokens);
-    const size_t rb = row_size(vt, ne0);  // throws if ne0 is not a multiple of the block size
-    const QuantizeFn q = type_traits(vt).quantize;
-    NITRO_CHECK(q != nullptr);
-    const auto& tt = type_traits(vt);
-    NITRO_CHECK(kActPiece % tt.block_size == 0);
-    out.type = vt;
-    out.ne0 = ne0;
-    out.n_tokens = n_tokens;
-    out.row_bytes = rb;
-    out.data.resize(rb * static_cast<size_t>(n_tokens));
-    const bool scales = has_block_scales(vt);
-    const int64_t nb = ne0 / 32;
-    out.block_scales.clear();
-    if (scales) out.block_scales.resize(static_cast<size_t>(n_tokens * nb));
+    act_buffer_init(out, n_tokens, ne0, weight_type);
     const int64_t per_row = (ne0 + kActPiece - 1) / kActPiece;
     for_pieces(n_tokens * per_row, [&](int64_t piece) {
         const int64_t t = piece / per_row, v0 = (piece % per_row) * kActPiece, nv = std::min(kActPiece, ne0 - v0);
-        const size_t off = static_cast<size_t>(v0 / tt.block_size) * tt.type_size;
-        q(x + t * ne0 + v0, out.data.data() + static_cast<size_t>(t) * rb + off, nv);
-        if (scales) {
-            for (int64_t b = v0 / 32; b < (v0 + nv) / 32; ++b) {
-                uint16_t h;  // d is the first field of both Q8_0 and Q8_1 blocks
-                std::memcpy(&h, out.row(t) + b * static_cast<int64_t>(tt.type_size), 2);
-                out.block_scales[static_cast<size_t>(t * nb + b)] = fp16_to_f32(h);
-            }
-        }
+        quantize_act_piece(out, t, x + t * ne0, v0, nv);
     });
 }
 
@@ -356,20 +395,37 @@ void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, 
     const auto id = static_cast<uint32_t>(w);
     const kernels::DotFn f = id < kernels::kTypeSlots ? table_for(level).dot[id] : nullptr;
     if (!f) fail("no CPU matmul kernel for weight type {}", type_display_name(w));
-    // Rows come without block_scales here: derive them as quantize_acts does.
+    // Rows come as bare vec-dot-type bytes: derive the block scales and SIMD views as quantize_acts does.
     const GgmlType vt = vec_dot_type(w);
-    const int64_t nb = has_block_scales(vt) ? n / 32 : 0;
-    std::vector<float> scales(static_cast<size_t>(nb * nt));
-    kernels::ActRow a[kMaxTokens];
+    ActBuffer buf;
+    buf.type = vt;
+    buf.weight_type = w;
+    buf.ne0 = n;
+    buf.n_tokens = nt;
+    buf.row_bytes = row_size(vt, n);
     for (int j = 0; j < nt; ++j) {
         const auto* q = static_cast<const uint8_t*>(arows[j]);
-        for (int64_t b = 0; b < nb; ++b) {
-            uint16_t h;
-            std::memcpy(&h, q + b * static_cast<int64_t>(type_traits(vt).type_size), 2);
-            scales[static_cast<size_t>(j * nb + b)] = fp16_to_f32(h);
-        }
-        a[j] = {q, nb ? scales.data() + j * nb : nullptr};
+        buf.data.insert(buf.data.end(), q, q + buf.row_bytes);
     }
+    const kernels::ActLayout l = kernels::act_layout(w, n);
+    buf.simd_stride = l.stride;
+    buf.simd_dx = l.dx;
+    buf.simd_corr = l.corr;
+    buf.simd_sx = l.sx;
+    buf.simd.assign(l.stride * static_cast<size_t>(nt), 0xCD);  // stale bytes must not matter
+    const int64_t nb = has_block_scales(vt) ? n / 32 : 0;
+    buf.block_scales.resize(static_cast<size_t>(nb * nt));
+    for (int j = 0; j < nt; ++j) {
+        const uint8_t* q = buf.row(j);
+        for (int64_t b = 0; b < nb; ++b)
+            buf.block_scales[static_cast<size_t>(j * nb + b)] =
+                fp16_to_f32(kernels::load_u16(q + b * static_cast<int64_t>(type_traits(vt).type_size)));
+        // In pieces, as quantize_acts fills them.
+        for (int64_t v0 = 0; v0 < n; v0 += 1024)
+            kernels::fill_act_simd(l, w, n, q, v0, std::min<int64_t>(1024, n - v0), buf.simd.data() + j * l.stride);
+    }
+    kernels::ActRow a[kMaxTokens];
+    for (int j = 0; j < nt; ++j) a[j] = kernels::act_row(buf, j);
     f(n, static_cast<const uint8_t*>(wrow), a, nt, out);
 }
 

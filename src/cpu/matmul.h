@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,9 +43,23 @@ WeightView expert_view(const GgufTensorInfo& t, int64_t e);
 /// llama.cpp's vec_dot_type for a weight type. Throws nitro::Error for types without a CPU kernel.
 GgmlType vec_dot_type(GgmlType weight);
 
-/// Activations [n_tokens, ne0] converted to a vec-dot type.
+/// std::allocator with 64-byte alignment (cache lines; aligned SIMD loads of activations).
+template <class T>
+struct Aligned64 {
+    using value_type = T;
+    Aligned64() = default;
+    template <class U>
+    Aligned64(const Aligned64<U>&) {}
+    T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+    void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+    template <class U>
+    bool operator==(const Aligned64<U>&) const { return true; }
+};
+
+/// Activations [n_tokens, ne0] converted to a vec-dot type, for one weight type.
 struct ActBuffer {
-    GgmlType type = GgmlType::F32;
+    GgmlType type = GgmlType::F32;         ///< the vec-dot type
+    GgmlType weight_type = GgmlType::F32;  ///< the weight type these were prepared for
     int64_t ne0 = 0;
     int64_t n_tokens = 0;
     size_t row_bytes = 0;
@@ -52,18 +67,34 @@ struct ActBuffer {
     /// Q8_0/Q8_1 only (else empty): the f32 value of every block's fp16 scale d, [n_tokens,
     /// ne0 / 32], filled by quantize_acts so the kernels need not convert it for every weight row.
     std::vector<float> block_scales;
+    /// The SIMD kernels' views of every row (src/cpu/kernels.h ActLayout, act_layout.cpp): per token
+    /// `simd_stride` bytes, the quants permuted for weight_type's kernels and per-lane block scales
+    /// and offsets. Derived from `data`; empty for float types.
+    std::vector<uint8_t, Aligned64<uint8_t>> simd;
+    size_t simd_stride = 0;
+    size_t simd_dx = 0, simd_corr = 0, simd_sx = 0;  ///< offsets in a row's views (0: absent)
     /// First byte of token t's row.
     const uint8_t* row(int64_t t) const { return data.data() + static_cast<size_t>(t) * row_bytes; }
 };
 
 /// Converts x [n_tokens, ne0] (f32, row stride ne0) to vec_dot_type(weight_type) into `out`
-/// (reusing its storage), and fills out.block_scales. ne0 must be a multiple of that type's block
-/// size. The bytes are exactly src/quant's reference quantizer's (nitro::quantize).
+/// (reusing its storage), and fills out.block_scales and out.simd. ne0 must be a multiple of that
+/// type's block size. The bytes are exactly src/quant's reference quantizer's (nitro::quantize).
+/// The buffer serves every weight type with the same vec-dot type and SIMD layout (matmul_batch
+/// checks it).
 void quantize_acts(const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type, ActBuffer& out);
 /// The same, with the rows cut into 1024-value pieces spread over `pool` (same bytes: blocks are
 /// independent).
 void quantize_acts(ThreadPool& pool, const float* x, int64_t n_tokens, int64_t ne0, GgmlType weight_type,
                    ActBuffer& out);
+
+/// Sizes `out` for `n_tokens` rows of `ne0` activations for `weight_type` (contents undefined
+/// until every piece of every row is filled by quantize_act_piece).
+void act_buffer_init(ActBuffer& out, int64_t n_tokens, int64_t ne0, GgmlType weight_type);
+/// Quantizes values [v0, v0 + nv) of token t's row `x_row` (ne0 floats) into `out`, sized by
+/// act_buffer_init: v0 a multiple of 256, nv a multiple of 256 or reaching ne0. Pieces are
+/// independent, so any split gives the bytes of quantize_acts.
+void quantize_act_piece(ActBuffer& out, int64_t t, const float* x_row, int64_t v0, int64_t nv);
 
 /// One product of a batch: for t in [0, n_tokens), r in [0, w.n_rows):
 ///   out[t * out_stride + r] = dot(w.row(r), acts->row(token_ids ? token_ids[t] : t)).

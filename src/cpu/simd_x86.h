@@ -1,12 +1,20 @@
-// Internal to the per-ISA kernel files (vec_dot_avx2.cpp, vec_dot_avx512.cpp): x86 helpers and
-// the kernel template for the 32-value block formats (Q8_0, Q4_0, MXFP4, IQ4_NL against Q8_0).
+// Internal to the per-ISA kernel files (*_avx2.cpp, *_avx512.cpp): x86 helpers and the 256-bit
+// kernels both levels share: the 32-value block formats in pairs of blocks (MXFP4, IQ4_NL, Q4_0,
+// Q4_1, Q5_0, Q5_1 against Q8_0/Q8_1) and Q8_0 per block. The AVX-512 file uses them for the last
+// one to three blocks of a row, with VNNI.
+//
 // Everything here has internal linkage, so each ISA file gets its own copy compiled with its own
-// -m flags. Define NITRO_SIMD_VNNI to 1 (AVX-512 VNNI, vpdpbusd) or 0 (AVX2 vpmaddubsw+vpmaddwd)
-// before including.
+// -m flags. Define NITRO_SIMD_VNNI to 1 (AVX-512 VNNI: vpdpbusd, every weight unsigned with an
+// offset) or 0 (AVX2: vpmaddubsw + vpmaddwd) before including.
+//
+// Activations come in the SIMD views of kernels.h (ActLayout): for these formats the Half16 image
+// (the low-nibble values of four blocks, then their high-nibble values), per-lane scales `dx`
+// ([d, d, d, d] per block), offset corrections `corr` ([-off * sum(q), 0, 0, 0]) and Q8_1 sums
+// `sx` ([s, 0, 0, 0]). A pair of blocks b, b+1 then needs one 32-byte load of nibbles, and per
+// token two aligned 32-byte loads of quants and one of scales: no shuffle per token.
 #pragma once
 
 #include "cpu/kernels.h"
-#include "quant/iq_grids.h"
 
 #include <immintrin.h>
 
@@ -36,23 +44,8 @@ inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/// Sum over 32 lanes of |w| * y (u8 x s8) in 8 int32 lanes; products of the AVX2 path are paired
-/// in int16 first (|w| <= 128, |y| <= 127: no saturation).
-inline __m256i dot_u8s8(__m256i wabs, __m256i y) {
-#if NITRO_SIMD_VNNI
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), wabs, y);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, y), _mm256_set1_epi16(1));
-#endif
-}
-
-/// The 32 quants of a block as signed int8 in activation order (value j < 16: low nibble of byte
-/// j, value j >= 16: high nibble of byte j-16).
-inline __m256i nibbles32(const uint8_t* qs) {
-    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-}
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
 /// e8m0_half for every byte: one load instead of a branch and shifts per block. Built at compile
 /// time: this header is compiled with AVX2/AVX-512 flags, and a table filled by a constructor would
@@ -65,55 +58,216 @@ struct E8m0Table {
 };
 constexpr E8m0Table kE8m0Half{};
 
-inline __m256i table16(const int8_t* t) {
-    return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+/// A 16-entry byte table for vpshufb, every entry plus `off` (compile time).
+struct Lut16 {
+    alignas(16) uint8_t v[16];
+    constexpr Lut16(const int8_t* src, int off) : v{} {
+        for (int i = 0; i < 16; ++i) v[i] = static_cast<uint8_t>(src[i] + off);
+    }
+};
+/// MXFP4 as unsigned: kValuesMxfp4 + 12 (0..24); the activations' corr takes 12 * sum(q) off.
+constexpr Lut16 kLutMxfp4U(kValuesMxfp4, 12);
+/// IQ4_NL signed (sign trick on AVX2), and + 128 (1..241) for vpdpbusd.
+constexpr Lut16 kLutIq4nlS(kValuesIq4nl, 0);
+constexpr Lut16 kLutIq4nlU(kValuesIq4nl, 128);
+
+inline __m256i lut256(const Lut16& t) { return _mm256_broadcastsi128_si256(load128(t.v)); }
+
+/// The 16 nibble bytes of two blocks (qs0, qs1) as [b0 values 0-15 | b1 values 0-15] (low
+/// nibbles) and [b0 values 16-31 | b1 values 16-31] (high nibbles).
+inline void nibbles_pair(const uint8_t* qs0, const uint8_t* qs1, __m256i& lo, __m256i& hi) {
+    const __m256i v = _mm256_set_m128i(load128(qs1), load128(qs0));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    lo = _mm256_and_si256(v, m4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 }
 
-struct DecQ8_0 {
-    static constexpr size_t kBytes = 34;
-    __m256i operator()(const uint8_t* b) const { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)); }
-    float scale(const uint8_t* b) const { return h2f(b); }
-};
-struct DecQ4_0 {
-    static constexpr size_t kBytes = 18;
-    __m256i operator()(const uint8_t* b) const { return _mm256_sub_epi8(nibbles32(b + 2), _mm256_set1_epi8(8)); }
-    float scale(const uint8_t* b) const { return h2f(b); }
-};
+/// [f16(p0) x4 | f16(p1) x4] as f32.
+inline __m256 f16_pair(const uint8_t* p0, const uint8_t* p1) {
+    const uint32_t v = static_cast<uint32_t>(load_u16(p0)) | static_cast<uint32_t>(load_u16(p1)) << 16;
+    const __m128i spread = _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3);
+    return _mm256_cvtph_ps(_mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int>(v)), spread));
+}
+
+/// Adds the fifth bit (bit j of the 32-bit qh = value j) of two Q5 blocks as 16 to the pair's
+/// nibbles (layout of nibbles_pair).
+inline void q5_high_pair(const uint8_t* qh0, const uint8_t* qh1, __m256i& lo, __m256i& hi) {
+    uint32_t a, b;
+    std::memcpy(&a, qh0, 4);
+    std::memcpy(&b, qh1, 4);
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_unpacklo_epi32(_mm_cvtsi32_si128(static_cast<int>(a)),
+                                                                     _mm_cvtsi32_si128(static_cast<int>(b))));
+    const __m256i sel_lo = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                            4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5);
+    const __m256i sel_hi = _mm256_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,  //
+                                            6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    const __m256i b16 = _mm256_set1_epi8(0x10);
+    const __m256i hl = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, sel_lo), bit), bit);
+    const __m256i hh = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, sel_hi), bit), bit);
+    lo = _mm256_or_si256(lo, _mm256_and_si256(hl, b16));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(hh, b16));
+}
+
+// ------------------------------------------------------------------ 32-value block decoders
+// pair(x0, x1, lo, hi): the weights of blocks x0, x1 as bytes in the layout of nibbles_pair;
+// unsigned (value + the layout's corr_offset) unless kSigned (then signed, AVX2 sign trick).
+// scale(x0, x1): [d0 x4 | d1 x4]; min(x0, x1) (kMin): [m0 x4 | m1 x4].
+
 struct DecMxfp4 {
     static constexpr size_t kBytes = 17;
-    __m256i tbl = table16(kValuesMxfp4);
-    __m256i operator()(const uint8_t* b) const { return _mm256_shuffle_epi8(tbl, nibbles32(b + 1)); }
-    float scale(const uint8_t* b) const { return kE8m0Half.v[b[0]]; }
+    static constexpr bool kSigned = false, kCorr = true, kMin = false;
+    __m256i tbl = lut256(kLutMxfp4U);
+    void pair(const uint8_t* x0, const uint8_t* x1, __m256i& lo, __m256i& hi) const {
+        nibbles_pair(x0 + 1, x1 + 1, lo, hi);
+        lo = _mm256_shuffle_epi8(tbl, lo);
+        hi = _mm256_shuffle_epi8(tbl, hi);
+    }
+    __m256 scale(const uint8_t* x0, const uint8_t* x1) const {
+        return _mm256_set_m128(_mm_broadcast_ss(&kE8m0Half.v[x1[0]]), _mm_broadcast_ss(&kE8m0Half.v[x0[0]]));
+    }
+    __m256 min(const uint8_t*, const uint8_t*) const { return _mm256_setzero_ps(); }
 };
 struct DecIq4Nl {
     static constexpr size_t kBytes = 18;
-    __m256i tbl = table16(quant::kvalues_iq4nl);
-    __m256i operator()(const uint8_t* b) const { return _mm256_shuffle_epi8(tbl, nibbles32(b + 2)); }
-    float scale(const uint8_t* b) const { return h2f(b); }
+    static constexpr bool kSigned = !NITRO_SIMD_VNNI, kCorr = NITRO_SIMD_VNNI, kMin = false;
+    __m256i tbl = lut256(NITRO_SIMD_VNNI ? kLutIq4nlU : kLutIq4nlS);
+    void pair(const uint8_t* x0, const uint8_t* x1, __m256i& lo, __m256i& hi) const {
+        nibbles_pair(x0 + 2, x1 + 2, lo, hi);
+        lo = _mm256_shuffle_epi8(tbl, lo);
+        hi = _mm256_shuffle_epi8(tbl, hi);
+    }
+    __m256 scale(const uint8_t* x0, const uint8_t* x1) const { return f16_pair(x0, x1); }
+    __m256 min(const uint8_t*, const uint8_t*) const { return _mm256_setzero_ps(); }
+};
+struct DecQ4_0 {
+    static constexpr size_t kBytes = 18;
+    static constexpr bool kSigned = false, kCorr = true, kMin = false;
+    void pair(const uint8_t* x0, const uint8_t* x1, __m256i& lo, __m256i& hi) const { nibbles_pair(x0 + 2, x1 + 2, lo, hi); }
+    __m256 scale(const uint8_t* x0, const uint8_t* x1) const { return f16_pair(x0, x1); }
+    __m256 min(const uint8_t*, const uint8_t*) const { return _mm256_setzero_ps(); }
+};
+struct DecQ4_1 {
+    static constexpr size_t kBytes = 20;
+    static constexpr bool kSigned = false, kCorr = false, kMin = true;
+    void pair(const uint8_t* x0, const uint8_t* x1, __m256i& lo, __m256i& hi) const { nibbles_pair(x0 + 4, x1 + 4, lo, hi); }
+    __m256 scale(const uint8_t* x0, const uint8_t* x1) const { return f16_pair(x0, x1); }
+    __m256 min(const uint8_t* x0, const uint8_t* x1) const { return f16_pair(x0 + 2, x1 + 2); }
+};
+struct DecQ5_0 {
+    static constexpr size_t kBytes = 22;
+    static constexpr bool kSigned = false, kCorr = true, kMin = false;
+    void pair(const uint8_t* x0, const uint8_t* x1, __m256i& lo, __m256i& hi) const {
+        nibbles_pair(x0 + 6, x1 + 6, lo, hi);
+        q5_high_pair(x0 + 2, x1 + 2, lo, hi);
+    }
+    __m256 scale(const uint8_t* x0, const uint8_t* x1) const { return f16_pair(x0, x1); }
+    __m256 min(const uint8_t*, const uint8_t*) const { return _mm256_setzero_ps(); }
+};
+struct DecQ5_1 {
+    static constexpr size_t kBytes = 24;
+    static constexpr bool kSigned = false, kCorr = false, kMin = true;
+    void pair(const uint8_t* x0, const uint8_t* x1, __m256i& lo, __m256i& hi) const {
+        nibbles_pair(x0 + 8, x1 + 8, lo, hi);
+        q5_high_pair(x0 + 4, x1 + 4, lo, hi);
+    }
+    __m256 scale(const uint8_t* x0, const uint8_t* x1) const { return f16_pair(x0, x1); }
+    __m256 min(const uint8_t* x0, const uint8_t* x1) const { return f16_pair(x0 + 2, x1 + 2); }
 };
 
-/// 32-value weight blocks x Q8_0 activations, NT tokens: per block one decode, then per token
-/// int8 dot (sign trick: |w| * sign(y, w)), int32 -> float, times dw * dy into 8 float lanes;
-/// dy comes from the activations' precomputed f32 block scales (ActRow::d).
+/// Image byte offset of the low halves of blocks (ib, ib + 1), ib even (ActOrder::Half16).
+constexpr int64_t half16_pair_offset(int64_t ib) { return (ib / 4) * 128 + ((ib / 2) % 2) * 32; }
+
+/// One pair of blocks (ib, ib + 1) for NT tokens into 8 float lanes per token. `one`: only block
+/// ib is real (x1 == x0), the upper lanes are cleared.
 template <class Dec, int NT>
-void dot_blocks32_nt(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-    const Dec dec{};
-    __m256 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-    const int64_t nb = n / 32;
-    for (int64_t ib = 0; ib < nb; ++ib) {
-        const uint8_t* xb = w + ib * Dec::kBytes;
-        if ((ib & 1) == 0) prefetch_w(xb);
-        const __m256i wq = dec(xb);
-        const __m256i wabs = _mm256_sign_epi8(wq, wq);
-        const float dw = dec.scale(xb);
-        for (int t = 0; t < NT; ++t) {
-            const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[t].q + ib * 34 + 2));
-            const __m256i p = dot_u8s8(wabs, _mm256_sign_epi8(y, wq));
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a[t].d[ib]), _mm256_cvtepi32_ps(p), acc[t]);
-        }
+__attribute__((always_inline)) inline void pair_step(const Dec& dec, int64_t ib, const uint8_t* x0, const uint8_t* x1,
+                                                     bool one, const ActRow* a, __m256* acc) {
+    __m256i lo, hi;
+    dec.pair(x0, x1, lo, hi);
+    __m256 ws = dec.scale(x0, x1);
+    __m256 wm = Dec::kMin ? dec.min(x0, x1) : _mm256_setzero_ps();
+    if (one) {
+        const __m256i keep = _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
+        lo = _mm256_and_si256(lo, keep);
+        hi = _mm256_and_si256(hi, keep);
+        ws = _mm256_and_ps(ws, _mm256_castsi256_ps(keep));
+        wm = _mm256_and_ps(wm, _mm256_castsi256_ps(keep));
     }
-    for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
+    const int64_t yo = half16_pair_offset(ib);
+#if !NITRO_SIMD_VNNI
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i lo_abs = lo, hi_abs = hi;
+    if constexpr (Dec::kSigned) {
+        lo_abs = _mm256_sign_epi8(lo, lo);
+        hi_abs = _mm256_sign_epi8(hi, hi);
+    }
+#endif
+    for (int t = 0; t < NT; ++t) {
+        const __m256i ylo = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[t].img + yo));
+        const __m256i yhi = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[t].img + yo + 64));
+        __m256i p;
+#if NITRO_SIMD_VNNI
+        p = Dec::kCorr ? _mm256_load_si256(reinterpret_cast<const __m256i*>(a[t].corr + 4 * ib)) : _mm256_setzero_si256();
+        p = _mm256_dpbusd_epi32(p, lo, ylo);
+        p = _mm256_dpbusd_epi32(p, hi, yhi);
+#else
+        if constexpr (Dec::kSigned) {
+            // |w| * sign(y, w), u8 x s8; a pair of products <= 2 * 127 * 127, the two halves added in int32.
+            const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(ylo, lo)), ones);
+            const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(yhi, hi)), ones);
+            p = _mm256_add_epi32(pl, ph);
+        } else {
+            // unsigned w <= 31: the int16 sums of both halves stay below 2 * 2 * 31 * 127 < 2^15.
+            p = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, ylo), _mm256_maddubs_epi16(hi, yhi)), ones);
+            if constexpr (Dec::kCorr)
+                p = _mm256_add_epi32(p, _mm256_load_si256(reinterpret_cast<const __m256i*>(a[t].corr + 4 * ib)));
+        }
+#endif
+        const __m256 d = _mm256_mul_ps(ws, _mm256_load_ps(a[t].dx + 4 * ib));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc[t]);
+        if constexpr (Dec::kMin) acc[t] = _mm256_fmadd_ps(wm, _mm256_load_ps(a[t].sx + 4 * ib), acc[t]);
+    }
+}
+
+/// Blocks [ib0, nb) of a row in pairs (the last one alone), into acc.
+template <class Dec, int NT>
+__attribute__((always_inline)) inline void pairs_from(const Dec& dec, int64_t ib0, int64_t nb, const uint8_t* w,
+                                                      const ActRow* a, __m256* acc) {
+    int64_t ib = ib0;
+    for (; ib + 2 <= nb; ib += 2) {
+        const uint8_t* x0 = w + ib * Dec::kBytes;
+        prefetch_w(x0);
+        pair_step<Dec, NT>(dec, ib, x0, x0 + Dec::kBytes, false, a, acc);
+    }
+    if (ib < nb) {
+        const uint8_t* x0 = w + ib * Dec::kBytes;
+        pair_step<Dec, NT>(dec, ib, x0, x0, true, a, acc);
+    }
+}
+
+/// Q8_0 weights, one block per step: int8 dot (sign trick, or vpdpbusd on w + 128 with the
+/// activations' corr), times dw * dy (dx: 8 lanes per block).
+template <int NT>
+__attribute__((always_inline)) inline void q8_0_block(const uint8_t* x, int64_t ib, const ActRow* a, __m256* acc) {
+    const __m256i wq = load256(x + 2);
+    const __m256 dw = _mm256_set1_ps(h2f(x));
+#if NITRO_SIMD_VNNI
+    const __m256i wu = _mm256_xor_si256(wq, _mm256_set1_epi8(static_cast<char>(0x80)));
+#else
+    const __m256i wabs = _mm256_sign_epi8(wq, wq);
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
+    for (int t = 0; t < NT; ++t) {
+        const __m256i y = _mm256_load_si256(reinterpret_cast<const __m256i*>(a[t].img + 32 * ib));
+#if NITRO_SIMD_VNNI
+        const __m256i p =
+            _mm256_dpbusd_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(a[t].corr + 8 * ib)), wu, y);
+#else
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(y, wq)), ones);
+#endif
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, _mm256_load_ps(a[t].dx + 8 * ib)), acc[t]);
+    }
 }
 
 /// Runtime nt -> template NT.
@@ -127,16 +281,10 @@ void by_nt(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) {
     }
 }
 
-template <class Dec>
-struct Blocks32 {
-    template <int NT>
-    struct K {
-        static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-            dot_blocks32_nt<Dec, NT>(n, w, a, out);
-        }
-    };
-    static void dot(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) { by_nt<K>(n, w, a, nt, out); }
-};
+template <template <int> class K>
+void dot_nt(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) {
+    by_nt<K>(n, w, a, nt, out);
+}
 
 }  // namespace
 }  // namespace nitro::cpu::kernels

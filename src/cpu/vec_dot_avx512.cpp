@@ -1,9 +1,7 @@
 // AVX-512 (F, BW, VL, DQ) + VNNI dot-product kernels (compiled with the matching -m flags; chosen at
-// run time by matmul.cpp only on CPUs that have all of them). Types: Q8_0, Q4_0, MXFP4, IQ4_NL
-// (two 32-value blocks per zmm, vpdpbusd; an odd last block through simd_x86.h), IQ4_XS (the same
-// on its 32-value sub-blocks, int32 sub-block scales), Q4_K and Q6_K
-// (512-bit: 64 values per step, vpmaddubsw + vpdpwssd applies the sub-block scales), F16, BF16,
-// F32 (512-bit FMA). Other types keep the scalar reference.
+// run time by matmul.cpp only on CPUs that have all of them): the 32-value block formats (MXFP4,
+// IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1: four blocks per zmm; Q8_0: two), F16, BF16, F32 (512-bit FMA).
+// The K-quants and IQ4_XS are in kquants_avx512.cpp.
 //
 // Every kernel handles 1..4 tokens per weight row; per token the operations and their order are
 // the same whatever the token count (kernels.h).
@@ -77,250 +75,172 @@ struct FloatDot {
     static void dot(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) { by_nt<K>(n, w, a, nt, out); }
 };
 
-// ------------------------------------------------------------------------- 32-value blocks, two per zmm
+// ------------------------------------------------------------------------- 32-value blocks, four per zmm
 
-/// Two consecutive blocks' 32-byte nibble fields as [b0 low nibbles | b0 high | b1 low | b1 high]
-/// (128-bit lanes), i.e. both blocks' values in activation order.
-inline __m512i nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
-    const __m256i x01 = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
-    const __m512i z = _mm512_shuffle_i64x2(_mm512_castsi256_si512(x01), _mm512_castsi256_si512(x01),
-                                           _MM_SHUFFLE(1, 1, 0, 0));
-    const __m512i shifts = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
-                                            0x0004000400040004, 0x0004000400040004, 0, 0);
-    return _mm512_and_si512(_mm512_srlv_epi16(z, shifts), _mm512_set1_epi8(0x0F));
+/// 16 float lanes -> 8 (lane i + lane i+8).
+inline __m256 fold8(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
+
+/// The 16 nibble bytes of four consecutive blocks (qs of block k at qs0 + k * stride) as
+/// [b0 | b1 | b2 | b3] values 0-15 (low nibbles) and values 16-31 (high nibbles): the Half16 order.
+inline void nibbles_quad(const uint8_t* qs0, size_t stride, __m512i& lo, __m512i& hi) {
+    __m512i z = _mm512_castsi128_si512(load128(qs0));
+    z = _mm512_inserti32x4(z, load128(qs0 + stride), 1);
+    z = _mm512_inserti32x4(z, load128(qs0 + 2 * stride), 2);
+    z = _mm512_inserti32x4(z, load128(qs0 + 3 * stride), 3);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    lo = _mm512_and_si512(z, m4);
+    hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
 }
 
-inline __m512i table16x4(const int8_t* t) {
-    return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+/// [f16(p) x4 | f16(p + stride) x4 | f16(p + 2 stride) x4 | f16(p + 3 stride) x4] as f32.
+inline __m512 f16_quad(const uint8_t* p, size_t stride) {
+    const uint64_t v = static_cast<uint64_t>(load_u16(p)) | static_cast<uint64_t>(load_u16(p + stride)) << 16 |
+                       static_cast<uint64_t>(load_u16(p + 2 * stride)) << 32 |
+                       static_cast<uint64_t>(load_u16(p + 3 * stride)) << 48;
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)))));
 }
 
-struct Dec2Q8_0 : DecQ8_0 {
-    __m512i pair(const uint8_t* b0, const uint8_t* b1) const {
-        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
-                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
+/// Q5's fifth bits of four blocks (qh at qh0 + k * stride) added as 16 to the quad's nibbles.
+inline void q5_high_quad(const uint8_t* qh0, size_t stride, __m512i& lo, __m512i& hi) {
+    uint32_t h[4];
+    for (int k = 0; k < 4; ++k) std::memcpy(&h[k], qh0 + k * stride, 4);
+    const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+    // lane k: bytes 4k, 4k+1 of qh (values 0-15) for lo, bytes 4k+2, 4k+3 (values 16-31) for hi
+    const __m512i sel_lo = _mm512_set_epi64(0x0d0d0d0d0d0d0d0d, 0x0c0c0c0c0c0c0c0c, 0x0909090909090909, 0x0808080808080808,
+                                            0x0505050505050505, 0x0404040404040404, 0x0101010101010101, 0x0000000000000000);
+    const __m512i sel_hi = _mm512_set_epi64(0x0f0f0f0f0f0f0f0f, 0x0e0e0e0e0e0e0e0e, 0x0b0b0b0b0b0b0b0b, 0x0a0a0a0a0a0a0a0a,
+                                            0x0707070707070707, 0x0606060606060606, 0x0303030303030303, 0x0202020202020202);
+    const __m512i bit = _mm512_set1_epi64(static_cast<long long>(0x8040201008040201ull));
+    const __m512i b16 = _mm512_set1_epi8(0x10);
+    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(_mm512_shuffle_epi8(v, sel_lo), bit), lo, b16);
+    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(_mm512_shuffle_epi8(v, sel_hi), bit), hi, b16);
+}
+
+inline __m512i lut512(const Lut16& t) { return _mm512_broadcast_i32x4(load128(t.v)); }
+
+/// quad(x0, lo, hi): four blocks from x0 (kBytes apart) as unsigned bytes (value + offset) in the
+/// Half16 order; scale(x0): [d0 x4 | d1 x4 | d2 x4 | d3 x4]; min(x0) (kMin): the same for m.
+struct Quad4Mxfp4 : DecMxfp4 {
+    __m512i tbl4 = lut512(kLutMxfp4U);
+    void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const {
+        nibbles_quad(x0 + 1, kBytes, lo, hi);
+        lo = _mm512_shuffle_epi8(tbl4, lo);
+        hi = _mm512_shuffle_epi8(tbl4, hi);
     }
-};
-struct Dec2Q4_0 : DecQ4_0 {
-    __m512i pair(const uint8_t* b0, const uint8_t* b1) const {
-        return _mm512_sub_epi8(nibbles64(b0 + 2, b1 + 2), _mm512_set1_epi8(8));
+    __m512 scale4(const uint8_t* x0) const {
+        const __m128 s = _mm_setr_ps(kE8m0Half.v[x0[0]], kE8m0Half.v[x0[kBytes]], kE8m0Half.v[x0[2 * kBytes]],
+                                     kE8m0Half.v[x0[3 * kBytes]]);
+        return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_castps128_ps512(s));
     }
+    __m512 min4(const uint8_t*) const { return _mm512_setzero_ps(); }
 };
-struct Dec2Mxfp4 : DecMxfp4 {
-    __m512i tbl4 = table16x4(kValuesMxfp4);
-    __m512i pair(const uint8_t* b0, const uint8_t* b1) const { return _mm512_shuffle_epi8(tbl4, nibbles64(b0 + 1, b1 + 1)); }
+struct Quad4Iq4Nl : DecIq4Nl {
+    __m512i tbl4 = lut512(kLutIq4nlU);
+    void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const {
+        nibbles_quad(x0 + 2, kBytes, lo, hi);
+        lo = _mm512_shuffle_epi8(tbl4, lo);
+        hi = _mm512_shuffle_epi8(tbl4, hi);
+    }
+    __m512 scale4(const uint8_t* x0) const { return f16_quad(x0, kBytes); }
+    __m512 min4(const uint8_t*) const { return _mm512_setzero_ps(); }
 };
-struct Dec2Iq4Nl : DecIq4Nl {
-    __m512i tbl4 = table16x4(quant::kvalues_iq4nl);
-    __m512i pair(const uint8_t* b0, const uint8_t* b1) const { return _mm512_shuffle_epi8(tbl4, nibbles64(b0 + 2, b1 + 2)); }
+struct Quad4Q4_0 : DecQ4_0 {
+    void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const { nibbles_quad(x0 + 2, kBytes, lo, hi); }
+    __m512 scale4(const uint8_t* x0) const { return f16_quad(x0, kBytes); }
+    __m512 min4(const uint8_t*) const { return _mm512_setzero_ps(); }
+};
+struct Quad4Q4_1 : DecQ4_1 {
+    void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const { nibbles_quad(x0 + 4, kBytes, lo, hi); }
+    __m512 scale4(const uint8_t* x0) const { return f16_quad(x0, kBytes); }
+    __m512 min4(const uint8_t* x0) const { return f16_quad(x0 + 2, kBytes); }
+};
+struct Quad4Q5_0 : DecQ5_0 {
+    void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const {
+        nibbles_quad(x0 + 6, kBytes, lo, hi);
+        q5_high_quad(x0 + 2, kBytes, lo, hi);
+    }
+    __m512 scale4(const uint8_t* x0) const { return f16_quad(x0, kBytes); }
+    __m512 min4(const uint8_t*) const { return _mm512_setzero_ps(); }
+};
+struct Quad4Q5_1 : DecQ5_1 {
+    void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const {
+        nibbles_quad(x0 + 8, kBytes, lo, hi);
+        q5_high_quad(x0 + 4, kBytes, lo, hi);
+    }
+    __m512 scale4(const uint8_t* x0) const { return f16_quad(x0, kBytes); }
+    __m512 min4(const uint8_t* x0) const { return f16_quad(x0 + 2, kBytes); }
 };
 
-/// 32-value weight blocks x Q8_0, two blocks per zmm: |w| (vpabsb) times y negated where w < 0
-/// (mask from vpmovb2m), vpdpbusd, int32 -> float, times [dw0*dy0 x8 | dw1*dy1 x8]. An odd last
-/// block goes through the 256-bit path. Activations are in [-127, 127] (the Q8_0 quantizer), so
-/// negating y never overflows. Per token and block pair: the two 32-byte quant fields (34 bytes
-/// apart) in one plain and one masked load, the two f32 activation scales in one 8-byte load
-/// spread by vpermps; the weight scales are spread once per pair for all tokens. The scale
-/// product is the same f32 multiply dw * dy as in the scalar order, so values do not change.
+/// 32-value weight blocks x Q8_0/Q8_1, four blocks per zmm: unsigned weights (value + offset) by
+/// vpdpbusd into int32 lanes that start from the activations' offset correction, int32 -> float,
+/// times [dw_k * dy_k] per block (dy from the per-lane dx), plus m_k * s_k for Q4_1/Q5_1. The
+/// last one to three blocks go through the 256-bit pair code (simd_x86.h, VNNI).
 template <class Dec, int NT>
-struct Blocks32x2 {
+struct Quads32 {
     static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
         const Dec dec{};
         __m512 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-        const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-        constexpr __mmask64 kHigh = 0xFFFFFFFF00000000ull;
+        __m256 acc2[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps(), acc2[t] = _mm256_setzero_ps();
         const int64_t nb = n / 32;
         int64_t ib = 0;
-        for (; ib + 2 <= nb; ib += 2) {
+        for (; ib + 4 <= nb; ib += 4) {
             const uint8_t* x0 = w + ib * Dec::kBytes;
-            const uint8_t* x1 = x0 + Dec::kBytes;
             prefetch_w(x0);
-            const __m512i wq = dec.pair(x0, x1);
-            const __m512i wabs = _mm512_abs_epi8(wq);
-            const __mmask64 neg = _mm512_movepi8_mask(wq);
-            const __m512 wsc = _mm512_insertf32x8(_mm512_set1_ps(dec.scale(x0)), _mm256_set1_ps(dec.scale(x1)), 1);
+            prefetch_w(x0 + 64);
+            __m512i lo, hi;
+            dec.quad(x0, lo, hi);
+            const __m512 ws = dec.scale4(x0);
+            const __m512 wm = Dec::kMin ? dec.min4(x0) : _mm512_setzero_ps();
             for (int t = 0; t < NT; ++t) {
-                const uint8_t* y0 = a[t].q + ib * 34 + 2;
-                // lanes 0-31: block ib's quants; lanes 32-63: block ib+1's (y0 + 34 = (y0 + 2) + 32).
-                const __m512i y = _mm512_mask_loadu_epi8(
-                    _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y0))), kHigh, y0 + 2);
-                const __m512i ys = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-                const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs, ys);
-                const __m512 ysc = _mm512_permutexvar_ps(
-                    spread, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(a[t].d + ib)))));
-                acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(wsc, ysc), _mm512_cvtepi32_ps(p), acc[t]);
+                const int8_t* y = a[t].img + ib * 32;  // the quad's 128 image bytes
+                __m512i p = Dec::kCorr ? _mm512_load_si512(a[t].corr + 4 * ib) : _mm512_setzero_si512();
+                p = _mm512_dpbusd_epi32(p, lo, _mm512_load_si512(y));
+                p = _mm512_dpbusd_epi32(p, hi, _mm512_load_si512(y + 64));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ws, _mm512_load_ps(a[t].dx + 4 * ib)), acc[t]);
+                if constexpr (Dec::kMin) acc[t] = _mm512_fmadd_ps(wm, _mm512_load_ps(a[t].sx + 4 * ib), acc[t]);
             }
         }
-        float tail[NT] = {};
-        if (ib < nb) {
-            ActRow rest[NT];
-            for (int t = 0; t < NT; ++t) rest[t] = {a[t].q + ib * 34, a[t].d + ib};
-            dot_blocks32_nt<Dec, NT>(32, w + ib * Dec::kBytes, rest, tail);
-        }
-        for (int t = 0; t < NT; ++t) out[t] = hsum16(acc[t]) + tail[t];
+        if (ib < nb) pairs_from<Dec, NT>(dec, ib, nb, w, a, acc2);
+        for (int t = 0; t < NT; ++t) out[t] = hsum8(_mm256_add_ps(fold8(acc[t]), acc2[t]));
     }
 };
 
 template <class Dec>
-struct Pairs32 {
+struct Quads {
     template <int NT>
-    struct K : Blocks32x2<Dec, NT> {};
+    struct K : Quads32<Dec, NT> {};
     static void dot(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) { by_nt<K>(n, w, a, nt, out); }
 };
 
-// ------------------------------------------------------------------------- K-quants x Q8_K
-
-constexpr int kQ8KBytes = 292;  // d f32, qs[256], bsums[16] i16
-
-/// 16 int32 lanes -> 8 (lane i + lane i+8).
-inline __m256i fold16(__m512i v) {
-    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-/// Q4_K: per 64 values one zmm [low nibbles = sub-block 2c | high nibbles = 2c+1]; vpmaddubsw
-/// pairs (|q| <= 15), vpdpwssd multiplies by the sub-block scale and accumulates in int32.
+/// Q8_0 weights, two blocks per zmm: w + 128 (vpxor) by vpdpbusd from the activations' corr, times
+/// [dw0 * dy0 x8 | dw1 * dy1 x8]; an odd last block through the 256-bit step.
 template <int NT>
-struct Q4K {
+struct Q8_0x2 {
     static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-        __m256 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-        const __m256i m4 = _mm256_set1_epi8(0x0F);
-        const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-        for (int64_t i = 0; i < n / 256; ++i) {
-            const uint8_t* xb = w + i * 144;
-            prefetch_w(xb);
-            prefetch_w(xb + 64);
-            prefetch_w(xb + 128);
-            const float d = h2f(xb), dmin = h2f(xb + 2);
-            uint8_t sc[8], mn[8];
-            unpack_scales_k4(xb + 4, sc, mn);
-            int64_t mn64;
-            std::memcpy(&mn64, mn, 8);
-            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128(mn64), dup));
-            __m512i sumi[NT];
-            for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
-            for (int c = 0; c < 4; ++c) {
-                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 16 + 32 * c));
-                const __m512i qz = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, m4)),
-                                                      _mm256_and_si256(_mm256_srli_epi16(q, 4), m4), 1);
-                const __m512i s = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * c]), _mm256_set1_epi16(sc[2 * c + 1]), 1);
-                for (int t = 0; t < NT; ++t) {
-                    const __m512i y = _mm512_loadu_si512(a[t].q + i * kQ8KBytes + 4 + 64 * c);
-                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(qz, y), s);
-                }
-            }
+        __m512 acc[NT];
+        __m256 acc2[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps(), acc2[t] = _mm256_setzero_ps();
+        const int64_t nb = n / 32;
+        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+        int64_t ib = 0;
+        for (; ib + 2 <= nb; ib += 2) {
+            const uint8_t* x0 = w + ib * 34;
+            prefetch_w(x0);
+            const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(load256(x0 + 2)), load256(x0 + 36), 1);
+            const __m512i wu = _mm512_xor_si512(wq, flip);
+            const __m512 ws = _mm512_insertf32x8(_mm512_set1_ps(h2f(x0)), _mm256_set1_ps(h2f(x0 + 34)), 1);
             for (int t = 0; t < NT; ++t) {
-                const uint8_t* yb = a[t].q + i * kQ8KBytes;
-                const float yd = load_f32(yb);
-                const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 260));
-                const __m256i mprod = _mm256_madd_epi16(bs, mins16);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(fold16(sumi[t])), acc[t]);
-                acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * yd), _mm256_cvtepi32_ps(mprod), acc[t]);
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_load_si512(a[t].corr + 8 * ib), wu,
+                                                      _mm512_load_si512(a[t].img + 32 * ib));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ws, _mm512_load_ps(a[t].dx + 8 * ib)), acc[t]);
             }
         }
-        for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
+        if (ib < nb) q8_0_block<NT>(w + ib * 34, ib, a, acc2);
+        for (int t = 0; t < NT; ++t) out[t] = hsum8(_mm256_add_ps(fold8(acc[t]), acc2[t]));
     }
 };
-
-/// Q6_K: per 64 values one zmm of unsigned 6-bit q; each 128-bit lane is one 16-value scale
-/// group, so vpdpwssd takes the scales from a vpermw of the 16 int16 scales. The -32 offset is
-/// applied once per super-block as 32 * sum_g scale_g * bsum_g.
-template <int NT>
-struct Q6K {
-    static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-        __m256 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-        const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
-        // vpermw index: 128-bit lane i of step p takes scale 4p + i.
-        __m512i idx[4];
-        for (int p = 0; p < 4; ++p) {
-            alignas(64) int16_t v[32];
-            for (int j = 0; j < 32; ++j) v[j] = static_cast<int16_t>(4 * p + j / 8);
-            idx[p] = _mm512_load_si512(v);
-        }
-        for (int64_t i = 0; i < n / 256; ++i) {
-            const uint8_t* xb = w + i * 210;
-            for (int l = 0; l < 210; l += 64) prefetch_w(xb + l);
-            const float d = h2f(xb + 208);
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb + 192)));
-            const __m512i sc16z = _mm512_castsi256_si512(sc16);
-            __m512i sumi[NT];
-            for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
-            for (int h = 0; h < 2; ++h) {
-                const __m512i ql = _mm512_loadu_si512(xb + 64 * h);
-                const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 128 + 32 * h));
-                const __m512i qhz = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-                const __m512i q0 = _mm512_or_si512(_mm512_and_si512(ql, m4),
-                                                   _mm512_slli_epi16(_mm512_and_si512(qhz, m2), 4));
-                const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qhz, 4), m2), 4));
-                const __m512i s0 = _mm512_permutexvar_epi16(idx[2 * h], sc16z);
-                const __m512i s1 = _mm512_permutexvar_epi16(idx[2 * h + 1], sc16z);
-                for (int t = 0; t < NT; ++t) {
-                    const uint8_t* yq = a[t].q + i * kQ8KBytes + 4 + 128 * h;
-                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q0, _mm512_loadu_si512(yq)), s0);
-                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(q1, _mm512_loadu_si512(yq + 64)), s1);
-                }
-            }
-            for (int t = 0; t < NT; ++t) {
-                const uint8_t* yb = a[t].q + i * kQ8KBytes;
-                const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb + 260));
-                const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * load_f32(yb)),
-                                         _mm256_cvtepi32_ps(_mm256_sub_epi32(fold16(sumi[t]), corr)), acc[t]);
-            }
-        }
-        for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
-    }
-};
-
-/// IQ4_XS: per 64 values (two 32-value sub-blocks, 16 nibble bytes each, as IQ4_NL) one zmm of
-/// kvalues_iq4nl via vpshufb, sign trick, vpdpbusd; the 6-bit sub-block scales (ls - 32) are
-/// applied in int32 (vpmulld) and the super-block in float (d * dy).
-template <int NT>
-struct Iq4Xs {
-    static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-        __m256 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-        const __m512i tbl = table16x4(quant::kvalues_iq4nl);
-        for (int64_t i = 0; i < n / 256; ++i) {
-            const uint8_t* xb = w + i * 136;
-            for (int l = 0; l < 136; l += 64) prefetch_w(xb + l);
-            const float d = h2f(xb);
-            const uint16_t sh = load_u16(xb + 2);
-            int32_t ls[8];
-            for (int ib = 0; ib < 8; ++ib)
-                ls[ib] = (((xb[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
-            __m512i sumi[NT];
-            for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
-            for (int p = 0; p < 4; ++p) {
-                const uint8_t* qs = xb + 8 + 32 * p;
-                const __m512i wq = _mm512_shuffle_epi8(tbl, nibbles64(qs, qs + 16));
-                const __m512i wabs = _mm512_abs_epi8(wq);
-                const __mmask64 neg = _mm512_movepi8_mask(wq);
-                const __m512i sc = _mm512_inserti64x4(_mm512_set1_epi32(ls[2 * p]), _mm256_set1_epi32(ls[2 * p + 1]), 1);
-                for (int t = 0; t < NT; ++t) {
-                    const __m512i y = _mm512_loadu_si512(a[t].q + i * kQ8KBytes + 4 + 64 * p);
-                    const __m512i ys = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-                    const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wabs, ys);
-                    sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(dp, sc));
-                }
-            }
-            for (int t = 0; t < NT; ++t) {
-                const float yd = load_f32(a[t].q + i * kQ8KBytes);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(fold16(sumi[t])), acc[t]);
-            }
-        }
-        for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
-    }
-};
-
-template <template <int> class K>
-void dot_nt(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) {
-    by_nt<K>(n, w, a, nt, out);
-}
 
 /// acc += w * v, 16 F16 values per step, the rest through a masked step.
 void axpy_f16_avx512(int64_t n, float w, const uint16_t* v, float* acc) {
@@ -341,13 +261,13 @@ void axpy_f16_avx512(int64_t n, float w, const uint16_t* v, float* acc) {
 
 void fill_avx512(Table& t) {
     t.axpy_f16 = axpy_f16_avx512;
-    t.dot[static_cast<int>(GgmlType::Q8_0)] = Pairs32<Dec2Q8_0>::dot;
-    t.dot[static_cast<int>(GgmlType::Q4_0)] = Pairs32<Dec2Q4_0>::dot;
-    t.dot[static_cast<int>(GgmlType::MXFP4)] = Pairs32<Dec2Mxfp4>::dot;
-    t.dot[static_cast<int>(GgmlType::IQ4_NL)] = Pairs32<Dec2Iq4Nl>::dot;
-    t.dot[static_cast<int>(GgmlType::Q4_K)] = dot_nt<Q4K>;
-    t.dot[static_cast<int>(GgmlType::Q6_K)] = dot_nt<Q6K>;
-    t.dot[static_cast<int>(GgmlType::IQ4_XS)] = dot_nt<Iq4Xs>;
+    t.dot[static_cast<int>(GgmlType::Q8_0)] = dot_nt<Q8_0x2>;
+    t.dot[static_cast<int>(GgmlType::Q4_0)] = Quads<Quad4Q4_0>::dot;
+    t.dot[static_cast<int>(GgmlType::Q4_1)] = Quads<Quad4Q4_1>::dot;
+    t.dot[static_cast<int>(GgmlType::Q5_0)] = Quads<Quad4Q5_0>::dot;
+    t.dot[static_cast<int>(GgmlType::Q5_1)] = Quads<Quad4Q5_1>::dot;
+    t.dot[static_cast<int>(GgmlType::MXFP4)] = Quads<Quad4Mxfp4>::dot;
+    t.dot[static_cast<int>(GgmlType::IQ4_NL)] = Quads<Quad4Iq4Nl>::dot;
     t.dot[static_cast<int>(GgmlType::F32)] = FloatDot<LdF32>::dot;
     t.dot[static_cast<int>(GgmlType::F16)] = FloatDot<LdF16>::dot;
     t.dot[static_cast<int>(GgmlType::BF16)] = FloatDot<LdBF16>::dot;

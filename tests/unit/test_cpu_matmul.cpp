@@ -51,6 +51,8 @@ std::string tname(GgmlType t) { return nitro::type_display_name(t); }
 /// Row lengths to test: 2880 (gpt-oss) where the block size allows, 2816 for 256-value blocks.
 std::vector<int64_t> lengths(GgmlType t) {
     if (nitro::type_traits(t).block_size == 256) return {256, 512, 2816};
+    // 1, 3, 7 blocks: every tail of the four-block and two-block SIMD loops
+    if (nitro::type_traits(t).block_size == 32) return {32, 96, 224, 256, 512, 2880};
     return {256, 512, 2880};
 }
 
