@@ -138,7 +138,12 @@ inline float load_f32(const uint8_t* p) { float v; std::memcpy(&v, p, 4); return
 
 namespace nitro::cpu {
 struct ActBuffer;
+struct MatmulJob;
 namespace kernels {
+/// Rows [r0, r1) of job j with kernel `dot`: tokens in tiles of 64, each weight row read once per
+/// tile and used by all its tokens in groups of kMaxTokens (matmul.cpp; the job must be valid,
+/// see check_matmul_job).
+void run_rows(const MatmulJob& j, DotFn dot, int64_t r0, int64_t r1);
 /// The kernels' view of token t of `a` (matmul.cpp).
 ActRow act_row(const ActBuffer& a, int64_t t);
 /// The kernel of weight type `t` at the level matmul_batch uses (kernel_isa()); throws nitro::Error

@@ -142,7 +142,9 @@ kernels::ActRow kernels::act_row(const ActBuffer& a, int64_t t) {
 
 namespace {
 
-void run_chunk(const MatmulJob& j, kernels::DotFn dot, int64_t r0, int64_t r1) {
+}  // namespace
+
+void kernels::run_rows(const MatmulJob& j, kernels::DotFn dot, int64_t r0, int64_t r1) {
     kernels::ActRow a[kTokenTile];
     float res[kMaxTokens];
     for (int64_t t0 = 0; t0 < j.n_tokens; t0 += kTokenTile) {
@@ -158,6 +160,8 @@ void run_chunk(const MatmulJob& j, kernels::DotFn dot, int64_t r0, int64_t r1) {
         }
     }
 }
+
+namespace {
 
 void check_job(const MatmulJob& j, size_t index) {
     if (j.n_tokens < 0 || j.w.n_rows < 0) fail("matmul job {}: negative size", index);
@@ -319,6 +323,8 @@ void quantize_acts(ThreadPool& pool, const float* x, int64_t n_tokens, int64_t n
     });
 }
 
+void check_matmul_job(const MatmulJob& j) { check_job(j, 0); }
+
 void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs) {
     std::vector<kernels::DotFn> fns(jobs.size());
     int64_t total_rows = 0;
@@ -344,7 +350,7 @@ void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs) {
     pool.parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t b, int64_t e, int) {
         for (int64_t c = b; c < e; ++c) {
             const Chunk& ch = chunks[static_cast<size_t>(c)];
-            run_chunk(jobs[static_cast<size_t>(ch.job)], fns[static_cast<size_t>(ch.job)], ch.r0, ch.r1);
+            kernels::run_rows(jobs[static_cast<size_t>(ch.job)], fns[static_cast<size_t>(ch.job)], ch.r0, ch.r1);
         }
     });
 }

@@ -107,6 +107,9 @@ struct MatmulJob {
     int64_t out_stride = 0;
 };
 
+/// Throws nitro::Error if matmul_batch would refuse `j` (sizes, types, activation buffer).
+void check_matmul_job(const MatmulJob& j);
+
 /// Runs all jobs in one parallel region (rows of all jobs split across the pool), e.g. the gate
 /// and up products of every selected expert of a layer at once.
 void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs);

@@ -1,12 +1,17 @@
 #include "cpu/moe.h"
 
 #include "core/error.h"
+#include "cpu/kernels.h"
 #include "cpu/ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <thread>
+
+#include <immintrin.h>
 
 namespace nitro::cpu {
 
@@ -42,17 +47,50 @@ void route(float* logits, const float* bias, int64_t n, int64_t X, int K, MoeGat
     }
 }
 
+namespace {
+
+/// Rows of gate/up per unit of the gate/up pass, and output columns per unit of the down pass.
+/// 16 rows of a gpt-oss MXFP4 matrix are 24 KiB; a unit of the first pass reads two such runs.
+constexpr int64_t kRows1 = 16;
+constexpr int64_t kRows2 = 16;
+/// Values per piece of the activation quantization (a multiple of every image group, act_layout).
+constexpr int64_t kPiece = 256;
+/// Cost of a gate/up unit relative to one token's arithmetic, for the initial split: reading the
+/// rows costs about as much as this many tokens' dot products (the split only needs to be close;
+/// stealing evens out the rest).
+constexpr int64_t kMemTokens = 4;
+
+/// Spins (then yields) until `a` reaches `target`; acquire, so the writes counted are visible.
+void spin_until(const std::atomic<int64_t>& a, int64_t target) {
+    for (int spins = 0; a.load(std::memory_order_acquire) < target; ++spins) {
+        if (spins < 8192) _mm_pause();
+        else std::this_thread::yield();
+    }
+}
+
+}  // namespace
+
+/// Counters of one region.
+struct MoeScratch::Sync {
+    alignas(64) std::atomic<int64_t> next0{0};
+    alignas(64) std::atomic<int64_t> done0{0};
+    alignas(64) std::atomic<int64_t> done1{0};
+    WorkRanges r1, r2;
+    std::unique_ptr<std::atomic<int32_t>[]> group_done;  ///< per (computed expert, 256-row group)
+    size_t group_cap = 0;
+    double t_gate_up_done = 0;
+};
+
+MoeScratch::MoeScratch() : sync(std::make_unique<Sync>()) {}
+MoeScratch::~MoeScratch() = default;
+
 MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int64_t n, int K, const int32_t* ids,
                  const float* weights, const uint8_t* skip, float* out, MoeScratch& s) {
     const int64_t E = ex.n_embd(), F = ex.n_ff(), X = ex.n_expert();
     MoeStats st;
     using Clock = std::chrono::steady_clock;
-    auto t = Clock::now();
-    auto lap = [&t](double& acc) {
-        const auto now = Clock::now();
-        acc += std::chrono::duration<double>(now - t).count();
-        t = now;
-    };
+    const auto t0 = Clock::now();
+    auto since = [](Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); };
     // Group the computed (token, j) pairs by expert: MUL_MAT_ID runs each selected expert once
     // over all tokens that chose it. Grouped row g -> pair r = t*K + j.
     const int64_t R = n * K;
@@ -80,80 +118,150 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
     }
     s.iota.resize(static_cast<size_t>(rows));
     std::iota(s.iota.begin(), s.iota.end(), 0);
-    const uint64_t per_expert = ex.expert_bytes();
-    for (int64_t e = 0; e < X; ++e)
-        if (s.count[static_cast<size_t>(e) + 1] > s.count[static_cast<size_t>(e)]) {
-            ++st.experts;
-            st.bytes += per_expert;
-        }
-    st.rows = rows;
-
-    if (rows > 0) {
-        // gate and up for every computed expert in one parallel region.
-        s.gate.resize(static_cast<size_t>(rows * F));
-        s.up.resize(static_cast<size_t>(rows * F));
-        quantize_acts(pool, h, n, E, ex.gate->type, s.acts);
-        const bool same_up = ex.up->type == ex.gate->type;
-        if (!same_up) quantize_acts(pool, h, n, E, ex.up->type, s.acts2);
-        s.jobs.clear();
-        for (int64_t e = 0; e < X; ++e) {
-            const int64_t b = s.count[static_cast<size_t>(e)], c = s.count[static_cast<size_t>(e) + 1] - b;
-            if (c == 0) continue;
-            const int32_t* tok = &s.group_tok[static_cast<size_t>(b)];
-            s.jobs.push_back({expert_view(*ex.gate, e), &s.acts, tok, c, &s.gate[b * F], F});
-            s.jobs.push_back({expert_view(*ex.up, e), same_up ? &s.acts : &s.acts2, tok, c, &s.up[b * F], F});
-        }
-        matmul_batch(pool, s.jobs);
-        lap(st.gate_up_s);
-
-        // Biases and activation in grouped order, in slices of 256 values so decode's few rows
-        // still spread over the pool (element-wise: the slicing does not change any value).
-        const int64_t slices = (F + 255) / 256;
-        pool.parallel_for(rows * slices, 1, [&](int64_t b, int64_t e, int) {
-            for (int64_t task = b; task < e; ++task) {
-                const int64_t g = task / slices, c0 = (task % slices) * 256, c = std::min<int64_t>(256, F - c0);
-                const int64_t x = ids[s.group_rows[static_cast<size_t>(g)]];
-                float* gr = &s.gate[g * F + c0];
-                float* ur = &s.up[g * F + c0];
-                if (ex.gate_b) add(gr, ex.gate_b + x * F + c0, c);
-                if (ex.up_b) add(ur, ex.up_b + x * F + c0, c);
-                if (ex.act == FfnAct::SwigluOai) swiglu_oai(gr, ur, c, 1.702f, 7.0f, gr);
-                else swiglu(gr, ur, c, gr);
-            }
-        });
-
-        // down for every computed expert.
-        s.down.resize(static_cast<size_t>(rows * E));
-        quantize_acts(pool, s.gate.data(), rows, F, ex.down->type, s.acts);
-        s.jobs.clear();
-        for (int64_t e = 0; e < X; ++e) {
-            const int64_t b = s.count[static_cast<size_t>(e)], c = s.count[static_cast<size_t>(e) + 1] - b;
-            if (c == 0) continue;
-            s.jobs.push_back({expert_view(*ex.down, e), &s.acts, &s.iota[static_cast<size_t>(b)], c, &s.down[b * E], E});
-        }
-        matmul_batch(pool, s.jobs);
+    s.xs.clear();
+    s.xb.clear();
+    s.xc.clear();
+    for (int64_t e = 0; e < X; ++e) {
+        const int64_t b = s.count[static_cast<size_t>(e)], c = s.count[static_cast<size_t>(e) + 1] - b;
+        if (c == 0) continue;
+        s.xs.push_back(static_cast<int32_t>(e));
+        s.xb.push_back(b);
+        s.xc.push_back(c);
     }
-    lap(rows > 0 ? st.down_s : st.gate_up_s);
+    const int64_t nx = static_cast<int64_t>(s.xs.size());
+    st.experts = nx;
+    st.bytes = static_cast<uint64_t>(nx) * ex.expert_bytes();
+    st.rows = rows;
+    if (rows == 0) {
+        std::fill(out, out + n * E, 0.f);
+        st.gate_up_s = since(t0);
+        return st;
+    }
 
-    // Weighted sum over the token's computed experts in router order (fixed order); tokens in
-    // parallel.
-    pool.parallel_for(n, 1, [&](int64_t b, int64_t e_, int) {
-        for (int64_t i = b; i < e_; ++i) {
+    // Buffers and the three products of every computed expert, checked before the region.
+    s.gate.resize(static_cast<size_t>(rows * F));
+    s.up.resize(static_cast<size_t>(rows * F));
+    s.down.resize(static_cast<size_t>(rows * E));
+    const bool same_up = ex.up->type == ex.gate->type;
+    act_buffer_init(s.acts, n, E, ex.gate->type);
+    if (!same_up) act_buffer_init(s.acts2, n, E, ex.up->type);
+    const ActBuffer& acts_up = same_up ? s.acts : s.acts2;
+    act_buffer_init(s.acts_down, rows, F, ex.down->type);
+    s.jg.clear();
+    s.ju.clear();
+    s.jd.clear();
+    for (int64_t xi = 0; xi < nx; ++xi) {
+        const int32_t x = s.xs[static_cast<size_t>(xi)];
+        const int64_t b = s.xb[static_cast<size_t>(xi)], c = s.xc[static_cast<size_t>(xi)];
+        const int32_t* tok = &s.group_tok[static_cast<size_t>(b)];
+        s.jg.push_back({expert_view(*ex.gate, x), &s.acts, tok, c, &s.gate[static_cast<size_t>(b * F)], F});
+        s.ju.push_back({expert_view(*ex.up, x), &acts_up, tok, c, &s.up[static_cast<size_t>(b * F)], F});
+        s.jd.push_back({expert_view(*ex.down, x), &s.acts_down, &s.iota[static_cast<size_t>(b)], c,
+                        &s.down[static_cast<size_t>(b * E)], E});
+    }
+    for (const auto* js : {&s.jg, &s.ju, &s.jd}) check_matmul_job(js->front());
+    const kernels::DotFn fg = kernels::active_kernel(ex.gate->type), fu = kernels::active_kernel(ex.up->type),
+                         fd = kernels::active_kernel(ex.down->type);
+
+    // Pass 0: activation pieces (token, 256 values) of h for gate (and up when its type differs).
+    const int64_t pieces_per_row = (E + kPiece - 1) / kPiece;
+    const int64_t n0 = n * pieces_per_row * (same_up ? 1 : 2);
+    // Pass 1: units (expert, 16 rows), initial split by estimated cost.
+    const int64_t units_per_x = (F + kRows1 - 1) / kRows1;
+    const int64_t n1 = nx * units_per_x;
+    const int64_t groups = (F + kPiece - 1) / kPiece;
+    const int W = pool.size();
+    s.split.resize(static_cast<size_t>(W) + 1);
+    {
+        int64_t total = 0;
+        for (int64_t xi = 0; xi < nx; ++xi) total += units_per_x * (s.xc[static_cast<size_t>(xi)] + kMemTokens);
+        int64_t u = 0, acc = 0;
+        s.split[0] = 0;
+        for (int w = 1; w <= W; ++w) {
+            const int64_t target = total * w / W;
+            while (u < n1 && acc < target) acc += s.xc[static_cast<size_t>(u / units_per_x)] + kMemTokens, ++u;
+            s.split[static_cast<size_t>(w)] = w == W ? n1 : u;
+        }
+    }
+    MoeScratch::Sync& y = *s.sync;
+    y.r1.reset(s.split);
+    // Pass 2: units of 16 output columns over all computed experts, equal cost.
+    const int64_t n2 = (E + kRows2 - 1) / kRows2;
+    for (int w = 0; w <= W; ++w) s.split[static_cast<size_t>(w)] = n2 * w / W;
+    y.r2.reset(s.split);
+    const size_t n_groups = static_cast<size_t>(nx * groups);
+    if (n_groups > y.group_cap) {
+        y.group_done = std::make_unique<std::atomic<int32_t>[]>(n_groups);
+        y.group_cap = n_groups;
+    }
+    for (size_t i = 0; i < n_groups; ++i) y.group_done[i].store(0, std::memory_order_relaxed);
+    y.next0.store(0, std::memory_order_relaxed);
+    y.done0.store(0, std::memory_order_relaxed);
+    y.done1.store(0, std::memory_order_relaxed);
+
+    auto gate_up_unit = [&](int64_t u) {
+        const int64_t xi = u / units_per_x, r0 = (u % units_per_x) * kRows1, r1 = std::min(F, r0 + kRows1);
+        const int32_t x = s.xs[static_cast<size_t>(xi)];
+        const int64_t b = s.xb[static_cast<size_t>(xi)], c = s.xc[static_cast<size_t>(xi)];
+        kernels::run_rows(s.jg[static_cast<size_t>(xi)], fg, r0, r1);
+        kernels::run_rows(s.ju[static_cast<size_t>(xi)], fu, r0, r1);
+        for (int64_t g = b; g < b + c; ++g) {
+            float* gr = &s.gate[static_cast<size_t>(g * F + r0)];
+            float* ur = &s.up[static_cast<size_t>(g * F + r0)];
+            if (ex.gate_b) add(gr, ex.gate_b + x * F + r0, r1 - r0);
+            if (ex.up_b) add(ur, ex.up_b + x * F + r0, r1 - r0);
+            if (ex.act == FfnAct::SwigluOai) swiglu_oai(gr, ur, r1 - r0, 1.702f, 7.0f, gr);
+            else swiglu(gr, ur, r1 - r0, gr);
+        }
+        // The last unit of a 256-row group quantizes the group for the down product.
+        const int64_t grp = r0 / kPiece, g0 = grp * kPiece, glen = std::min(kPiece, F - g0);
+        const int32_t units_in_group = static_cast<int32_t>((glen + kRows1 - 1) / kRows1);
+        if (y.group_done[static_cast<size_t>(xi * groups + grp)].fetch_add(1, std::memory_order_acq_rel) + 1 ==
+            units_in_group) {
+            for (int64_t g = b; g < b + c; ++g) quantize_act_piece(s.acts_down, g, &s.gate[static_cast<size_t>(g * F)], g0, glen);
+        }
+    };
+    auto down_unit = [&](int64_t u) {
+        const int64_t c0 = u * kRows2, c1 = std::min(E, c0 + kRows2);
+        for (int64_t xi = 0; xi < nx; ++xi) kernels::run_rows(s.jd[static_cast<size_t>(xi)], fd, c0, c1);
+        // Weighted sum of these columns over each token's computed experts, in router order.
+        for (int64_t i = 0; i < n; ++i) {
             float* o = out + i * E;
-            std::fill(o, o + E, 0.f);
+            std::fill(o + c0, o + c1, 0.f);
             for (int64_t j = 0; j < K; ++j) {
                 const int64_t r = i * K + j;
                 const int32_t g = s.row_of[static_cast<size_t>(r)];
                 if (g < 0) continue;
                 const int64_t x = ids[r];
-                float* d = &s.down[static_cast<int64_t>(g) * E];
-                if (ex.down_b) add(d, ex.down_b + x * E, E);
-                const float w = weights[r];
-                for (int64_t c = 0; c < E; ++c) o[c] += w * d[c];
+                float* d = &s.down[static_cast<size_t>(g) * static_cast<size_t>(E)];
+                if (ex.down_b) add(d + c0, ex.down_b + x * E + c0, c1 - c0);
+                const float wt = weights[r];
+                for (int64_t col = c0; col < c1; ++col) o[col] += wt * d[col];
             }
         }
+    };
+    auto worker = [&](int w) {
+        for (int64_t p; (p = y.next0.fetch_add(1, std::memory_order_relaxed)) < n0;) {
+            const bool second = p >= n * pieces_per_row;
+            const int64_t q = second ? p - n * pieces_per_row : p;
+            const int64_t t = q / pieces_per_row, v0 = (q % pieces_per_row) * kPiece;
+            quantize_act_piece(second ? s.acts2 : s.acts, t, h + t * E, v0, std::min(kPiece, E - v0));
+            y.done0.fetch_add(1, std::memory_order_release);
+        }
+        spin_until(y.done0, n0);
+        for (int64_t u; y.r1.next(w, u);) {
+            gate_up_unit(u);
+            y.done1.fetch_add(1, std::memory_order_release);
+        }
+        spin_until(y.done1, n1);
+        if (w == 0) y.t_gate_up_done = since(t0);
+        for (int64_t u; y.r2.next(w, u);) down_unit(u);
+    };
+    pool.parallel_for(W, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t w = b; w < e; ++w) worker(static_cast<int>(w));
     });
-    lap(st.sum_s);
+    st.gate_up_s = y.t_gate_up_done;
+    st.down_s = since(t0) - st.gate_up_s;
     return st;
 }
 

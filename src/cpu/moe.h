@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace nitro::cpu {
@@ -46,27 +47,43 @@ struct MoeStats {
     int64_t experts = 0;     ///< distinct experts computed
     int64_t rows = 0;        ///< (token, expert) pairs computed
     uint64_t bytes = 0;      ///< expert weight bytes read (each computed expert once)
-    double gate_up_s = 0;    ///< wall-clock seconds: grouping, gate/up products
-    double down_s = 0;       ///< activation, down products
-    double sum_s = 0;        ///< weighted sum
+    double gate_up_s = 0;    ///< wall-clock seconds: grouping, activations, gate/up products and SwiGLU
+    double down_s = 0;       ///< down products and the weighted sum (one pass, see moe_ffn)
+    double sum_s = 0;        ///< what is left after the region (0: the sum is fused into the down pass)
 };
 
 /// Working memory of moe_ffn (grows to the largest call, then reused).
 struct MoeScratch {
+    MoeScratch();
+    ~MoeScratch();
+    MoeScratch(const MoeScratch&) = delete;
+    MoeScratch& operator=(const MoeScratch&) = delete;
     std::vector<int32_t> group_rows, group_tok, row_of, iota;
     std::vector<int64_t> count, fill;
-    std::vector<float> gate, up, down;
-    ActBuffer acts, acts2;
-    std::vector<MatmulJob> jobs;
+    std::vector<float, Aligned64<float>> gate, up, down;
+    ActBuffer acts, acts2, acts_down;
+    /// Per computed expert: id, first grouped row, rows; the three products as jobs.
+    std::vector<int32_t> xs;
+    std::vector<int64_t> xb, xc, unit_base, split;
+    std::vector<MatmulJob> jg, ju, jd;
+    struct Sync;  ///< region counters (moe.cpp)
+    std::unique_ptr<Sync> sync;
 };
 
 /// out[t, :] = sum over j in router order of w[t, j] * expert_{ids[t, j]}(h[t, :]), taken only over
 /// the selected experts with skip == nullptr or skip[id] == 0 (skip: [n_expert], nonzero = computed
 /// elsewhere, e.g. resident on the GPU); a token whose experts are all skipped gets zeros.
 /// h: [n, n_embd]; out: [n, n_embd], overwritten (may not alias h). expert(x) = down(act(gate(x) +
-/// gate_b, up(x) + up_b)) + down_b. Each computed expert is read once for all its tokens; all
-/// gate/up products of the layer run in one parallel region, all down products in another. Every
-/// output is reduced in a fixed order: results do not depend on the thread count.
+/// gate_b, up(x) + up_b)) + down_b. Each computed expert is read once for all its tokens.
+///
+/// One parallel region for the whole layer, in three passes separated by spin barriers: the
+/// activations quantized in 256-value pieces; gate and up of every computed expert in units of 16
+/// rows (both matrices, then bias and SwiGLU of those rows right away; the thread that completes a
+/// 256-row group quantizes it for the down product); down in units of 16 output columns over all
+/// computed experts, each followed by the weighted sum of those columns. Units are cut into one
+/// contiguous range per thread (each thread streams contiguous rows of each matrix) with work
+/// stealing at the end. Every output value is computed by one kernel call, one SwiGLU and one
+/// sum in router order whatever the thread that runs it: results do not depend on the thread count.
 MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int64_t n, int k, const int32_t* ids,
                  const float* weights, const uint8_t* skip, float* out, MoeScratch& s);
 

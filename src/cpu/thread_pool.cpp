@@ -120,4 +120,47 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     }
 }
 
+void WorkRanges::reset(std::span<const int64_t> split) {
+    const int w = static_cast<int>(split.size()) - 1;
+    if (w > cap_) {
+        slots_ = std::make_unique<Slot[]>(static_cast<size_t>(w));
+        cap_ = w;
+    }
+    n_ = w;
+    for (int i = 0; i < w; ++i) {
+        const auto f = static_cast<uint64_t>(split[static_cast<size_t>(i)]);
+        const auto b = static_cast<uint64_t>(split[static_cast<size_t>(i) + 1]);
+        slots_[static_cast<size_t>(i)].fb.store(f | b << 32, std::memory_order_relaxed);
+    }
+}
+
+bool WorkRanges::pop(int w, int64_t& unit) {
+    std::atomic<uint64_t>& a = slots_[static_cast<size_t>(w)].fb;
+    uint64_t v = a.load(std::memory_order_relaxed);
+    for (;;) {
+        const uint64_t f = v & 0xFFFFFFFFu, b = v >> 32;
+        if (f >= b) return false;
+        if (a.compare_exchange_weak(v, (f + 1) | b << 32, std::memory_order_relaxed)) {
+            unit = static_cast<int64_t>(f);
+            return true;
+        }
+    }
+}
+
+bool WorkRanges::steal(int w, int64_t& unit) {
+    for (int k = 1; k < n_; ++k) {
+        std::atomic<uint64_t>& a = slots_[static_cast<size_t>((w + k) % n_)].fb;
+        uint64_t v = a.load(std::memory_order_relaxed);
+        for (;;) {
+            const uint64_t f = v & 0xFFFFFFFFu, b = v >> 32;
+            if (f >= b) break;
+            if (a.compare_exchange_weak(v, f | (b - 1) << 32, std::memory_order_relaxed)) {
+                unit = static_cast<int64_t>(b - 1);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 }  // namespace nitro::cpu

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -52,6 +54,31 @@ private:
     int64_t n_ = 0, grain_ = 1;
     alignas(64) std::atomic<int64_t> next_{0};
     std::exception_ptr error_;  ///< first exception thrown by fn in the current region (under mu_)
+};
+
+/// Units [0, n) cut into one contiguous range per worker, so each worker streams contiguous memory;
+/// a worker takes its own units from the front, and once its range is empty steals single units
+/// from the back of the others' ranges, so a slow or descheduled thread does not hold the region.
+/// Each range is one 64-bit word (front, back), updated by compare-and-swap.
+class WorkRanges {
+public:
+    /// Ranges for `workers` workers: worker w gets [split[w], split[w + 1]) (split has workers + 1
+    /// nondecreasing entries, split[workers] = n < 2^31).
+    void reset(std::span<const int64_t> split);
+    /// The next unit of worker w's own range, front first; false when it is empty.
+    bool pop(int w, int64_t& unit);
+    /// A unit from the back of another worker's range (scanning from w + 1); false when all are empty.
+    bool steal(int w, int64_t& unit);
+    /// pop, else steal.
+    bool next(int w, int64_t& unit) { return pop(w, unit) || steal(w, unit); }
+    int workers() const { return n_; }
+
+private:
+    struct alignas(64) Slot {
+        std::atomic<uint64_t> fb{0};  ///< front | back << 32
+    };
+    std::unique_ptr<Slot[]> slots_;
+    int n_ = 0, cap_ = 0;
 };
 
 }  // namespace nitro::cpu

@@ -14,6 +14,37 @@
 namespace {
 
 using nitro::cpu::ThreadPool;
+using nitro::cpu::WorkRanges;
+
+TEST(WorkRanges, EveryUnitOnceOwnersFrontFirstThievesFromTheBack) {
+    WorkRanges r;
+    const int64_t split[] = {0, 3, 3, 7};  // worker 1 owns nothing
+    r.reset(split);
+    int64_t u;
+    ASSERT_TRUE(r.pop(0, u));
+    EXPECT_EQ(u, 0);
+    EXPECT_FALSE(r.pop(1, u));
+    ASSERT_TRUE(r.steal(1, u));  // from worker 2's back
+    EXPECT_EQ(u, 6);
+    ASSERT_TRUE(r.pop(2, u));
+    EXPECT_EQ(u, 3);
+    // Concurrent: every unit claimed exactly once, whatever the interleaving.
+    for (int threads : {2, 3, 8}) {
+        for (int64_t n : {1, 10, 1000}) {
+            std::vector<int64_t> sp(static_cast<size_t>(threads) + 1);
+            for (int w = 0; w <= threads; ++w) sp[static_cast<size_t>(w)] = n * w * w / (threads * threads);  // uneven
+            r.reset(sp);
+            std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+            std::vector<std::thread> ts;
+            for (int w = 0; w < threads; ++w)
+                ts.emplace_back([&, w] {
+                    for (int64_t v; r.next(w, v);) hits[static_cast<size_t>(v)]++;
+                });
+            for (auto& t : ts) t.join();
+            for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "unit " << i;
+        }
+    }
+}
 
 TEST(ThreadPool, CoversEveryIndexOnceInBoundedChunks) {
     for (int threads : {1, 2, 3, 8}) {
