@@ -15,6 +15,7 @@
 #include "cpu/matmul.h"
 #include "cpu/thread_pool.h"
 #include "quant/types.h"
+#include "runtime/bench.h"
 
 #include <benchmark/benchmark.h>
 
@@ -57,34 +58,15 @@ uint64_t next_rand(uint64_t& s) {
     return s;
 }
 
-/// Random block bytes with sane scales (finite fp16 d/dmin, moderate E8M0 exponents), so the
-/// kernels do the arithmetic they do on real weights. Filled once, reused by later benchmarks.
+/// Random block bytes with sane scales (runtime/bench.h fill_random_blocks), so the kernels do
+/// the arithmetic they do on real weights. Filled once per type, reused by later benchmarks.
 const std::vector<uint8_t>& weight_pool(GgmlType t) {
     static GgmlType cached_type = GgmlType::I8;
     static std::vector<uint8_t> pool;
     if (cached_type == t && !pool.empty()) return pool;
     pool.assign(kPoolBytes, 0);
-    uint64_t s = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i + 8 <= pool.size(); i += 8) {
-        const uint64_t r = next_rand(s);
-        std::memcpy(&pool[i], &r, 8);
-    }
-    const size_t bs = nitro::type_traits(t).type_size;
-    const uint16_t d = nitro::f32_to_fp16(0.01f);
-    for (size_t b = 0; b + bs <= pool.size(); b += bs) {
-        switch (t) {
-            case GgmlType::MXFP4: pool[b] = static_cast<uint8_t>(110 + pool[b] % 24); break;
-            case GgmlType::Q8_0:
-            case GgmlType::Q4_0: std::memcpy(&pool[b], &d, 2); break;
-            case GgmlType::Q4_K: std::memcpy(&pool[b], &d, 2); std::memcpy(&pool[b + 2], &d, 2); break;
-            case GgmlType::Q6_K: std::memcpy(&pool[b + 208], &d, 2); break;
-            case GgmlType::IQ4_XS: std::memcpy(&pool[b], &d, 2); break;
-            case GgmlType::F16:
-                for (size_t k = 0; k < bs; k += 2) pool[b + k + 1] &= 0x3B;  // |x| < 1: no inf/NaN
-                break;
-            default: break;
-        }
-    }
+    ThreadPool fill(hw_threads());
+    nitro::fill_random_blocks(fill, t, pool.data(), pool.size(), 1);
     cached_type = t;
     return pool;
 }
@@ -232,8 +214,10 @@ void thread_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_HotKernel)
     ->ArgNames({"type", "tokens"})
     ->ArgsProduct({{static_cast<int>(GgmlType::MXFP4), static_cast<int>(GgmlType::Q8_0), static_cast<int>(GgmlType::Q4_0),
-                    static_cast<int>(GgmlType::Q4_K), static_cast<int>(GgmlType::Q6_K), static_cast<int>(GgmlType::IQ4_XS),
-                    static_cast<int>(GgmlType::F16)},
+                    static_cast<int>(GgmlType::Q4_1), static_cast<int>(GgmlType::Q5_0), static_cast<int>(GgmlType::Q5_1),
+                    static_cast<int>(GgmlType::IQ4_NL), static_cast<int>(GgmlType::Q2_K), static_cast<int>(GgmlType::Q3_K),
+                    static_cast<int>(GgmlType::Q4_K), static_cast<int>(GgmlType::Q5_K), static_cast<int>(GgmlType::Q6_K),
+                    static_cast<int>(GgmlType::IQ4_XS), static_cast<int>(GgmlType::F16)},
                    {1, 16}})
     ->MinTime(0.2)
     // On a shared machine the fastest repetition is the least disturbed one.

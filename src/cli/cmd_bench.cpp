@@ -1,77 +1,223 @@
-// nitro bench --cpu -m MODEL [-p N] [-n N] [-t THREADS] [--json]
+// nitro bench -m MODEL [-p N] [-n N] [-t THREADS] [--kernels model|all|none|T,T] [--json] [memory flags]
 #include "arch/summary.h"
 #include "cli/commands.h"
+#include "cli/memory_options.h"
 #include "core/error.h"
 #include "runtime/bench.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <thread>
 
 namespace nitro::cli {
+
+namespace {
+
+/// Every type with a SIMD expert kernel, in the order the table prints them.
+const GgmlType kAllKernelTypes[] = {GgmlType::MXFP4, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                    GgmlType::Q8_0,  GgmlType::IQ4_NL, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
+                                    GgmlType::Q5_K,  GgmlType::Q6_K, GgmlType::IQ4_XS};
+
+std::vector<GgmlType> kernel_types(const std::string& spec, const Model& model) {
+    std::vector<GgmlType> r;
+    auto add = [&r](GgmlType t) {
+        if (std::find(r.begin(), r.end(), t) == r.end()) r.push_back(t);
+    };
+    if (spec == "none") return r;
+    if (spec == "all") {
+        for (GgmlType t : kAllKernelTypes) add(t);
+        return r;
+    }
+    std::stringstream ss(spec);
+    for (std::string item; std::getline(ss, item, ',');) {
+        if (item == "model") {
+            for (const LayerWeights& L : model.layers())
+                for (const GgufTensorInfo* t : {L.gate_exps, L.up_exps, L.down_exps}) add(t->type);
+            continue;
+        }
+        const auto t = type_from_name(item);
+        if (!t) fail("--kernels: '{}' is not a weight type (e.g. mxfp4, q4_k, iq4_xs), model, all or none", item);
+        cpu::vec_dot_type(*t);  // throws for types without a kernel
+        add(*t);
+    }
+    return r;
+}
+
+}  // namespace
 
 Action add_bench(CLI::App& app) {
     struct Opts {
         std::string model;
         int64_t n_prompt = 128, n_gen = 32;
         int threads = 0;
-        bool json = false, cpu = true;
+        bool json = false, cpu = true, no_engine = false;
+        std::string kernels = "model";
+        std::vector<std::string> isas;
+        std::vector<int> tokens{1, 4, 16};
+        double kernel_seconds = 0.3, kernel_pool_gib = 1.0;
+        std::string kernel_shape;
+        int kernel_experts = 0;
+        MemoryFlags mem;
     };
     auto o = std::make_shared<Opts>();
-    CLI::App* sub = app.add_subcommand("bench", "Measure memory bandwidth, prompt and decode tok/s, expert GEMV GB/s");
+    CLI::App* sub = app.add_subcommand(
+        "bench", "Measure memory bandwidth, the expert kernels per type and ISA level, prompt and decode tok/s, page faults");
     sub->add_option("-m,--model", o->model, "GGUF model")->required();
     sub->add_flag("--cpu", o->cpu, "Benchmark the CPU engine (the default)");
     sub->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens")->capture_default_str();
     sub->add_option("-n,--n-gen", o->n_gen, "Generated tokens")->capture_default_str();
-    sub->add_option("-t,--threads", o->threads, "CPU threads (0 = all)")->capture_default_str();
+    sub->add_option("-t,--threads", o->threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
+    sub->add_option("--kernels", o->kernels,
+                    "Expert kernel table: weight types (comma-separated, e.g. mxfp4,q4_k), model (the model's expert "
+                    "types), all (every type with a kernel) or none")
+        ->capture_default_str();
+    sub->add_option("--kernel-isas", o->isas, "ISA levels for the kernel table (default: every SIMD level this CPU has)")
+        ->delimiter(',');
+    sub->add_option("--kernel-tokens", o->tokens, "Token counts for the kernel table (tokens sharing the same experts)")
+        ->delimiter(',')
+        ->capture_default_str();
+    sub->add_option("--kernel-seconds", o->kernel_seconds, "Seconds per kernel measurement")->capture_default_str();
+    sub->add_option("--kernel-pool", o->kernel_pool_gib, "GiB of random experts the kernel table rotates through")
+        ->capture_default_str();
+    sub->add_option("--kernel-shape", o->kernel_shape, "Expert shape n_embd x n_ff for the kernel table, e.g. 2880x2880 (default: the model's)");
+    sub->add_option("--kernel-experts", o->kernel_experts, "Experts per step in the kernel table (default: the model's n_expert_used)");
+    sub->add_flag("--no-engine", o->no_engine, "Skip the prompt/decode run (memory, kernels and expert products only)");
     sub->add_flag("--json", o->json, "Print JSON");
+    add_memory_flags(sub, o->mem);
     return [o]() {
+        apply_memory_flags(o->mem);
+        const int threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        const PageFaults f_load0 = page_faults();
+        const auto t_load = std::chrono::steady_clock::now();
         Model model(o->model);
+        const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+        const PageFaults f_load = page_faults() - f_load0;
+        const MappedFile& mf = model.gguf().shards().front()->file();
         SessionOptions so;
-        so.n_threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        so.n_threads = threads;
         so.n_ctx = o->n_prompt + o->n_gen + 1;
-        cpu::ThreadPool pool(so.n_threads);
+        cpu::ThreadPool pool(threads);
         const double bw = measure_read_bandwidth(pool);
-        const ExpertGemvBench g = bench_expert_gemv(model, pool);
-        const EngineBench e = bench_engine(model, so, o->n_prompt, o->n_gen);
+
+        KernelBenchOptions ko;
+        ko.n_embd = model.hp().n_embd;
+        ko.n_ff = model.hp().n_ff_exp;
+        ko.n_used = static_cast<int>(model.hp().n_expert_used);
+        if (!o->kernel_shape.empty()) {
+            long long e = 0, f = 0;
+            if (std::sscanf(o->kernel_shape.c_str(), "%lldx%lld", &e, &f) != 2 || e <= 0 || f <= 0)
+                fail("--kernel-shape: '{}' is not N_EMBDxN_FF (e.g. 2880x2880)", o->kernel_shape);
+            ko.n_embd = e;
+            ko.n_ff = f;
+        }
+        if (o->kernel_experts > 0) ko.n_used = o->kernel_experts;
+        ko.types = kernel_types(o->kernels, model);
+        ko.isas = o->isas;
+        if (ko.isas.empty()) {
+            for (const std::string& l : cpu::available_isas())
+                if (l != "scalar") ko.isas.push_back(l);
+            if (ko.isas.empty()) ko.isas.push_back("scalar");
+        }
+        ko.tokens = o->tokens;
+        ko.seconds = o->kernel_seconds;
+        ko.pool_bytes = static_cast<size_t>(o->kernel_pool_gib * 1024 * 1024 * 1024);
+        const std::vector<KernelBenchRow> kr = bench_expert_kernels(pool, ko);
+
+        std::vector<std::pair<int, ExpertGemvBench>> gemv;
+        for (int n : o->tokens) gemv.emplace_back(n, bench_expert_gemv(model, pool, n == 1 ? 16 : 8, n));
+        const ExpertGemvBench g = std::find_if(gemv.begin(), gemv.end(), [](auto& p) { return p.first == 1; }) != gemv.end()
+                                      ? std::find_if(gemv.begin(), gemv.end(), [](auto& p) { return p.first == 1; })->second
+                                      : bench_expert_gemv(model, pool, 16, 1);
         const double floor = bw / g.bytes_per_token;  // tok/s if experts were the only reads
         nlohmann::json j = {
-            {"model", o->model}, {"threads", so.n_threads}, {"isa", cpu::kernel_isa()},
+            {"model", o->model}, {"threads", threads}, {"isa", cpu::kernel_isa()},
             {"read_bandwidth_gb_s", bw / 1e9}, {"expert_bytes_per_token", g.bytes_per_token},
             {"expert_gemv_gb_s", g.gb_s}, {"expert_gemv_ms_per_token", g.ms_per_token},
-            {"expert_floor_tok_s", floor}, {"prompt_tokens", e.n_prompt}, {"prompt_tok_s", e.prompt_tok_s},
-            {"gen_tokens", e.n_gen}, {"decode_tok_s", e.decode_tok_s}};
-        nlohmann::json phases = nlohmann::json::array();
-        for (size_t p = 0; p < e.decode_ms.size(); ++p) {
-            const double gb_s = e.decode_ms[p] > 0 ? e.decode_bytes[p] / (e.decode_ms[p] * 1e-3) / 1e9 : 0.0;
-            phases.push_back({{"phase", phase_name(static_cast<Phase>(p))}, {"ms_per_token", e.decode_ms[p]},
-                              {"weight_bytes_per_token", e.decode_bytes[p]}, {"gb_s", gb_s},
-                              {"prompt_ms", e.prompt_ms[p]}});
+            {"expert_floor_tok_s", floor}};
+        j["memory"] = {{"copied", mf.copied()}, {"locked", mf.locked()},
+                       {"huge_pages", huge_pages_name(model_map_options().huge_pages)}, {"load_s", load_s},
+                       {"load_faults_minor", f_load.minor}, {"load_faults_major", f_load.major}};
+        nlohmann::json jg = nlohmann::json::array();
+        for (const auto& [n, b] : gemv)
+            jg.push_back({{"tokens", n}, {"gb_s", b.gb_s}, {"ms_per_step", b.ms_per_token}, {"pct_of_read", 100.0 * b.gb_s * 1e9 / bw}});
+        j["expert_gemv"] = jg;
+        nlohmann::json jk = nlohmann::json::array();
+        for (const KernelBenchRow& r : kr)
+            jk.push_back({{"type", type_display_name(r.type)}, {"isa", r.isa}, {"tokens", r.tokens}, {"n_embd", r.n_embd},
+                          {"n_ff", r.n_ff}, {"n_used", ko.n_used}, {"gb_s", r.gb_s}, {"ms_per_step", r.ms_per_step},
+                          {"pct_of_read", 100.0 * r.gb_s * 1e9 / bw}});
+        j["kernels"] = jk;
+        EngineBench e;
+        if (!o->no_engine) {
+            e = bench_engine(model, so, o->n_prompt, o->n_gen);
+            j["prompt_tokens"] = e.n_prompt;
+            j["prompt_tok_s"] = e.prompt_tok_s;
+            j["gen_tokens"] = e.n_gen;
+            j["decode_tok_s"] = e.decode_tok_s;
+            j["page_faults"] = {{"prompt_minor", e.prompt_faults.minor}, {"prompt_major", e.prompt_faults.major},
+                                {"decode_minor_per_token", static_cast<double>(e.decode_faults.minor) / std::max<int64_t>(1, e.n_gen)},
+                                {"decode_major_per_token", static_cast<double>(e.decode_faults.major) / std::max<int64_t>(1, e.n_gen)}};
+            nlohmann::json phases = nlohmann::json::array();
+            for (size_t p = 0; p < e.decode_ms.size(); ++p) {
+                const double gb_s = e.decode_ms[p] > 0 ? e.decode_bytes[p] / (e.decode_ms[p] * 1e-3) / 1e9 : 0.0;
+                phases.push_back({{"phase", phase_name(static_cast<Phase>(p))}, {"ms_per_token", e.decode_ms[p]},
+                                  {"weight_bytes_per_token", e.decode_bytes[p]}, {"gb_s", gb_s},
+                                  {"prompt_ms", e.prompt_ms[p]}});
+            }
+            j["decode_phases"] = phases;
         }
-        j["decode_phases"] = phases;
         if (o->json) {
             std::puts(j.dump(2).c_str());
             return 0;
         }
-        std::printf("model            %s (%d threads, kernels %s)\n", o->model.c_str(), so.n_threads, cpu::kernel_isa());
-        std::printf("memory read      %8.2f GB/s   MEASURED (%d threads, 1 GiB buffer)\n", bw / 1e9, so.n_threads);
-        std::printf("expert GEMV      %8.2f GB/s   MEASURED (%.1f%% of read bandwidth; %s of experts per token, %.2f ms)\n",
-                    g.gb_s, 100.0 * g.gb_s * 1e9 / bw, format_bytes(static_cast<uint64_t>(g.bytes_per_token)).c_str(),
-                    g.ms_per_token);
+        std::printf("model            %s (%d threads, kernels %s)\n", o->model.c_str(), threads, cpu::kernel_isa());
+        std::printf("model memory     %s, %s, huge pages %s; loaded in %.2f s (%lld minor / %lld major page faults)\n",
+                    mf.copied() ? "copied into anonymous memory (--no-mmap)" : "file mapping", mf.locked() ? "locked" : "not locked",
+                    huge_pages_name(model_map_options().huge_pages), load_s, static_cast<long long>(f_load.minor),
+                    static_cast<long long>(f_load.major));
+        std::printf("memory read      %8.2f GB/s   MEASURED (%d threads, 1 GiB buffer)\n", bw / 1e9, threads);
+        for (const auto& [n, b] : gemv)
+            std::printf("expert products  %8.2f GB/s   MEASURED (%.1f%% of read bandwidth; %d token%s per step, %s of experts per step, %.2f ms)\n",
+                        b.gb_s, 100.0 * b.gb_s * 1e9 / bw, n, n == 1 ? "" : "s", format_bytes(static_cast<uint64_t>(b.bytes_per_token)).c_str(),
+                        b.ms_per_token);
         std::printf("decode floor     %8.2f tok/s  CALCULATED (read bandwidth / expert bytes per token)\n", floor);
-        std::printf("prompt           %8.2f tok/s  MEASURED (%lld tokens)\n", e.prompt_tok_s, static_cast<long long>(e.n_prompt));
+        if (!kr.empty()) {
+            std::printf("\nexpert kernels (MEASURED: cpu::moe_ffn on %d random experts per step, rotated through %.1f GiB, all tokens\n"
+                        "on the same experts; GB/s of expert weights read, and %% of the %.2f GB/s read probe above)\n",
+                        ko.n_used, o->kernel_pool_gib, bw / 1e9);
+            std::printf("  %-7s %-7s %-12s", "type", "isa", "E x F");
+            for (int n : ko.tokens) std::printf(" %18s", fmt::format("{} token{}", n, n == 1 ? "" : "s").c_str());
+            std::printf("\n");
+            for (size_t i = 0; i < kr.size(); i += ko.tokens.size()) {
+                std::printf("  %-7s %-7s %-12s", type_display_name(kr[i].type).c_str(), kr[i].isa.c_str(),
+                            fmt::format("{}x{}", kr[i].n_embd, kr[i].n_ff).c_str());
+                for (size_t k = 0; k < ko.tokens.size() && i + k < kr.size(); ++k)
+                    std::printf(" %8.2f GB/s %4.0f%%", kr[i + k].gb_s, 100.0 * kr[i + k].gb_s * 1e9 / bw);
+                std::printf("\n");
+            }
+        }
+        if (o->no_engine) return 0;
+        std::printf("\nprompt           %8.2f tok/s  MEASURED (%lld tokens)\n", e.prompt_tok_s, static_cast<long long>(e.n_prompt));
         std::printf("decode           %8.2f tok/s  MEASURED (%lld tokens, %.1f%% of the floor)\n", e.decode_tok_s,
                     static_cast<long long>(e.n_gen), 100.0 * e.decode_tok_s / floor);
+        std::printf("page faults      prompt %lld minor / %lld major; decode %.1f minor / %.1f major per token  MEASURED\n",
+                    static_cast<long long>(e.prompt_faults.minor), static_cast<long long>(e.prompt_faults.major),
+                    static_cast<double>(e.decode_faults.minor) / std::max<int64_t>(1, e.n_gen),
+                    static_cast<double>(e.decode_faults.major) / std::max<int64_t>(1, e.n_gen));
         std::printf("\nwhere the time goes (MEASURED wall time: decode per token, and the whole prompt; weight GB/s\n"
-                    "CALCULATED from the decode time)\n");
+                    "CALCULATED from the decode time; the expert sum is fused into expert down)\n");
         std::printf("  %-22s %9s %7s %12s %9s %14s %7s\n", "phase", "ms/token", "share", "weights", "GB/s", "prompt ms", "share");
         double total = 0, total_prompt = 0;
         for (double ms : e.decode_ms) total += ms;
         for (double ms : e.prompt_ms) total_prompt += ms;
-        for (const auto& p : phases) {
+        for (const auto& p : j["decode_phases"]) {
             const double ms = p["ms_per_token"].get<double>(), bytes = p["weight_bytes_per_token"].get<double>();
             const double pms = p["prompt_ms"].get<double>();
             std::printf("  %-22s %9.3f %6.1f%% %12s %9s %14.2f %6.1f%%\n", p["phase"].get<std::string>().c_str(), ms,

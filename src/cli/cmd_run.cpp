@@ -1,6 +1,7 @@
 // nitro run -m MODEL [-p TEXT | -f FILE | --prompt-ids 1,2,3] [-n N] [sampling] [--json --n-probs K --echo]
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/memory_options.h"
 #include "core/error.h"
 #include "runtime/generate.h"
 
@@ -38,7 +39,10 @@ Action add_run(CLI::App& app) {
     sub->add_flag("--json", *json, "Print one JSON object instead of text");
     sub->add_option("--n-probs", o->n_probs, "With --json: the K most likely tokens (p at temperature 1) for every generated step");
     sub->add_flag("--echo", o->echo, "With --json --n-probs: also the top-K after every prompt position (prompt_probs)");
-    return [o, json, eng]() {
+    auto mem = std::make_shared<MemoryFlags>();
+    add_memory_flags(sub, *mem);
+    return [o, json, eng, mem]() {
+        apply_memory_flags(*mem);
         const bool verbose = o->gpu.verbose;
         o->gpu = eng->gpu;
         o->gpu.verbose = verbose;

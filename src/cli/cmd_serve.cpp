@@ -3,6 +3,7 @@
 #include "arch/summary.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/memory_options.h"
 #include "core/error.h"
 #include "runtime/generate.h"
 #include "runtime/default_model.h"
@@ -202,7 +203,12 @@ Action add_serve(CLI::App& app) {
                   "TEST ONLY: accept the request field debug_scripted_output (text the server emits instead of sampling)");
     add_engine_options(sub, o->engine);
     sub->add_flag("--no-prefault", o->no_prefault, "Do not read the weights at startup (pages load on first use)");
-    return [o]() { return serve(*o); };
+    auto mem = std::make_shared<MemoryFlags>();
+    add_memory_flags(sub, *mem);
+    return [o, mem]() {
+        apply_memory_flags(*mem);
+        return serve(*o);
+    };
 }
 
 }  // namespace nitro::cli

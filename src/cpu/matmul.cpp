@@ -17,6 +17,8 @@
 #include "cpu/kernels.h"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -94,12 +96,32 @@ struct Dispatch {
     const kernels::Table* table;
 };
 
+/// The level in use: selected_isa() on first use; set_kernel_isa (benchmarks) may switch it.
+std::atomic<const Dispatch*> g_dispatch{nullptr};
+
+const Dispatch& dispatch_of(Isa isa) {
+    static Dispatch d[3] = {{Isa::Scalar, nullptr}, {Isa::Avx2, nullptr}, {Isa::Avx512, nullptr}};
+    static std::once_flag once[3];
+    std::call_once(once[static_cast<int>(isa)], [isa] { d[static_cast<int>(isa)].table = &table_for(isa); });
+    return d[static_cast<int>(isa)];
+}
+
 const Dispatch& dispatch() {
-    static const Dispatch d = [] {
-        const Isa isa = selected_isa();
-        return Dispatch{isa, &table_for(isa)};
-    }();
-    return d;
+    const Dispatch* d = g_dispatch.load(std::memory_order_acquire);
+    if (!d) {
+        static const Dispatch* first = &dispatch_of(selected_isa());
+        const Dispatch* expected = nullptr;
+        g_dispatch.compare_exchange_strong(expected, first, std::memory_order_acq_rel);
+        d = g_dispatch.load(std::memory_order_acquire);
+    }
+    return *d;
+}
+
+Isa parse_isa(std::string_view isa) {
+    if (isa == "scalar") return Isa::Scalar;
+    if (isa == "avx2") return Isa::Avx2;
+    if (isa == "avx512") return Isa::Avx512;
+    fail("unknown instruction set '{}' (expected scalar, avx2 or avx512)", isa);
 }
 
 const char* isa_name(Isa isa) {
@@ -382,6 +404,12 @@ float vec_dot_reference(GgmlType w, int64_t n, const void* wrow, const void* aro
 
 const char* kernel_isa() { return isa_name(dispatch().isa); }
 
+void set_kernel_isa(std::string_view isa) {
+    const Isa level = parse_isa(isa);
+    if (level > detect_isa()) fail("this CPU cannot run the {} kernels", isa);
+    g_dispatch.store(&dispatch_of(level), std::memory_order_release);
+}
+
 std::vector<std::string> available_isas() {
     std::vector<std::string> r;
     for (int i = 0; i <= static_cast<int>(detect_isa()); ++i) r.emplace_back(isa_name(static_cast<Isa>(i)));
@@ -390,11 +418,7 @@ std::vector<std::string> available_isas() {
 
 void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, const void* const* arows, int nt,
                  float* out) {
-    Isa level;
-    if (isa == "scalar") level = Isa::Scalar;
-    else if (isa == "avx2") level = Isa::Avx2;
-    else if (isa == "avx512") level = Isa::Avx512;
-    else fail("unknown instruction set '{}' (expected scalar, avx2 or avx512)", isa);
+    const Isa level = parse_isa(isa);
     if (level > detect_isa()) fail("this CPU cannot run the {} kernels", isa);
     if (nt < 1 || nt > kMaxTokens) fail("vec_dot_isa: {} tokens, expected 1..{}", nt, kMaxTokens);
     row_size(w, n);  // throws if n is not a multiple of the block size

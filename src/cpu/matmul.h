@@ -132,6 +132,11 @@ float vec_dot_reference(GgmlType w, int64_t n, const void* wrow, const void* aro
 /// once, on the first matmul. "avx512" needs AVX-512 F/BW/VL/DQ and VNNI; without VNNI, AVX2.
 const char* kernel_isa();
 
+/// Switches the level every later product uses (one of available_isas(); throws nitro::Error
+/// otherwise). For benchmarks that compare levels in one process: it must not be called while a
+/// product runs, and kernels fetched before (dot_f16's) keep their level.
+void set_kernel_isa(std::string_view isa);
+
 /// Instruction sets whose kernels this CPU can run, lowest first ("scalar", then "avx2",
 /// "avx512" where supported), whatever NITRO_ISA says. For tests and benchmarks.
 std::vector<std::string> available_isas();

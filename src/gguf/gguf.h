@@ -118,6 +118,8 @@ public:
     const GgufMetadata& metadata() const { return meta_; }
     const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
     const uint8_t* mapping() const { return file_.data(); }
+    /// How the bytes are held (mapped or copied, locked): core/mapped_file.h.
+    const MappedFile& file() const { return file_; }
 
 private:
     MappedFile file_;

@@ -158,7 +158,7 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
-GgufFile::GgufFile(const std::string& path) : file_(path) {
+GgufFile::GgufFile(const std::string& path) : file_(path, model_map_options()) {
     meta_.source = path;
     Cursor c(path, file_.data(), file_.size());
     if (file_.size() < 4 || std::memcmp(file_.data(), "GGUF", 4) != 0) {
