@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# The CPU expert kernels at DRAM speed (issue 19), measured on one machine in one go:
+#   - the read probe and the expert kernel GB/s per weight type and ISA level (avx2 and the best
+#     this CPU has), for 1, 4 and 16 tokens, as % of the probe of the same run (nitro bench
+#     kernel table: cpu::moe_ffn on random experts, gpt-oss-20b and Qwen3-30B-A3B expert shapes);
+#   - the real models' expert products through moe_ffn, file mapping vs --no-mmap (huge pages);
+#   - CPU-only decode and prompt tok/s of nitro vs llama.cpp (build/llama-peer/llama_cpp_bench,
+#     docs/peer.md) on synthetic gpt-oss-20b and qwen3-30b-a3b, in A B B A order, at the best
+#     level, and on gpt-oss-20b once more with NITRO_ISA=avx2 against llama.cpp's haswell build;
+#   - page faults per decode token.
+# Writes OUT_DIR/summary.json and OUT_DIR/summary.txt (and every raw JSON), prints the text.
+#
+#   bash bench/cpu_kernels_device.sh BUILD_DIR OUT_DIR
+#
+# Environment: THREADS (default: nproc), MODELS_DIR (keep the synthetic models there and reuse
+# them; default: a temporary folder removed at the end), QWEN_TYPE (expert type of the Qwen3 synth,
+# default q8_0; q4_0 or mxfp4 synthesize faster), LLAMA_CPP_BENCH (default
+# BUILD_DIR/llama-peer/llama_cpp_bench), KERNEL_SECONDS (per kernel cell, default 0.3), SMALL=1
+# (the `tiny` presets instead: checks the script itself in seconds, the figures mean nothing).
+# Needs: the nitro build (Release), build/llama-peer (carry it to the device), python3, ~45 GB of
+# disk in MODELS_DIR and as much RAM for the page cache. About 6 minutes on 16 cores.
+# Every figure it prints is MEASURED on the machine it runs on; nothing here is asserted.
+set -euo pipefail
+[ $# -eq 2 ] || { echo "usage: $0 BUILD_DIR OUT_DIR" >&2; exit 2; }
+build=$(cd "$1" && pwd)
+mkdir -p "$2"
+out=$(cd "$2" && pwd)
+nitro="$build/nitro"
+peer="${LLAMA_CPP_BENCH:-$build/llama-peer/llama_cpp_bench}"
+threads="${THREADS:-$(nproc)}"
+qwen_type="${QWEN_TYPE:-q8_0}"
+ksec="${KERNEL_SECONDS:-0.3}"
+[ -x "$nitro" ] || { echo "cpu_kernels_device: $nitro not found" >&2; exit 1; }
+[ -x "$peer" ] || { echo "cpu_kernels_device: $peer not found (build it: cmake --build BUILD --target llama_cpp_bench)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "cpu_kernels_device: python3 is needed for the summary" >&2; exit 1; }
+if [ -n "${MODELS_DIR:-}" ]; then
+    models="$MODELS_DIR"
+    mkdir -p "$models"
+    keep=1
+else
+    models=$(mktemp -d "${TMPDIR:-/tmp}/nitro-device-models.XXXXXX")
+    keep=0
+fi
+cleanup() { [ "$keep" = 1 ] || rm -rf "$models"; rm -rf "${haswell:-}"; }
+trap cleanup EXIT
+t_start=$(date +%s)
+log() { echo "[cpu_kernels_device +$(( $(date +%s) - t_start ))s] $*" >&2; }
+
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "threads: $threads (nproc $(nproc))"
+    lscpu | grep -E '^(Model name|Socket|Core|Thread|NUMA node\(s\)|L3)' || true
+    echo "thp: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown)"
+    echo "load before: $(cat /proc/loadavg)"
+    "$nitro" --version 2>&1 || true
+} > "$out/machine.txt"
+log "machine: $(grep 'Model name' "$out/machine.txt" | head -1 | sed 's/  */ /g'), $threads threads, load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# 1. Synthetic models (both at once: synth is single-threaded).
+gp=gpt-oss-20b
+qp=qwen3-30b-a3b
+gv=() qv=()
+if [ "${SMALL:-0}" = 1 ]; then  # tiny shapes with the real tokenizers of the fixtures (prompt ids < 1000)
+    gp=tiny qp=tiny
+    fx="${NITRO_SHARED_DIR:-$(dirname "$0")/../../shared}/fixtures"
+    gv=(--vocab-from "$fx/tiny-gptoss-mxfp4.gguf") qv=(--vocab-from "$fx/tiny-qwen3moe-q8.gguf")
+fi
+g20="$models/gpt-oss-$gp.gguf"
+q30="$models/qwen3moe-$qp-$qwen_type.gguf"
+pids=()
+[ -f "$g20" ] || { log "synth gpt-oss $gp (MXFP4 experts)"; "$nitro" synth --arch gpt-oss --preset $gp "${gv[@]}" -o "$g20" > "$out/synth-g20.log" 2>&1 & pids+=($!); }
+[ -f "$q30" ] || { log "synth qwen3moe $qp ($qwen_type experts)"; "$nitro" synth --arch qwen3moe --preset $qp --type "$qwen_type" "${qv[@]}" -o "$q30" > "$out/synth-q30.log" 2>&1 & pids+=($!); }
+for p in "${pids[@]}"; do wait "$p"; done
+log "models ready: $(du -sh "$models" | cut -f1)"
+# Warm the page cache once (the file reads are not what is measured).
+cat "$g20" "$q30" > /dev/null
+
+bench() {  # bench NAME ARGS... -> $out/NAME.json
+    local name=$1
+    shift
+    "$nitro" bench -t "$threads" --json "$@" > "$out/$name.json" 2> "$out/$name.err" || {
+        echo "cpu_kernels_device: nitro bench $* failed:" >&2
+        cat "$out/$name.err" >&2
+        exit 1
+    }
+}
+llama() {  # llama NAME MODEL [EXTRA...] -> $out/NAME.json
+    local name=$1 model=$2
+    shift 2
+    "$peer" --model "$model" --threads "$threads" --n-prompt 64 --n-gen 32 "$@" > "$out/$name.json" 2> "$out/$name.err" || {
+        echo "cpu_kernels_device: llama_cpp_bench failed:" >&2
+        cat "$out/$name.err" >&2
+        exit 1
+    }
+}
+
+# 2. Kernel tables: every type x level x 1/4/16 tokens, gpt-oss shape (2880 x 2880, 4 experts;
+#    K-quants 2816 x 2816) and Qwen3 shape (2048 x 768, 8 experts).
+log "kernel table, gpt-oss-20b shape"
+bench kernels-g20 -m "$g20" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --no-engine
+log "kernel table, qwen3-30b-a3b shape"
+bench kernels-q30 -m "$q30" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --no-engine
+
+# 3. The model's experts: file mapping vs a --no-mmap copy (anonymous memory, THP), 1/4/16 tokens.
+log "expert products, --no-mmap"
+bench nommap-g20 -m "$g20" --kernels none --kernel-tokens 1,4,16 --no-mmap --no-engine
+
+# 4. Decode: A B B A, nitro vs llama.cpp, same file and threads, 64-token prompt, 32 tokens.
+for m in g20 q30; do
+    model=$g20
+    [ $m = q30 ] && model=$q30
+    log "decode A B B A on $m"
+    bench "decode-$m-nitro-1" -m "$model" --kernels none --kernel-tokens 1,4,16 -p 64 -n 32
+    llama "decode-$m-llama-1" "$model"
+    llama "decode-$m-llama-2" "$model"
+    bench "decode-$m-nitro-2" -m "$model" --kernels none --kernel-tokens 1,4,16 -p 64 -n 32
+done
+# AVX2: nitro at NITRO_ISA=avx2 against llama.cpp's haswell (AVX2) CPU build.
+haswell=$(mktemp -d "${TMPDIR:-/tmp}/nitro-haswell.XXXXXX")
+ln -s "$(dirname "$peer")/libggml-cpu-haswell.so" "$haswell/"
+log "decode A B B A on g20, AVX2 (nitro NITRO_ISA=avx2, llama.cpp haswell)"
+NITRO_ISA=avx2 bench decode-g20avx2-nitro-1 -m "$g20" --kernels none --kernel-tokens 1 -p 64 -n 32
+llama decode-g20avx2-llama-1 "$g20" --backend-dir "$haswell"
+llama decode-g20avx2-llama-2 "$g20" --backend-dir "$haswell"
+NITRO_ISA=avx2 bench decode-g20avx2-nitro-2 -m "$g20" --kernels none --kernel-tokens 1 -p 64 -n 32
+echo "load after: $(cat /proc/loadavg)" >> "$out/machine.txt"
+log "summary"
+
+python3 - "$out" "$threads" "$(( $(date +%s) - t_start ))" <<'PY'
+import json, os, sys
+out, threads, elapsed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def load(n): return json.load(open(os.path.join(out, n + ".json")))
+machine = open(os.path.join(out, "machine.txt")).read()
+S = {"threads": threads, "elapsed_s": elapsed, "machine": machine, "labels": "every figure MEASURED on this machine"}
+lines = []
+P = lines.append
+P("CPU expert kernels vs DRAM (bench/cpu_kernels_device.sh), MEASURED, %d threads, %d s" % (threads, elapsed))
+if os.environ.get("SMALL") == "1": P("  SMALL=1: tiny presets, the figures check the script only")
+for l in machine.strip().splitlines(): P("  " + l)
+
+for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b")):
+    k = load("kernels-" + tag)
+    probe = k["read_bandwidth_gb_s"]
+    rows = k["kernels"]
+    S["kernels_" + tag] = {"read_probe_gb_s": probe, "rows": rows}
+    toks = sorted({r["tokens"] for r in rows})
+    P("")
+    P("expert kernels, %s expert shape, %d experts per step (moe_ffn on random experts; read probe %.1f GB/s, same run)"
+      % (name, rows[0]["n_used"] if rows else 0, probe))
+    P("  %-7s %-7s %-11s" % ("type", "isa", "E x F") + "".join("%20s" % ("%d token%s" % (t, "" if t == 1 else "s")) for t in toks))
+    seen = []
+    for r in rows:
+        key = (r["type"], r["isa"])
+        if key in seen: continue
+        seen.append(key)
+        cells = {x["tokens"]: x for x in rows if (x["type"], x["isa"]) == key}
+        P("  %-7s %-7s %-11s" % (r["type"], r["isa"], "%dx%d" % (r["n_embd"], r["n_ff"])) +
+          "".join("%12.1f GB/s %4.0f%%" % (cells[t]["gb_s"], cells[t]["pct_of_read"]) if t in cells else "%20s" % "-" for t in toks))
+
+P("")
+P("the model's experts through moe_ffn (gpt-oss-20b): file mapping vs --no-mmap")
+mm = load("decode-g20-nitro-1")
+nm = load("nommap-g20")
+S["expert_products_g20"] = {"mmap": mm["expert_gemv"], "no_mmap": nm["expert_gemv"], "mmap_read_probe_gb_s": mm["read_bandwidth_gb_s"],
+                            "no_mmap_read_probe_gb_s": nm["read_bandwidth_gb_s"], "no_mmap_load_s": nm["memory"]["load_s"]}
+for label, d in (("mmap", mm), ("no-mmap", nm)):
+    for g in d["expert_gemv"]:
+        P("  %-8s %2d token%s  %6.1f GB/s  %4.0f%% of %.1f GB/s  (%.2f ms per step)" % (label, g["tokens"], " " if g["tokens"] == 1 else "s",
+          g["gb_s"], g["pct_of_read"], d["read_bandwidth_gb_s"], g["ms_per_step"]))
+P("  --no-mmap load: %.1f s" % nm["memory"]["load_s"])
+
+P("")
+P("CPU-only decode, nitro vs llama.cpp, A B B A (64-token prompt, 32 tokens)")
+P("  %-36s %20s %20s %7s %20s %20s %7s %13s" % ("model", "nitro decode tok/s", "llama.cpp decode", "ratio",
+  "nitro prompt tok/s", "llama.cpp prompt", "ratio", "faults/token"))
+S["decode"] = {}
+for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b"), ("g20avx2", "gpt-oss-20b, AVX2")):
+    n = [load("decode-%s-nitro-%d" % (tag, i)) for i in (1, 2)]
+    l = [load("decode-%s-llama-%d" % (tag, i)) for i in (1, 2)]
+    nd, ld = [x["decode_tok_s"] for x in n], [x["decode_tok_s"] for x in l]
+    npf, lpf = [x["prompt_tok_s"] for x in n], [x["prompt_tok_s"] for x in l]
+    faults = sum(x["page_faults"]["decode_minor_per_token"] + x["page_faults"]["decode_major_per_token"] for x in n) / 2
+    r = sum(nd) / sum(ld)
+    rp = sum(npf) / sum(lpf)
+    S["decode"][tag] = {"nitro_decode_tok_s": nd, "llama_decode_tok_s": ld, "decode_ratio": r, "nitro_prompt_tok_s": npf,
+                        "llama_prompt_tok_s": lpf, "prompt_ratio": rp, "nitro_isa": n[0]["isa"],
+                        "llama_variant": l[0].get("ggml_cpu_variant"), "llama_commit": l[0].get("llama_cpp_commit"),
+                        "nitro_expert_gemv_gb_s": [x["expert_gemv_gb_s"] for x in n], "read_probe_gb_s": [x["read_bandwidth_gb_s"] for x in n],
+                        "nitro_decode_floor_tok_s": n[0]["expert_floor_tok_s"], "decode_faults_per_token": faults}
+    P("  %-36s %20s %20s %7.2f %20s %20s %7.2f %13.1f" % ("%s (%s / %s)" % (name, n[0]["isa"], l[0].get("ggml_cpu_variant", "?")),
+      " / ".join("%.2f" % v for v in nd), " / ".join("%.2f" % v for v in ld), r,
+      " / ".join("%.1f" % v for v in npf), " / ".join("%.1f" % v for v in lpf), rp, faults))
+for tag in ("g20", "q30"):
+    d = S["decode"][tag]
+    P("  %s: nitro expert products %.1f / %.1f GB/s against a %.1f / %.1f GB/s probe; CALCULATED expert floor %.1f tok/s"
+      % (tag, d["nitro_expert_gemv_gb_s"][0], d["nitro_expert_gemv_gb_s"][1], d["read_probe_gb_s"][0], d["read_probe_gb_s"][1],
+         d["nitro_decode_floor_tok_s"]))
+json.dump(S, open(os.path.join(out, "summary.json"), "w"), indent=2)
+open(os.path.join(out, "summary.txt"), "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+log "done: $out/summary.txt, $out/summary.json"
