@@ -24,31 +24,11 @@ inline __m256i load_img(const ActRow& a, int64_t off) {
     return _mm256_load_si256(reinterpret_cast<const __m256i*>(a.img + off));
 }
 
-/// vpshufb control: word `lo` of the 128-bit lane everywhere in the low lane, word `hi` in the high.
-inline __m256i word_pick(int lo, int hi) {
-    return _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>(((2 * lo + 1) << 8) | (2 * lo))),
-                             _mm_set1_epi16(static_cast<short>(((2 * hi + 1) << 8) | (2 * hi))));
-}
-
 /// Bit `b` of every byte moved to bit `to` (other bits cleared): 16-bit shifts never carry a bit
 /// into another byte's bit `to` for these distances.
 inline __m256i bit_to(__m256i v, int b, int to) {
     const __m256i x = b < to ? _mm256_slli_epi16(v, to - b) : _mm256_srli_epi16(v, b - to);
     return _mm256_and_si256(x, _mm256_set1_epi8(static_cast<char>(1 << to)));
-}
-
-/// Q4_K/Q5_K: the 8 six-bit scales and 8 mins of a super-block (scales[12] at q) as bytes
-/// [sc0..sc7, mn0..mn7] (ggml's get_scale_min_k4, done on 32-bit words as llama.cpp does).
-inline __m128i scales_mins_k4(const uint8_t* q) {
-    constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-    uint32_t u[4];
-    std::memcpy(u, q, 12);
-    u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
-    const uint32_t mins_lo = u[1] & kmask1;
-    u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
-    u[2] = mins_lo;
-    u[0] &= kmask1;
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
 }
 
 /// Q4_K (144 bytes: d, dmin, scales[12], qs[128]) and Q5_K (176: d, dmin, scales[12], qh[32],

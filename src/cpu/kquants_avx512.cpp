@@ -30,25 +30,10 @@ inline __m512i load_img(const ActRow& a, int64_t off) { return _mm512_load_si512
 /// 16 int32 lanes -> 8 (lane i + lane i+8).
 inline __m256i fold16(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
 
-/// vpshufb control picking word w0..w3 of its 128-bit lane everywhere in lane 0..3.
+/// vpshufb control picking word w0..w3 of its 128-bit lane everywhere in lane 0..3 (hoisted out of
+/// the loops by the callers).
 inline __m512i word_pick4(int w0, int w1, int w2, int w3) {
-    auto c = [](int w) { return static_cast<short>(((2 * w + 1) << 8) | (2 * w)); };
-    const __m256i lo = _mm256_setr_m128i(_mm_set1_epi16(c(w0)), _mm_set1_epi16(c(w1)));
-    const __m256i hi = _mm256_setr_m128i(_mm_set1_epi16(c(w2)), _mm_set1_epi16(c(w3)));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-/// Q4_K/Q5_K scales and mins as bytes [sc0..sc7, mn0..mn7] (kquants_avx2.cpp has the derivation).
-inline __m128i scales_mins_k4(const uint8_t* q) {
-    constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
-    uint32_t u[4];
-    std::memcpy(u, q, 12);
-    u[3] = ((u[2] >> 4) & kmask2) | (((u[1] >> 6) & kmask3) << 4);
-    const uint32_t mins_lo = u[1] & kmask1;
-    u[1] = (u[2] & kmask2) | (((u[0] >> 6) & kmask3) << 4);
-    u[2] = mins_lo;
-    u[0] &= kmask1;
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(word_pick(w0, w1)), word_pick(w2, w3), 1);
 }
 
 /// Q4_K / Q5_K. Per 128 values (64 qs bytes = chunks 2h, 2h+1) one zmm of low nibbles (sub-blocks
@@ -70,6 +55,8 @@ struct Q45K {
             const __m512i sh_hi0 = _mm512_inserti64x4(_mm512_set1_epi16(3), _mm256_set1_epi16(1), 1);  // left
             const __m512i sh_lo1 = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);  // right, h = 1
             const __m512i sh_hi1 = _mm512_inserti64x4(_mm512_set1_epi16(1), _mm256_set1_epi16(3), 1);  // right
+            const __m512i picks[2][2] = {{word_pick4(0, 0, 2, 2), word_pick4(1, 1, 3, 3)},
+                                         {word_pick4(4, 4, 6, 6), word_pick4(5, 5, 7, 7)}};
             for (int64_t i = 0; i < n / 256; ++i) {
                 const uint8_t* xb = w + i * kBytes;
                 for (int64_t l = 0; l < kBytes; l += 64) prefetch_w(xb + l);
@@ -90,8 +77,8 @@ struct Q45K {
                         lo = _mm512_or_si512(lo, _mm512_and_si512(hl, b4));
                         hi = _mm512_or_si512(hi, _mm512_and_si512(hh, b4));
                     }
-                    const __m512i slo = _mm512_shuffle_epi8(sc, word_pick4(4 * h, 4 * h, 4 * h + 2, 4 * h + 2));
-                    const __m512i shi = _mm512_shuffle_epi8(sc, word_pick4(4 * h + 1, 4 * h + 1, 4 * h + 3, 4 * h + 3));
+                    const __m512i slo = _mm512_shuffle_epi8(sc, picks[h][0]);
+                    const __m512i shi = _mm512_shuffle_epi8(sc, picks[h][1]);
                     const int64_t yo = i * 256 + 128 * h;
                     for (int t = 0; t < NT; ++t) {
                         sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(lo, load_img(a[t], yo)), slo);
@@ -174,6 +161,7 @@ struct Q2K {
         for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
         const __m512i m3 = _mm512_set1_epi8(3);
         const __m128i m4 = _mm_set1_epi8(0x0F);
+        const __m512i picks[4] = {word_pick4(0, 1, 0, 1), word_pick4(2, 3, 2, 3), word_pick4(4, 5, 4, 5), word_pick4(6, 7, 6, 7)};
         for (int64_t i = 0; i < n / 256; ++i) {
             const uint8_t* xb = w + i * 84;
             prefetch_w(xb);
@@ -187,7 +175,7 @@ struct Q2K {
             for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
             for (int s = 0; s < 4; ++s) {
                 const __m512i u = _mm512_and_si512(_mm512_srli_epi16(z, 2 * s), m3);
-                const __m512i sc = _mm512_shuffle_epi8(scz, word_pick4(2 * s, 2 * s + 1, 2 * s, 2 * s + 1));
+                const __m512i sc = _mm512_shuffle_epi8(scz, picks[s]);
                 const int64_t yo = i * 256 + 64 * s;
                 for (int t = 0; t < NT; ++t)
                     sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(u, load_img(a[t], yo)), sc);
@@ -225,6 +213,7 @@ struct Q3K {
         __m256 acc[NT];
         for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
         const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+        const __m512i picks[4] = {word_pick4(0, 1, 0, 1), word_pick4(2, 3, 2, 3), word_pick4(4, 5, 4, 5), word_pick4(6, 7, 6, 7)};
         for (int64_t i = 0; i < n / 256; ++i) {
             const uint8_t* xb = w + i * 110;
             prefetch_w(xb);
@@ -241,7 +230,7 @@ struct Q3K {
                                                        _mm256_set1_epi16(static_cast<short>(4 + s)), 1);
                 const __m512i hb = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hm, cnt), one), 2);
                 const __m512i u = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z, 2 * s), m3), hb);
-                const __m512i sc = _mm512_shuffle_epi8(scz, word_pick4(2 * s, 2 * s + 1, 2 * s, 2 * s + 1));
+                const __m512i sc = _mm512_shuffle_epi8(scz, picks[s]);
                 const int64_t yo = i * 256 + 64 * s;
                 for (int t = 0; t < NT; ++t)
                     sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(u, load_img(a[t], yo)), sc);

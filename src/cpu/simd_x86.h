@@ -33,8 +33,12 @@ inline float h2f(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
 /// contiguous, so prefetching past the end of a row fetches the next one.
 constexpr int64_t kPrefetchBytes = 1536;
 
-/// Prefetches the weight line kPrefetchBytes ahead of p.
-inline void prefetch_w(const uint8_t* p) { _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0); }
+/// Prefetches the weight line kPrefetchBytes ahead of p. Always inlined: GCC sees a prefetch as
+/// free of side effects, so a call to an out-of-line helper made only of one can be deleted as
+/// dead (it was, inside the always-inline pair loop: no prefetch at all in the AVX2 pair kernels).
+__attribute__((always_inline)) inline void prefetch_w(const uint8_t* p) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0);
+}
 
 /// Sum of the 8 lanes, in a fixed order ((0+4)+(2+6))+((1+5)+(3+7)).
 inline float hsum8(__m256 v) {
@@ -72,6 +76,35 @@ constexpr Lut16 kLutIq4nlS(kValuesIq4nl, 0);
 constexpr Lut16 kLutIq4nlU(kValuesIq4nl, 128);
 
 inline __m256i lut256(const Lut16& t) { return _mm256_broadcastsi128_si256(load128(t.v)); }
+
+/// vpshufb controls, compile time: v[lo][hi] picks 16-bit word `lo` of the low 128-bit lane into
+/// every word of it, and word `hi` of the high lane likewise (scales per 16 or 32 values).
+struct WordPicks {
+    alignas(32) uint8_t v[8][8][32];
+    constexpr WordPicks() : v{} {
+        for (int lo = 0; lo < 8; ++lo)
+            for (int hi = 0; hi < 8; ++hi)
+                for (int i = 0; i < 16; ++i) {
+                    v[lo][hi][i] = static_cast<uint8_t>(2 * lo + (i & 1));
+                    v[lo][hi][16 + i] = static_cast<uint8_t>(2 * hi + (i & 1));
+                }
+    }
+};
+constexpr WordPicks kWordPicks{};
+inline __m256i word_pick(int lo, int hi) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(kWordPicks.v[lo][hi])); }
+
+/// Q4_K/Q5_K: the 8 six-bit scales and 8 mins of a super-block (scales[12] at q; 16 bytes are
+/// read, all inside the block) as bytes [sc0..sc7, mn0..mn7]: ggml's get_scale_min_k4 on the
+/// three 32-bit words, as llama.cpp's utmp code, in SSE registers.
+inline __m128i scales_mins_k4(const uint8_t* q) {
+    const __m128i v = load128(q);
+    const __m128i p = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));  // [u0, u2, u1, u2]
+    const __m128i r = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));  // [u0, u0, u1, u1]
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(p, _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi32(r, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
+}
 
 /// The 16 nibble bytes of two blocks (qs0, qs1) as [b0 values 0-15 | b1 values 0-15] (low
 /// nibbles) and [b0 values 16-31 | b1 values 16-31] (high nibbles).
@@ -181,8 +214,8 @@ constexpr int64_t half16_pair_offset(int64_t ib) { return (ib / 4) * 128 + ((ib 
 /// One pair of blocks (ib, ib + 1) for NT tokens into 8 float lanes per token. `one`: only block
 /// ib is real (x1 == x0), the upper lanes are cleared.
 template <class Dec, int NT>
-__attribute__((always_inline)) inline void pair_step(const Dec& dec, int64_t ib, const uint8_t* x0, const uint8_t* x1,
-                                                     bool one, const ActRow* a, __m256* acc) {
+__attribute__((always_inline)) inline void pair_step(const Dec& dec, int64_t ib, int64_t yo, const uint8_t* x0,
+                                                     const uint8_t* x1, bool one, const ActRow* a, __m256* acc) {
     __m256i lo, hi;
     dec.pair(x0, x1, lo, hi);
     __m256 ws = dec.scale(x0, x1);
@@ -194,7 +227,6 @@ __attribute__((always_inline)) inline void pair_step(const Dec& dec, int64_t ib,
         ws = _mm256_and_ps(ws, _mm256_castsi256_ps(keep));
         wm = _mm256_and_ps(wm, _mm256_castsi256_ps(keep));
     }
-    const int64_t yo = half16_pair_offset(ib);
 #if !NITRO_SIMD_VNNI
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i lo_abs = lo, hi_abs = hi;
@@ -235,14 +267,21 @@ template <class Dec, int NT>
 __attribute__((always_inline)) inline void pairs_from(const Dec& dec, int64_t ib0, int64_t nb, const uint8_t* w,
                                                       const ActRow* a, __m256* acc) {
     int64_t ib = ib0;
-    for (; ib + 2 <= nb; ib += 2) {
+    // Whole quads first (two pairs at fixed image offsets, no index arithmetic), ib0 % 4 == 0.
+    for (; ib + 4 <= nb; ib += 4) {
         const uint8_t* x0 = w + ib * Dec::kBytes;
         prefetch_w(x0);
-        pair_step<Dec, NT>(dec, ib, x0, x0 + Dec::kBytes, false, a, acc);
+        prefetch_w(x0 + 64);
+        pair_step<Dec, NT>(dec, ib, ib * 32, x0, x0 + Dec::kBytes, false, a, acc);
+        pair_step<Dec, NT>(dec, ib + 2, ib * 32 + 32, x0 + 2 * Dec::kBytes, x0 + 3 * Dec::kBytes, false, a, acc);
+    }
+    for (; ib + 2 <= nb; ib += 2) {
+        const uint8_t* x0 = w + ib * Dec::kBytes;
+        pair_step<Dec, NT>(dec, ib, half16_pair_offset(ib), x0, x0 + Dec::kBytes, false, a, acc);
     }
     if (ib < nb) {
         const uint8_t* x0 = w + ib * Dec::kBytes;
-        pair_step<Dec, NT>(dec, ib, x0, x0, true, a, acc);
+        pair_step<Dec, NT>(dec, ib, half16_pair_offset(ib), x0, x0, true, a, acc);
     }
 }
 

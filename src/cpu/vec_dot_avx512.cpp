@@ -101,6 +101,44 @@ inline __m512 f16_quad(const uint8_t* p, size_t stride) {
     return _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)))));
 }
 
+/// The fp16 field at byte `kOff` of four consecutive kBytes-byte blocks from x0, as
+/// [f0 x4 | f1 x4 | f2 x4 | f3 x4] f32: one 64-byte load, vpshufb takes block k's two bytes
+/// from 128-bit lane k into every dword of it, vpmovdw packs, vcvtph2ps (for blocks of 18 and
+/// 20 bytes, whose fields fall into lane k: checked at compile time).
+template <size_t kBytes, size_t kOff>
+inline __m512 f16_quad_lanes(const uint8_t* x0) {
+    static_assert(3 * kBytes + kOff + 2 <= 64);
+    static_assert((kBytes + kOff) / 16 == 1 && (2 * kBytes + kOff) / 16 == 2 && (3 * kBytes + kOff) / 16 == 3);
+    static_assert(kOff % 16 <= 14 && (kBytes + kOff) % 16 <= 14 && (2 * kBytes + kOff) % 16 <= 14 && (3 * kBytes + kOff) % 16 <= 14);
+    alignas(64) static constexpr struct Ctl {
+        uint8_t v[64];
+        constexpr Ctl() : v{} {
+            for (int k = 0; k < 4; ++k)
+                for (int j = 0; j < 16; ++j) {
+                    const int b = static_cast<int>((k * kBytes + kOff) % 16);
+                    v[16 * k + j] = static_cast<uint8_t>(j % 4 == 0 ? b : j % 4 == 1 ? b + 1 : 0x80);
+                }
+        }
+    } ctl{};
+    const __m512i d = _mm512_shuffle_epi8(_mm512_loadu_si512(x0), _mm512_load_si512(ctl.v));
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d));
+}
+
+/// MXFP4: the E8M0 bytes of four blocks (byte 17k: lane k, byte k) minus 128 as f32 exponents
+/// [e0 - 128 x4 | ...], for vscalefps: dy * 2^(e - 128) is the same single rounding as
+/// dy * e8m0_half(e), since the power of two is exact.
+inline __m512 e8m0_quad_exponents(const uint8_t* x0) {
+    alignas(64) static constexpr struct Ctl {
+        uint8_t v[64];
+        constexpr Ctl() : v{} {
+            for (int k = 0; k < 4; ++k)
+                for (int j = 0; j < 16; ++j) v[16 * k + j] = static_cast<uint8_t>(j % 4 == 0 ? k : 0x80);
+        }
+    } ctl{};
+    const __m512i e = _mm512_shuffle_epi8(_mm512_loadu_si512(x0), _mm512_load_si512(ctl.v));
+    return _mm512_sub_ps(_mm512_cvtepi32_ps(e), _mm512_set1_ps(128.f));
+}
+
 /// Q5's fifth bits of four blocks (qh at qh0 + k * stride) added as 16 to the quad's nibbles.
 inline void q5_high_quad(const uint8_t* qh0, size_t stride, __m512i& lo, __m512i& hi) {
     uint32_t h[4];
@@ -120,7 +158,8 @@ inline void q5_high_quad(const uint8_t* qh0, size_t stride, __m512i& lo, __m512i
 inline __m512i lut512(const Lut16& t) { return _mm512_broadcast_i32x4(load128(t.v)); }
 
 /// quad(x0, lo, hi): four blocks from x0 (kBytes apart) as unsigned bytes (value + offset) in the
-/// Half16 order; scale(x0): [d0 x4 | d1 x4 | d2 x4 | d3 x4]; min(x0) (kMin): the same for m.
+/// Half16 order; scale4(x0): [d0 x4 | d1 x4 | d2 x4 | d3 x4] (kScalef: their exponents, see
+/// e8m0_quad_exponents); min4(x0) (kMin): the same for m.
 struct Quad4Mxfp4 : DecMxfp4 {
     __m512i tbl4 = lut512(kLutMxfp4U);
     void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const {
@@ -128,34 +167,35 @@ struct Quad4Mxfp4 : DecMxfp4 {
         lo = _mm512_shuffle_epi8(tbl4, lo);
         hi = _mm512_shuffle_epi8(tbl4, hi);
     }
-    __m512 scale4(const uint8_t* x0) const {
-        const __m128 s = _mm_setr_ps(kE8m0Half.v[x0[0]], kE8m0Half.v[x0[kBytes]], kE8m0Half.v[x0[2 * kBytes]],
-                                     kE8m0Half.v[x0[3 * kBytes]]);
-        return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_castps128_ps512(s));
-    }
+    static constexpr bool kScalef = true;  // scale4: exponents (vscalefps), not factors
+    __m512 scale4(const uint8_t* x0) const { return e8m0_quad_exponents(x0); }
     __m512 min4(const uint8_t*) const { return _mm512_setzero_ps(); }
 };
 struct Quad4Iq4Nl : DecIq4Nl {
+    static constexpr bool kScalef = false;
     __m512i tbl4 = lut512(kLutIq4nlU);
     void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const {
         nibbles_quad(x0 + 2, kBytes, lo, hi);
         lo = _mm512_shuffle_epi8(tbl4, lo);
         hi = _mm512_shuffle_epi8(tbl4, hi);
     }
-    __m512 scale4(const uint8_t* x0) const { return f16_quad(x0, kBytes); }
+    __m512 scale4(const uint8_t* x0) const { return f16_quad_lanes<kBytes, 0>(x0); }
     __m512 min4(const uint8_t*) const { return _mm512_setzero_ps(); }
 };
 struct Quad4Q4_0 : DecQ4_0 {
+    static constexpr bool kScalef = false;
     void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const { nibbles_quad(x0 + 2, kBytes, lo, hi); }
-    __m512 scale4(const uint8_t* x0) const { return f16_quad(x0, kBytes); }
+    __m512 scale4(const uint8_t* x0) const { return f16_quad_lanes<kBytes, 0>(x0); }
     __m512 min4(const uint8_t*) const { return _mm512_setzero_ps(); }
 };
 struct Quad4Q4_1 : DecQ4_1 {
+    static constexpr bool kScalef = false;
     void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const { nibbles_quad(x0 + 4, kBytes, lo, hi); }
-    __m512 scale4(const uint8_t* x0) const { return f16_quad(x0, kBytes); }
-    __m512 min4(const uint8_t* x0) const { return f16_quad(x0 + 2, kBytes); }
+    __m512 scale4(const uint8_t* x0) const { return f16_quad_lanes<kBytes, 0>(x0); }
+    __m512 min4(const uint8_t* x0) const { return f16_quad_lanes<kBytes, 2>(x0); }
 };
 struct Quad4Q5_0 : DecQ5_0 {
+    static constexpr bool kScalef = false;
     void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const {
         nibbles_quad(x0 + 6, kBytes, lo, hi);
         q5_high_quad(x0 + 2, kBytes, lo, hi);
@@ -164,6 +204,7 @@ struct Quad4Q5_0 : DecQ5_0 {
     __m512 min4(const uint8_t*) const { return _mm512_setzero_ps(); }
 };
 struct Quad4Q5_1 : DecQ5_1 {
+    static constexpr bool kScalef = false;
     void quad(const uint8_t* x0, __m512i& lo, __m512i& hi) const {
         nibbles_quad(x0 + 8, kBytes, lo, hi);
         q5_high_quad(x0 + 4, kBytes, lo, hi);
@@ -198,7 +239,9 @@ struct Quads32 {
                 __m512i p = Dec::kCorr ? _mm512_load_si512(a[t].corr + 4 * ib) : _mm512_setzero_si512();
                 p = _mm512_dpbusd_epi32(p, lo, _mm512_load_si512(y));
                 p = _mm512_dpbusd_epi32(p, hi, _mm512_load_si512(y + 64));
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ws, _mm512_load_ps(a[t].dx + 4 * ib)), acc[t]);
+                const __m512 dy = _mm512_load_ps(a[t].dx + 4 * ib);
+                const __m512 d = Dec::kScalef ? _mm512_scalef_ps(dy, ws) : _mm512_mul_ps(ws, dy);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), d, acc[t]);
                 if constexpr (Dec::kMin) acc[t] = _mm512_fmadd_ps(wm, _mm512_load_ps(a[t].sx + 4 * ib), acc[t]);
             }
         }
