@@ -13,7 +13,8 @@
 #   bash bench/cpu_kernels_device.sh BUILD_DIR OUT_DIR
 #
 # Environment: THREADS (default: nproc), MODELS_DIR (keep the synthetic models there and reuse
-# them; default: a temporary folder removed at the end), QWEN_TYPE (expert type of the Qwen3 synth,
+# them; default: a temporary folder in /dev/shm when it has 50 GB free, else in TMPDIR, removed
+# at the end), QWEN_TYPE (expert type of the Qwen3 synth,
 # default q8_0; q4_0 or mxfp4 synthesize faster), LLAMA_CPP_BENCH (default
 # BUILD_DIR/llama-peer/llama_cpp_bench), KERNEL_SECONDS (per kernel cell, default 0.3), SMALL=1
 # (the `tiny` presets instead: checks the script itself in seconds, the figures mean nothing).
@@ -38,7 +39,11 @@ if [ -n "${MODELS_DIR:-}" ]; then
     mkdir -p "$models"
     keep=1
 else
-    models=$(mktemp -d "${TMPDIR:-/tmp}/nitro-device-models.XXXXXX")
+    # RAM-backed when there is room (no disk writes while synthesizing; the page cache holds the
+    # models either way), else TMPDIR.
+    base="${TMPDIR:-/tmp}"
+    if [ -d /dev/shm ] && [ "$(df -Pk /dev/shm | awk 'NR==2 {print $4}')" -gt $((50 * 1024 * 1024)) ]; then base=/dev/shm; fi
+    models=$(mktemp -d "$base/nitro-device-models.XXXXXX")
     keep=0
 fi
 cleanup() { [ "$keep" = 1 ] || rm -rf "$models"; rm -rf "${haswell:-}"; }
@@ -101,6 +106,12 @@ bench kernels-g20 -m "$g20" --kernels all --kernel-tokens 1,4,16 --kernel-second
 log "kernel table, qwen3-30b-a3b shape"
 bench kernels-q30 -m "$q30" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --no-engine
 
+# 2b. The kernels' software-prefetch distance (default 3072 B): a short sweep, 1 token.
+for pf in 1536 6144; do
+    log "kernel table, prefetch $pf B"
+    bench "prefetch-$pf" -m "$g20" --kernels mxfp4,q4_k,iq4_xs --kernel-tokens 1 --kernel-seconds "$ksec" --prefetch-bytes $pf --no-engine
+done
+
 # 3. The model's experts: file mapping vs a --no-mmap copy (anonymous memory, THP), 1/4/16 tokens.
 log "expert products, --no-mmap"
 bench nommap-g20 -m "$g20" --kernels none --kernel-tokens 1,4,16 --no-mmap --no-engine
@@ -156,6 +167,16 @@ for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b")):
         cells = {x["tokens"]: x for x in rows if (x["type"], x["isa"]) == key}
         P("  %-7s %-7s %-11s" % (r["type"], r["isa"], "%dx%d" % (r["n_embd"], r["n_ff"])) +
           "".join("%12.1f GB/s %4.0f%%" % (cells[t]["gb_s"], cells[t]["pct_of_read"]) if t in cells else "%20s" % "-" for t in toks))
+
+P("")
+P("prefetch distance (gpt-oss-20b shape, 1 token; GB/s and % of each run's read probe)")
+k0 = load("kernels-g20")
+sweep = [(k0["prefetch_bytes"], k0)] + [(pf, load("prefetch-%d" % pf)) for pf in (1536, 6144)]
+S["prefetch_sweep"] = []
+for pf, d in sorted(sweep, key=lambda x: x[0]):
+    cells = [r for r in d["kernels"] if r["tokens"] == 1 and r["type"] in ("MXFP4", "Q4_K", "IQ4_XS")]
+    S["prefetch_sweep"].append({"prefetch_bytes": pf, "read_probe_gb_s": d["read_bandwidth_gb_s"], "rows": cells})
+    P("  %5d B  " % pf + "  ".join("%s/%s %.1f GB/s %.0f%%" % (r["type"], r["isa"], r["gb_s"], r["pct_of_read"]) for r in cells))
 
 P("")
 P("the model's experts through moe_ffn (gpt-oss-20b): file mapping vs --no-mmap")

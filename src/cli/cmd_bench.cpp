@@ -64,6 +64,7 @@ Action add_bench(CLI::App& app) {
         double kernel_seconds = 0.3, kernel_pool_gib = 1.0;
         std::string kernel_shape;
         int kernel_experts = 0;
+        int64_t prefetch_bytes = cpu::kDefaultPrefetchBytes;
         MemoryFlags mem;
     };
     auto o = std::make_shared<Opts>();
@@ -88,11 +89,16 @@ Action add_bench(CLI::App& app) {
         ->capture_default_str();
     sub->add_option("--kernel-shape", o->kernel_shape, "Expert shape n_embd x n_ff for the kernel table, e.g. 2880x2880 (default: the model's)");
     sub->add_option("--kernel-experts", o->kernel_experts, "Experts per step in the kernel table (default: the model's n_expert_used)");
+    sub->add_option("--prefetch-bytes", o->prefetch_bytes,
+                    "Software-prefetch distance of the CPU kernels in the weight stream, bytes (0 = none ahead), for tuning")
+        ->capture_default_str()
+        ->envname("NITRO_PREFETCH_BYTES");
     sub->add_flag("--no-engine", o->no_engine, "Skip the prompt/decode run (memory, kernels and expert products only)");
     sub->add_flag("--json", o->json, "Print JSON");
     add_memory_flags(sub, o->mem);
     return [o]() {
         apply_memory_flags(o->mem);
+        cpu::set_prefetch_bytes(o->prefetch_bytes);
         const int threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         const PageFaults f_load0 = page_faults();
         const auto t_load = std::chrono::steady_clock::now();
@@ -137,7 +143,7 @@ Action add_bench(CLI::App& app) {
                                       : bench_expert_gemv(model, pool, 16, 1);
         const double floor = bw / g.bytes_per_token;  // tok/s if experts were the only reads
         nlohmann::json j = {
-            {"model", o->model}, {"threads", threads}, {"isa", cpu::kernel_isa()},
+            {"model", o->model}, {"threads", threads}, {"isa", cpu::kernel_isa()}, {"prefetch_bytes", cpu::prefetch_bytes()},
             {"read_bandwidth_gb_s", bw / 1e9}, {"expert_bytes_per_token", g.bytes_per_token},
             {"expert_gemv_gb_s", g.gb_s}, {"expert_gemv_ms_per_token", g.ms_per_token},
             {"expert_floor_tok_s", floor}};
@@ -177,7 +183,8 @@ Action add_bench(CLI::App& app) {
             std::puts(j.dump(2).c_str());
             return 0;
         }
-        std::printf("model            %s (%d threads, kernels %s)\n", o->model.c_str(), threads, cpu::kernel_isa());
+        std::printf("model            %s (%d threads, kernels %s, prefetch %lld B ahead)\n", o->model.c_str(), threads,
+                    cpu::kernel_isa(), static_cast<long long>(cpu::prefetch_bytes()));
         std::printf("model memory     %s, %s, huge pages %s; loaded in %.2f s (%lld minor / %lld major page faults)\n",
                     mf.copied() ? "copied into anonymous memory (--no-mmap)" : "file mapping", mf.locked() ? "locked" : "not locked",
                     huge_pages_name(model_map_options().huge_pages), load_s, static_cast<long long>(f_load.minor),

@@ -144,6 +144,11 @@ namespace kernels {
 /// tile and used by all its tokens in groups of kMaxTokens (matmul.cpp; the job must be valid,
 /// see check_matmul_job).
 void run_rows(const MatmulJob& j, DotFn dot, int64_t r0, int64_t r1);
+/// Rows [r0, r1) of several jobs of the same row count, row-major across the jobs (row r of job
+/// 0, of job 1, ..., then row r + 1), so each thread streams all the jobs' weights together
+/// instead of switching from one matrix to the next; the same kernel calls as run_rows per job
+/// (falls back to it when a job has more than one tile of tokens or there are over 16 jobs).
+void run_rows_interleaved(const MatmulJob* const* jobs, const DotFn* dots, int n_jobs, int64_t r0, int64_t r1);
 /// The kernels' view of token t of `a` (matmul.cpp).
 ActRow act_row(const ActBuffer& a, int64_t t);
 /// The kernel of weight type `t` at the level matmul_batch uses (kernel_isa()); throws nitro::Error

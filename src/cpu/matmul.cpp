@@ -23,6 +23,10 @@
 #include <cstring>
 #include <string_view>
 
+namespace nitro::cpu::kernels {
+int64_t g_prefetch_bytes = kDefaultPrefetchBytes;
+}  // namespace nitro::cpu::kernels
+
 namespace nitro::cpu {
 namespace {
 
@@ -178,6 +182,36 @@ void kernels::run_rows(const MatmulJob& j, kernels::DotFn dot, int64_t r0, int64
                 const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, t1 - t));
                 dot(j.w.ne0, wrow, a + (t - t0), nt, res);
                 for (int k = 0; k < nt; ++k) j.out[(t + k) * j.out_stride + r] = res[k];
+            }
+        }
+    }
+}
+
+void kernels::run_rows_interleaved(const MatmulJob* const* jobs, const kernels::DotFn* dots, int n_jobs, int64_t r0,
+                                   int64_t r1) {
+    // Every job's tokens fit one tile: each job's activation rows are built once, then row r of
+    // every job in turn, so all the jobs' weight streams advance together.
+    constexpr int kMaxJobs = 16;
+    kernels::ActRow a[kMaxJobs][kTokenTile];
+    float res[kMaxTokens];
+    bool small = n_jobs <= kMaxJobs;
+    for (int k = 0; k < n_jobs && small; ++k) small = jobs[k]->n_tokens <= kTokenTile;
+    if (!small) {
+        for (int k = 0; k < n_jobs; ++k) kernels::run_rows(*jobs[k], dots[k], r0, r1);
+        return;
+    }
+    for (int k = 0; k < n_jobs; ++k) {
+        const MatmulJob& j = *jobs[k];
+        for (int64_t t = 0; t < j.n_tokens; ++t) a[k][t] = kernels::act_row(*j.acts, j.token_ids ? j.token_ids[t] : t);
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+        for (int k = 0; k < n_jobs; ++k) {
+            const MatmulJob& j = *jobs[k];
+            const uint8_t* wrow = j.w.row(r);
+            for (int64_t t = 0; t < j.n_tokens; t += kMaxTokens) {
+                const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, j.n_tokens - t));
+                dots[k](j.w.ne0, wrow, a[k] + t, nt, res);
+                for (int q = 0; q < nt; ++q) j.out[(t + q) * j.out_stride + r] = res[q];
             }
         }
     }
@@ -403,6 +437,13 @@ float vec_dot_reference(GgmlType w, int64_t n, const void* wrow, const void* aro
 }
 
 const char* kernel_isa() { return isa_name(dispatch().isa); }
+
+void set_prefetch_bytes(int64_t bytes) {
+    if (bytes < 0 || bytes > 65536) fail("prefetch distance {} bytes is outside [0, 65536]", bytes);
+    kernels::g_prefetch_bytes = bytes;
+}
+
+int64_t prefetch_bytes() { return kernels::g_prefetch_bytes; }
 
 void set_kernel_isa(std::string_view isa) {
     const Isa level = parse_isa(isa);

@@ -137,6 +137,13 @@ const char* kernel_isa();
 /// product runs, and kernels fetched before (dot_f16's) keep their level.
 void set_kernel_isa(std::string_view isa);
 
+/// Default software-prefetch distance of the kernels in the weight stream, bytes.
+inline constexpr int64_t kDefaultPrefetchBytes = 3072;
+/// Sets the distance (0 = prefetch the line being read, i.e. none ahead; at most 64 KiB). For
+/// benchmarks and tuning (`nitro bench --prefetch-bytes`): not while a product runs.
+void set_prefetch_bytes(int64_t bytes);
+int64_t prefetch_bytes();
+
 /// Instruction sets whose kernels this CPU can run, lowest first ("scalar", then "avx2",
 /// "avx512" where supported), whatever NITRO_ISA says. For tests and benchmarks.
 std::vector<std::string> available_isas();

@@ -49,9 +49,11 @@ void route(float* logits, const float* bias, int64_t n, int64_t X, int K, MoeGat
 
 namespace {
 
-/// Rows of gate/up per unit of the gate/up pass, and output columns per unit of the down pass.
-/// 16 rows of a gpt-oss MXFP4 matrix are 24 KiB; a unit of the first pass reads two such runs.
-constexpr int64_t kRows1 = 16;
+/// Rows of gate/up per unit of the gate/up pass (a divisor of 256, see the quantization groups),
+/// and output columns per unit of the down pass. A gate/up unit of gpt-oss MXFP4 reads 2 x 48 KiB
+/// (both matrices row by row, run_rows_interleaved); a down unit 16 rows of every computed expert,
+/// small enough for ~10 units per thread at 16 threads (E = 2880: 180 units) to balance the pass.
+constexpr int64_t kRows1 = 32;
 constexpr int64_t kRows2 = 16;
 /// Values per piece of the activation quantization (a multiple of every image group, act_layout).
 constexpr int64_t kPiece = 256;
@@ -203,8 +205,9 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
         const int64_t xi = u / units_per_x, r0 = (u % units_per_x) * kRows1, r1 = std::min(F, r0 + kRows1);
         const int32_t x = s.xs[static_cast<size_t>(xi)];
         const int64_t b = s.xb[static_cast<size_t>(xi)], c = s.xc[static_cast<size_t>(xi)];
-        kernels::run_rows(s.jg[static_cast<size_t>(xi)], fg, r0, r1);
-        kernels::run_rows(s.ju[static_cast<size_t>(xi)], fu, r0, r1);
+        const MatmulJob* gu[2] = {&s.jg[static_cast<size_t>(xi)], &s.ju[static_cast<size_t>(xi)]};
+        const kernels::DotFn fgu[2] = {fg, fu};
+        kernels::run_rows_interleaved(gu, fgu, 2, r0, r1);
         for (int64_t g = b; g < b + c; ++g) {
             float* gr = &s.gate[static_cast<size_t>(g * F + r0)];
             float* ur = &s.up[static_cast<size_t>(g * F + r0)];
@@ -223,7 +226,14 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
     };
     auto down_unit = [&](int64_t u) {
         const int64_t c0 = u * kRows2, c1 = std::min(E, c0 + kRows2);
-        for (int64_t xi = 0; xi < nx; ++xi) kernels::run_rows(s.jd[static_cast<size_t>(xi)], fd, c0, c1);
+        if (nx <= 16) {
+            const MatmulJob* js[16];
+            kernels::DotFn fs[16];
+            for (int64_t xi = 0; xi < nx; ++xi) js[xi] = &s.jd[static_cast<size_t>(xi)], fs[xi] = fd;
+            kernels::run_rows_interleaved(js, fs, static_cast<int>(nx), c0, c1);
+        } else {
+            for (int64_t xi = 0; xi < nx; ++xi) kernels::run_rows(s.jd[static_cast<size_t>(xi)], fd, c0, c1);
+        }
         // Weighted sum of these columns over each token's computed experts, in router order.
         for (int64_t i = 0; i < n; ++i) {
             float* o = out + i * E;

@@ -23,21 +23,21 @@
 #endif
 
 namespace nitro::cpu::kernels {
+/// The prefetch distance in bytes (matmul.cpp, set_prefetch_bytes); read by every kernel.
+extern int64_t g_prefetch_bytes;
 namespace {
 
 /// ggml fp16 -> f32 (F16C; exact, same as core/fp16.h for every input).
 inline float h2f(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
 
-/// Software prefetch distance in the weight stream, bytes. The kernels alternate compute and
-/// loads, so the hardware prefetcher alone leaves DRAM latency exposed; rows of a chunk are
-/// contiguous, so prefetching past the end of a row fetches the next one.
-constexpr int64_t kPrefetchBytes = 1536;
-
-/// Prefetches the weight line kPrefetchBytes ahead of p. Always inlined: GCC sees a prefetch as
-/// free of side effects, so a call to an out-of-line helper made only of one can be deleted as
-/// dead (it was, inside the always-inline pair loop: no prefetch at all in the AVX2 pair kernels).
+/// Software prefetch: each kernel touches the weight line g_prefetch_bytes ahead of where it reads
+/// (cpu::set_prefetch_bytes, default 3072). The kernels alternate compute and loads, so the
+/// hardware prefetcher alone leaves DRAM latency exposed; a thread's rows are contiguous, so
+/// prefetching past the end of a row fetches the next one. Always inlined: GCC sees a prefetch as
+/// free of side effects, so a call to an out-of-line helper made only of one can be deleted as dead
+/// (it was, inside the always-inline pair loop: no prefetch at all in the AVX2 pair kernels).
 __attribute__((always_inline)) inline void prefetch_w(const uint8_t* p) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + g_prefetch_bytes), _MM_HINT_T0);
 }
 
 /// Sum of the 8 lanes, in a fixed order ((0+4)+(2+6))+((1+5)+(3+7)).

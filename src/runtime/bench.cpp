@@ -268,7 +268,8 @@ std::vector<KernelBenchRow> bench_expert_kernels(cpu::ThreadPool& pool, const Ke
         std::vector<float> h(static_cast<size_t>(max_tokens * E)), out(h.size());
         for (float& v : h) v = nd(rng);
         std::vector<int32_t> ids(static_cast<size_t>(max_tokens * K));
-        std::vector<float> w(ids.size(), 1.f / static_cast<float>(K));
+        std::vector<float> w;
+        w.assign(ids.size(), 1.f / static_cast<float>(K));  // (GCC 12 warns falsely on the sized constructor here)
         for (const std::string& isa : o.isas) {
             cpu::set_kernel_isa(isa);
             for (int n : o.tokens) {
