@@ -1,14 +1,15 @@
 // Quantized matrix products: tensor views, activation conversion, ISA dispatch and the batched
-// row-chunk scheduler. The dot-product kernels live in vec_dot_{scalar,avx2,avx512}.cpp.
+// row-chunk scheduler. The dot-product kernels live in vec_dot_*.cpp and kquants_*.cpp.
 //
-// Scheduling (matmul_batch): the rows of every job are cut into chunks of kRowsPerChunk rows and
-// ALL chunks of ALL jobs go to one parallel_for, so the 4-8 selected experts of a MoE layer (gate
-// and up at once) are a single parallel region. Inside a chunk, tokens are processed in tiles of
-// kTokenTile; for each row of the chunk the kernel is called on groups of up to kMaxTokens tokens.
-// The row (a few KiB) is read from DRAM once and stays in L1 while every token of the tile uses
-// it; the chunk (<= 64 rows) stays in L2 across token tiles. Every output element is written by
-// exactly one kernel call whose operands and operation order do not depend on the thread count,
-// the chunking or the token grouping: results are bit-identical for any pool size.
+// Scheduling (matmul_batch): the rows of every job are cut into chunks of at most kRowsPerChunk
+// rows and ALL chunks of ALL jobs go to one parallel region, cut into one contiguous run of
+// chunks per thread (so each thread streams consecutive rows; WorkRanges steals from the back of
+// other runs at the end). Inside a chunk, tokens are processed in tiles of kTokenTile; for each
+// row of the chunk the kernel is called on groups of up to kMaxTokens tokens. The row (a few KiB)
+// is read from DRAM once and stays in L1 while every token of the tile uses it; the chunk
+// (<= 32 rows) stays in L2 across token tiles. Every output element is written by exactly one
+// kernel call whose operands and operation order do not depend on the thread count, the
+// chunking or the token grouping: results are bit-identical for any pool size.
 #include "cpu/matmul.h"
 
 #include "core/error.h"
@@ -392,9 +393,10 @@ void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs) {
         }
     }
     if (total_rows == 0) return;
-    // Chunk size: at most kRowsPerChunk, small enough for ~4 chunks per thread (load balance on
-    // uneven expert counts), at least 4 rows. Determinism does not depend on it.
-    const int64_t per_thread = total_rows / (4 * static_cast<int64_t>(pool.size()));
+    // Chunk size: at most kRowsPerChunk, small enough for ~8 chunks per thread (the tail after the
+    // last steal is one chunk), at least 4 rows. Determinism does not depend on it.
+    const int W = pool.size();
+    const int64_t per_thread = total_rows / (8 * static_cast<int64_t>(W));
     const int64_t rows_per_chunk = std::clamp<int64_t>(per_thread, 4, kRowsPerChunk);
     std::vector<Chunk> chunks;
     chunks.reserve(static_cast<size_t>(total_rows / rows_per_chunk + jobs.size()));
@@ -403,11 +405,27 @@ void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs) {
         for (int64_t r = 0; r < jobs[i].w.n_rows; r += rows_per_chunk)
             chunks.push_back({static_cast<int32_t>(i), r, std::min(jobs[i].w.n_rows, r + rows_per_chunk)});
     }
-    pool.parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t b, int64_t e, int) {
-        for (int64_t c = b; c < e; ++c) {
-            const Chunk& ch = chunks[static_cast<size_t>(c)];
-            kernels::run_rows(jobs[static_cast<size_t>(ch.job)], fns[static_cast<size_t>(ch.job)], ch.r0, ch.r1);
-        }
+    // One contiguous run of chunks per thread (each streams consecutive rows), cut by estimated
+    // cost (rows x (tokens + 4): reading a row costs about four tokens' arithmetic), with stealing.
+    auto cost = [&](const Chunk& c) { return (c.r1 - c.r0) * (jobs[static_cast<size_t>(c.job)].n_tokens + 4); };
+    int64_t total = 0;
+    for (const Chunk& c : chunks) total += cost(c);
+    std::vector<int64_t> split(static_cast<size_t>(W) + 1, 0);
+    int64_t acc = 0;
+    size_t u = 0;
+    for (int w = 1; w <= W; ++w) {
+        const int64_t target = total * w / W;
+        while (u < chunks.size() && acc < target) acc += cost(chunks[u++]);
+        split[static_cast<size_t>(w)] = w == W ? static_cast<int64_t>(chunks.size()) : static_cast<int64_t>(u);
+    }
+    WorkRanges ranges;
+    ranges.reset(split);
+    pool.parallel_for(W, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t w = b; w < e; ++w)
+            for (int64_t c; ranges.next(static_cast<int>(w), c);) {
+                const Chunk& ch = chunks[static_cast<size_t>(c)];
+                kernels::run_rows(jobs[static_cast<size_t>(ch.job)], fns[static_cast<size_t>(ch.job)], ch.r0, ch.r1);
+            }
     });
 }
 

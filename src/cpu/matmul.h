@@ -110,8 +110,8 @@ struct MatmulJob {
 /// Throws nitro::Error if matmul_batch would refuse `j` (sizes, types, activation buffer).
 void check_matmul_job(const MatmulJob& j);
 
-/// Runs all jobs in one parallel region (rows of all jobs split across the pool), e.g. the gate
-/// and up products of every selected expert of a layer at once.
+/// Runs all jobs in one parallel region (rows of all jobs cut into one contiguous run per thread,
+/// with stealing at the end), e.g. several projections of a layer at once.
 void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs);
 
 /// out [n_tokens, w.n_rows] = acts [n_tokens, ne0] x w^T.
