@@ -85,6 +85,8 @@ struct MoeScratch::Sync {
 
 MoeScratch::MoeScratch() : sync(std::make_unique<Sync>()) {}
 MoeScratch::~MoeScratch() = default;
+MoeScratch::MoeScratch(MoeScratch&&) noexcept = default;
+MoeScratch& MoeScratch::operator=(MoeScratch&&) noexcept = default;
 
 MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int64_t n, int K, const int32_t* ids,
                  const float* weights, const uint8_t* skip, float* out, MoeScratch& s) {
@@ -185,6 +187,7 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
             s.split[static_cast<size_t>(w)] = w == W ? n1 : u;
         }
     }
+    if (!s.sync) s.sync = std::make_unique<MoeScratch::Sync>();  // a moved-from scratch
     MoeScratch::Sync& y = *s.sync;
     y.r1.reset(s.split);
     // Pass 2: units of 16 output columns over all computed experts, equal cost.

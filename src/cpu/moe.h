@@ -56,8 +56,8 @@ struct MoeStats {
 struct MoeScratch {
     MoeScratch();
     ~MoeScratch();
-    MoeScratch(const MoeScratch&) = delete;
-    MoeScratch& operator=(const MoeScratch&) = delete;
+    MoeScratch(MoeScratch&&) noexcept;
+    MoeScratch& operator=(MoeScratch&&) noexcept;
     std::vector<int32_t> group_rows, group_tok, row_of, iota;
     std::vector<int64_t> count, fill;
     std::vector<float, Aligned64<float>> gate, up, down;
