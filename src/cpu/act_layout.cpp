@@ -89,28 +89,36 @@ void fill_act_simd(const ActLayout& l, GgmlType w, int64_t ne0, const uint8_t* q
     const bool k8 = vt == GgmlType::Q8_K;
     const size_t bs = type_traits(vt).type_size;  // 34 (Q8_0), 36 (Q8_1), 292 (Q8_K)
     const size_t qs_off = vt == GgmlType::Q8_0 ? 2 : 4;
-    // value k of the row -> its quant
-    auto quant = [&](int64_t k) -> int8_t {
+    // Address of the quant of natural value k (runs of 16 or 32 aligned values never cross a block).
+    auto quant_at = [&](int64_t k) -> const uint8_t* {
         const int64_t blk = k8 ? k / 256 : k / 32, j = k8 ? k % 256 : k % 32;
-        return static_cast<int8_t>(q[static_cast<size_t>(blk) * bs + qs_off + static_cast<size_t>(j)]);
+        return q + static_cast<size_t>(blk) * bs + qs_off + static_cast<size_t>(j);
     };
     const int64_t v1 = v0 + nv;
     const bool ends_row = v1 >= ne0;
     const int64_t padded_end = ends_row ? (k8 ? ne0 : l.n_blocks * 32) : v1;
-    auto* img = reinterpret_cast<int8_t*>(simd + l.img);
-    for (int64_t k = v0; k < padded_end; ++k) img[image_pos(l.order, k)] = k < ne0 ? quant(k) : int8_t{0};
+    // The image in runs: 16 values (Half16's half-blocks) or 32, each copied as one piece.
+    const int64_t run = l.order == ActOrder::Half16 ? 16 : 32;
+    auto* img = simd + l.img;
+    for (int64_t k = v0; k < padded_end; k += run) {
+        uint8_t* dst = img + image_pos(l.order, k);
+        if (k < ne0) std::memcpy(dst, quant_at(k), static_cast<size_t>(run));
+        else std::memset(dst, 0, static_cast<size_t>(run));
+    }
 
     // Per-block lanes: Q8_0/Q8_1 blocks, or IQ4_XS's 32-value sub-blocks (corr only).
+    if (!l.dx && !l.corr && !l.sx) return;
     const int64_t b0 = v0 / 32, b1 = padded_end / 32;
     for (int64_t b = b0; b < b1; ++b) {
         const bool real = b < ne0 / 32;
         int32_t qsum = 0;
-        if (real)
-            for (int64_t j = 0; j < 32; ++j) qsum += quant(32 * b + j);
+        if (real && l.corr) {
+            const auto* x = reinterpret_cast<const int8_t*>(quant_at(32 * b));
+            for (int j = 0; j < 32; ++j) qsum += x[j];
+        }
         const size_t lane0 = static_cast<size_t>(b * l.lanes);
         if (l.dx) {
-            float d = 0.f;
-            if (real) d = fp16_to_f32(load_u16(q + static_cast<size_t>(b) * bs));
+            const float d = real ? fp16_to_f32(load_u16(q + static_cast<size_t>(b) * bs)) : 0.f;
             auto* dx = reinterpret_cast<float*>(simd + l.dx);
             for (int i = 0; i < l.lanes; ++i) dx[lane0 + static_cast<size_t>(i)] = d;
         }
