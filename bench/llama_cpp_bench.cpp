@@ -256,6 +256,13 @@ int run(const Options& o) {
         return arr.data[arr.selected].id;
     };
     llama_batch batch = llama_batch_init(static_cast<int32_t>(cp.n_batch), 0, 1);
+    auto release = [&] {
+        llama_batch_free(batch);
+        llama_sampler_free(chain);
+        llama_free(ctx);
+        llama_model_free(model);
+        llama_backend_free();
+    };
     int pos = 0;
     auto decode = [&](const llama_token* toks, int n) {
         batch.n_tokens = n;
@@ -312,11 +319,7 @@ int run(const Options& o) {
                          ",\"teacher_forced\":{\"ids\":" + json_ids(prompt) + ",\"probs\":" + probs + "}}\n";
         std::fputs(js.c_str(), stdout);
         std::fflush(stdout);
-        llama_batch_free(batch);
-        llama_sampler_free(chain);
-        llama_free(ctx);
-        llama_model_free(model);
-        llama_backend_free();
+        release();
         return 0;
     }
 
@@ -344,11 +347,7 @@ int run(const Options& o) {
     std::fputs(js.c_str(), stdout);
     std::fflush(stdout);
 
-    llama_batch_free(batch);
-    llama_sampler_free(chain);
-    llama_free(ctx);
-    llama_model_free(model);
-    llama_backend_free();
+    release();
     return 0;
 }
 

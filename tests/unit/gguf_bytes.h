@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,9 +71,15 @@ inline void write_file(const std::string& path, const std::vector<uint8_t>& b) {
     std::fclose(f);
 }
 
-/// A fresh empty directory under the system temp dir for one test.
 /// A fresh empty folder under the temp directory, removed (with its contents) when the test
 /// process exits.
 std::string temp_dir(const std::string& tag);
+
+/// Runs a shell command and returns its standard output. Throws std::runtime_error (with the
+/// command and its output) when it exits with a non-zero status.
+std::string run_command(const std::string& cmd);
+
+/// The message of the nitro::Error `f` throws, "" if it throws none.
+std::string error_of(const std::function<void()>& f);
 
 }  // namespace nitro::test

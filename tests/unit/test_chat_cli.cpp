@@ -12,17 +12,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-std::string run(const std::string& cmd) {
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) throw std::runtime_error("cannot run " + cmd);
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int rc = pclose(p);
-    if (rc != 0) throw std::runtime_error("command failed (" + std::to_string(rc) + "): " + cmd + "\n" + out);
-    return out;
-}
+std::string run(const std::string& cmd) { return test::run_command(cmd); }
 
 TEST(ChatCli, TokenizeJsonAndChatEqualGoldens) {
     const std::string nitro = NITRO_BINARY;

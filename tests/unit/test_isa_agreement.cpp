@@ -22,6 +22,7 @@
 // every level by the ISA matrix in tests/CMakeLists.txt), and the dispatch on emulated CPUs
 // (tests/isa/emulated_cpus.sh).
 #include "cpu/matmul.h"
+#include "gguf_bytes.h"
 #include "tokenizer_fixtures.h"
 
 #include <gtest/gtest.h>
@@ -44,17 +45,7 @@ constexpr double kMaxDpTie = 0.12;
 constexpr double kRouterTie = 0.005;  // nats
 constexpr double kArgmaxMargin = 0.2;  // nats
 
-std::string run(const std::string& cmd) {
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) throw std::runtime_error("cannot run " + cmd);
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int rc = pclose(p);
-    if (rc != 0) throw std::runtime_error("command failed (" + std::to_string(rc) + "): " + cmd + "\n" + out);
-    return out;
-}
+std::string run(const std::string& cmd) { return test::run_command(cmd); }
 
 struct Case {
     std::string model, name;

@@ -27,14 +27,7 @@ PlacementOptions budget(double gib) {
     return o;
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using test::error_of;
 
 TEST(Placement, ExpertBytesAreTheFormatsArithmetic) {
     // gpt-oss MXFP4: a row of 2880 values is 90 blocks of 17 bytes; gate, up: 2880 rows of n_embd
@@ -203,14 +196,8 @@ TEST(Placement, HotSetAndWholeLayers) {
 }
 
 TEST(Placement, PlanCommandPrintsAndExportsThePlan) {
-    const std::string cmd = std::string(NITRO_BINARY) + " plan --synth gpt-oss:gpt-oss-120b --vram-budget 12 --json";
-    FILE* f = popen(cmd.c_str(), "r");
-    ASSERT_NE(f, nullptr);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-    ASSERT_EQ(pclose(f), 0) << out;
+    const std::string out =
+        test::run_command(std::string(NITRO_BINARY) + " plan --synth gpt-oss:gpt-oss-120b --vram-budget 12 --json");
     const nlohmann::json j = nlohmann::json::parse(out);
     const Plan p = plan_placement(gptoss120b(), budget(12));
     EXPECT_EQ(j.at("n_resident").get<int64_t>(), p.n_resident());

@@ -42,14 +42,7 @@ TraceHeader small_header(bool weights) {
     return h;
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using test::error_of;
 
 TEST(TraceFormat, RecordSizeAndHeaderLayout) {
     // 12 + 2k without weights, + 4k with: k = 2 -> 16 and 24 bytes.
