@@ -2,6 +2,9 @@
 # The hybrid executor on the lent GPU machine, one call per phase (docs/hybrid.md, "Benchmark"):
 #   bench/hybrid_device.sh tests OUT      the CUDA tests (ops, GPU-all, hybrid) + a quick hybrid run
 #   bench/hybrid_device.sh bench OUT      nitro hybrid vs llama.cpp --n-cpu-moe, side by side
+#   bench/hybrid_device.sh bench-zipf OUT the same on a file with a skewed router (ZIPF=S, default
+#                                         0.7: top 10% of experts take ~40% of the routing) + a hot set
+#   bench/hybrid_device.sh prepare[-zipf] OUT  only synthesize the model bench[-zipf] uses
 # Inputs come from .carry/ (git-ignored; made on the development machine):
 #   bin.tar.xz       bin/{nitro,nitro_cuda_tests,nitro_cuda_bench} built for sm_90 + the Debian
 #                    shared libraries they need (libfmt, libxxhash, libpcre2, libcpp-httplib)
@@ -52,15 +55,21 @@ tests)
         grep -E "experts:|prompt:|error" "$OUTD/run_err.txt"
     done
     ;;
-bench|bench-zipf)
+prepare|prepare-zipf|bench|bench-zipf)
     # Side by side, mirrored (nitro, llama.cpp, llama.cpp, nitro), same file, same VRAM budget,
     # 16 threads, decode of 128 tokens after a 64-token prompt. Nothing else runs while timing.
+    # prepare / prepare-zipf only synthesize the model (so it can overlap the llama.cpp build);
+    # bench reuses /dev/shm/bench.gguf when it was made with the same preset and skew.
     BUDGET=${BUDGET:-12}; NCMOE=${NCMOE:-31}; PRESET=${PRESET:-gpt-oss-120b}
     M=/dev/shm/bench.gguf
-    if [ "$PHASE" = bench-zipf ]; then SKEW="--router-skew zipf:${ZIPF:-1.0}"; else SKEW=""; fi
-    rm -f /dev/shm/*.gguf
-    log "synth $PRESET $SKEW"
-    "$N" synth --arch gpt-oss --preset "$PRESET" $SKEW -o "$M" > /dev/null 2>&1 || { echo "synth failed"; exit 1; }
+    case "$PHASE" in *zipf) SKEW="--router-skew zipf:${ZIPF:-0.7}" ;; *) SKEW="" ;; esac
+    if [ "$(cat "$M.key" 2>/dev/null)" != "$PRESET $SKEW" ]; then
+        rm -f /dev/shm/*.gguf /dev/shm/*.gguf.key
+        log "synth $PRESET $SKEW"
+        "$N" synth --arch gpt-oss --preset "$PRESET" $SKEW -o "$M" > /dev/null 2>&1 || { echo "synth failed"; exit 1; }
+        echo "$PRESET $SKEW" > "$M.key"
+    fi
+    case "$PHASE" in prepare*) exit 0 ;; esac
     L=/tmp/llama; LB="$L/b/bin/llama-bench"
     [ -f "$L/building" ] && { log "waiting for the llama.cpp build"; while [ ! -f "$L/built" ]; do sleep 2; done; }
     [ -x "$LB" ] || bash "$0" build-llama "$OUTD"
