@@ -33,6 +33,7 @@ public:
     void seq_truncate(int seq, int64_t n) override { s_.seq_truncate(seq, n); }
     std::string describe() const override { return fmt::format("cpu ({} threads, {} kernels)", const_cast<Session&>(s_).pool().size(), cpu::kernel_isa()); }
     uint64_t kv_host_bytes() const override { return s_.kv_cache().bytes(); }
+    const MoeWork* moe_work() const override { return &s_.moe_work(); }
     bool set_route_callback(std::function<void(const RouteEvent&)> cb) override {
         s_.on_route = std::move(cb);
         return true;

@@ -95,6 +95,10 @@ public:
     virtual uint64_t kv_host_bytes() const { return 0; }
     /// Expert placement counters since construction (null when the engine does not place experts).
     virtual const ExpertCounters* expert_counters() const { return nullptr; }
+    /// Routed-expert work of the CPU MoE step since construction (distinct experts per layer per
+    /// forward chunk, (token, expert) rows, weight bytes); null when the engine does not count it
+    /// (the GPU engines).
+    virtual const MoeWork* moe_work() const { return nullptr; }
 };
 
 using GpuEngineFactory =

@@ -341,6 +341,9 @@ void Session::moe(int il, const ChunkArgs& c) {
                                           static_cast<int>(spec_.n_expert_used), s.sel.data(), s.sel_w.data(), nullptr,
                                           s.proj.data(), s.moe);
     for (int64_t i = 0; i < c.n; ++i) cpu::add(&s.x[i * E], &s.proj[i * E], E);
+    moe_work_.experts += static_cast<uint64_t>(st.experts);
+    moe_work_.rows += static_cast<uint64_t>(st.rows);
+    moe_work_.bytes += st.bytes;
     mark(Phase::MoeSum);
     // moe_ffn timed its own parts: move them from the sum to their phases.
     phase_s_[static_cast<size_t>(Phase::ExpertGateUp)] += st.gate_up_s;

@@ -60,6 +60,14 @@ struct RouteEvent {
     int seq = 0;                       ///< the sequence (Session::eval_batch; 0 for eval)
 };
 
+/// Routed-expert work of the CPU MoE step, summed over layers and forward chunks since
+/// construction: how much batching rows of several sequences shares expert weight reads.
+struct MoeWork {
+    uint64_t experts = 0;  ///< distinct experts computed, per layer per chunk (each expert's weights read once)
+    uint64_t rows = 0;     ///< (token, expert) pairs computed
+    uint64_t bytes = 0;    ///< expert weight bytes read
+};
+
 /// Parts of the forward pass timed by Session (wall-clock seconds, summed over layers and calls).
 enum class Phase : int {
     Embed,         ///< token_embd rows, RoPE tables
@@ -119,6 +127,8 @@ public:
     /// clock reads per layer; always on).
     const PhaseTimes& phase_times() const { return phase_s_; }
     void reset_phase_times() { phase_s_.fill(0.0); }
+    /// Routed-expert work since construction (MoeWork).
+    const MoeWork& moe_work() const { return moe_work_; }
 
     /// Called for every (token, layer) with the final routing, if set.
     std::function<void(const RouteEvent&)> on_route;
@@ -161,6 +171,7 @@ private:
     std::vector<uint8_t> row_prefill_;         ///< [n] the row's sequence has several rows in the chunk
     float* logits_out_ = nullptr;              ///< where lm_head writes the chunk's logits
     PhaseTimes phase_s_{};
+    MoeWork moe_work_;
     std::chrono::steady_clock::time_point phase_t_;
 };
 

@@ -124,6 +124,23 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
                            "# TYPE nitro_batch_rows_total counter\nnitro_batch_rows_total{{kind=\"decode\"}} {}\n"
                            "nitro_batch_rows_total{{kind=\"prompt\"}} {}\n",
                            decode_rows_.load(), prompt_rows_.load());
+        if (!session_->moe_work()) return;  // the GPU engines do not count it
+        out += fmt::format("# HELP nitro_moe_experts_total Distinct routed experts computed, summed over layers and steps (each expert's "
+                           "weights read once per layer per step, for every row routed to it).\n"
+                           "# TYPE nitro_moe_experts_total counter\nnitro_moe_experts_total {}\n",
+                           moe_experts_.load());
+        out += fmt::format("# HELP nitro_moe_expert_rows_total (token, expert) products computed.\n"
+                           "# TYPE nitro_moe_expert_rows_total counter\nnitro_moe_expert_rows_total {}\n",
+                           moe_rows_.load());
+        out += fmt::format("# HELP nitro_moe_expert_bytes_total Routed-expert weight bytes read.\n"
+                           "# TYPE nitro_moe_expert_bytes_total counter\nnitro_moe_expert_bytes_total {}\n",
+                           moe_bytes_.load());
+        out += fmt::format("# HELP nitro_decode_steps_total Steps with decode rows only (no prompt rows).\n"
+                           "# TYPE nitro_decode_steps_total counter\nnitro_decode_steps_total {}\n",
+                           decode_steps_.load());
+        out += fmt::format("# HELP nitro_decode_step_experts_total Distinct routed experts of those steps, summed over layers.\n"
+                           "# TYPE nitro_decode_step_experts_total counter\nnitro_decode_step_experts_total {}\n",
+                           decode_step_experts_.load());
     });
     // Expert placement counters (GPU engines) in /metrics, per layer.
     metrics_.add_collector([this](std::string& out) {
@@ -381,6 +398,16 @@ void Scheduler::step() {
     steps_++;
     decode_rows_ += n_decode;
     prompt_rows_ += batch_tokens_.size() - n_decode;
+    if (const MoeWork* w = session_->moe_work()) {
+        // Distinct experts of steps with decode rows only (what a decode step reads), and in all.
+        if (n_decode == batch_tokens_.size()) {
+            decode_steps_++;
+            decode_step_experts_ += w->experts - moe_experts_.load();
+        }
+        moe_experts_ = w->experts;
+        moe_rows_ = w->rows;
+        moe_bytes_ = w->bytes;
+    }
     // Hand each slot its rows' results.
     const size_t V = static_cast<size_t>(model_.n_vocab());
     size_t row = 0, out = 0;

@@ -160,6 +160,8 @@ private:
     std::vector<std::unique_ptr<Slot>> slots_;  ///< slot i uses engine sequence i
     uint64_t admissions_ = 0;          ///< jobs admitted so far (orders slots by last use)
     std::atomic<uint64_t> steps_{0}, decode_rows_{0}, prompt_rows_{0};  ///< batched forwards and their rows
+    /// Routed-expert work (Engine::moe_work, copied after each step for /metrics); decode-only steps.
+    std::atomic<uint64_t> moe_experts_{0}, moe_rows_{0}, moe_bytes_{0}, decode_steps_{0}, decode_step_experts_{0};
     // The current batch (reused between steps).
     std::vector<int32_t> batch_tokens_, batch_seq_;
     std::vector<uint8_t> batch_logits_;

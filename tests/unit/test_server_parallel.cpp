@@ -146,6 +146,16 @@ TEST(ServerScheduler, FourConcurrentJobsGiveTheTokensTheyGiveAlone) {
                       static_cast<double>(ps[0].size() + ps[1].size() + ps[2].size() + ps[3].size()));
             EXPECT_LT(steps, 0.5 * seq_steps) << family << ": " << steps << " batched steps vs " << seq_steps << " sequential";
             EXPECT_GT(decode_rows / steps, 2.0) << "decode rows per step";
+            // The MoE counters: every row computes n_expert_used experts per layer; rows of one
+            // step routed to the same expert share its weight read (fewer distinct experts).
+            const double rows = decode_rows + metric(m, "nitro_batch_rows_total{kind=\"prompt\"}");
+            const double per_row = static_cast<double>(model.hp().n_expert_used * model.hp().n_layer);
+            EXPECT_EQ(metric(m, "nitro_moe_expert_rows_total"), rows * per_row);
+            EXPECT_LT(metric(m, "nitro_moe_experts_total"), rows * per_row);
+            const double dsteps = metric(m, "nitro_decode_steps_total");
+            EXPECT_GT(dsteps, 0);
+            EXPECT_LT(metric(m, "nitro_decode_step_experts_total"), 4 * dsteps * per_row)
+                << "4 decode rows per step share some experts";
             double slot_requests = 0;
             for (int i = 0; i < 4; ++i) slot_requests += metric(m, fmt::format("nitro_slot_requests_total{{slot=\"{}\"}}", i));
             EXPECT_EQ(slot_requests, 4);
