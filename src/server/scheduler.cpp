@@ -77,6 +77,11 @@ struct Scheduler::Slot {
 Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& metrics)
     : model_(model), opt_(opt), metrics_(metrics) {
     if (opt.n_slots < 1) fail("--parallel must be at least 1 (got {})", opt.n_slots);
+    // Refused before the GPU engine loads the weights into VRAM (auto is checked once resolved).
+    if (opt.n_slots > 1 && (opt.mode == EngineMode::Gpu || opt.mode == EngineMode::Hybrid))
+        fail("--parallel {} needs an engine that batches sequences, but --mode {} holds 1 (the GPU engine does not batch "
+             "sequences yet): use --parallel 1, or --mode cpu",
+             opt.n_slots, engine_mode_name(opt.mode));
     SessionOptions so = opt.session;
     so.n_seq = opt.n_slots;
     session_ = make_engine(opt.mode, model, so, opt.gpu);

@@ -271,6 +271,23 @@ TEST(ServerScheduler, ParallelNeedsAnEngineThatBatchesSequences) {
         EXPECT_NE(msg.find("the GPU engine does not batch sequences yet"), std::string::npos) << msg;
     }
     EXPECT_THROW(check_slots(e, 0), Error);
+    // nitro serve --mode gpu / hybrid --parallel 2: refused before any engine is made.
+    Model model(test::fixture_for("qwen3"));
+    for (EngineMode mode : {EngineMode::Gpu, EngineMode::Hybrid}) {
+        Metrics m;
+        SchedulerOptions so = options(model, tokenizer_for("qwen3"), 2);
+        so.mode = mode;
+        try {
+            Scheduler s(model, so, m);
+            FAIL() << "--parallel 2 accepted with --mode " << engine_mode_name(mode);
+        } catch (const Error& err) {
+            const std::string msg = err.what();
+            EXPECT_NE(msg.find(fmt::format("--parallel 2 needs an engine that batches sequences, but --mode {} holds 1",
+                                           engine_mode_name(mode))),
+                      std::string::npos)
+                << msg;
+        }
+    }
 }
 
 }  // namespace nitro::server
