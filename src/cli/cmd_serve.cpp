@@ -1,4 +1,4 @@
-// nitro serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-c CTX] [-t THREADS] [--trace FILE]
+// nitro serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-c CTX] [-t THREADS] [--parallel N] [--trace FILE]
 // An OpenAI-compatible HTTP server (docs/server.md).
 #include "arch/summary.h"
 #include "cli/commands.h"
@@ -43,6 +43,7 @@ struct ServeOptions {
     server::ServerOptions http;
     SessionOptions session;
     std::string trace_path;
+    int parallel = 1;
     bool no_prefault = false;
     EngineCli engine;
 };
@@ -109,6 +110,7 @@ int serve(const ServeOptions& opts) {
     so.trace_path = o.trace_path;
     so.mode = engine_mode(o.engine);
     so.gpu = o.engine.gpu;
+    so.n_slots = o.parallel;
     server::Scheduler scheduler(model, so, metrics);
     if (o.session.n_ctx > scheduler.n_ctx())
         std::fprintf(stderr, "warning: -c %lld is above the model's training context; using %lld tokens\n",
@@ -131,17 +133,21 @@ int serve(const ServeOptions& opts) {
                  "model      %s (%s, %lld layers, %lld experts, %lld used per token, vocab %lld, chat format %s)\n"
                  "weights    %s in %d file(s), memory-mapped; routed experts %s (%s per expert per layer)\n"
                  "placement  %s\n"
-                 "memory     weights %s (page cache) + KV cache %s for %lld tokens\n"
-                 "threads    %d compute, %d HTTP (up to %d under load); prompt chunk %lld tokens\n",
+                 "memory     weights %s (page cache) + KV cache %s for %lld tokens x %d slot(s)\n"
+                 "threads    %d compute, %d HTTP (up to %d under load); prompt chunk %lld tokens\n"
+                 "slots      %d (--parallel): %s\n",
                  http.model_id().c_str(), model.gguf().metadata().get_string("general.architecture").value_or("?").c_str(),
                  static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_expert), static_cast<long long>(hp.n_expert_used),
                  static_cast<long long>(model.n_vocab()), format ? chat_format_name(*format) : "none",
                  format_bytes(sum.file_bytes).c_str(), sum.n_shards,
                  format_bytes(sum.bytes_by_category.count(TensorCategory::RoutedExperts) ? sum.bytes_by_category.at(TensorCategory::RoutedExperts) : 0).c_str(),
                  format_bytes(sum.bytes_per_expert).c_str(), scheduler.placement().c_str(), format_bytes(sum.file_bytes).c_str(), format_bytes(kv).c_str(),
-                 static_cast<long long>(scheduler.n_ctx()),
+                 static_cast<long long>(scheduler.n_ctx()), scheduler.n_slots(),
                  o.session.n_threads > 0 ? o.session.n_threads : static_cast<int>(std::thread::hardware_concurrency()),
-                 o.http.http_threads, 4 * std::max(2, o.http.http_threads), static_cast<long long>(o.session.n_ubatch));
+                 o.http.http_threads, 4 * std::max(2, o.http.http_threads), static_cast<long long>(o.session.n_ubatch),
+                 scheduler.n_slots(),
+                 scheduler.n_slots() > 1 ? "requests decode together, one batched forward per token (continuous batching)"
+                                         : "one request at a time");
     std::fprintf(stderr, "requests   body up to %g MiB, JSON nesting up to %d levels\n", o.http.max_body_mib, kMaxJsonDepth);
     if (!o.trace_path.empty()) std::fprintf(stderr, "trace      routing of every request -> %s\n", o.trace_path.c_str());
     if (o.http.allow_scripted_output) std::fprintf(stderr, "WARNING    --debug-scripted-output: requests may dictate the output (test only)\n");
@@ -193,6 +199,12 @@ Action add_serve(CLI::App& app) {
     sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str()->envname("NITRO_CTX_SIZE");
     sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
     sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk (cancellation is checked between chunks)")->capture_default_str();
+    sub->add_option("--parallel", o->parallel,
+                    "Requests served at once (slots), each with its own K/V cache of -c tokens; their decode steps run "
+                    "as one batch (continuous batching). The GPU engine serves one (--parallel 1)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 256))
+        ->envname("NITRO_PARALLEL");
     sub->add_option("--http-threads", o->http.http_threads,
                     "HTTP threads kept ready; when all are busy more start, up to 4x this many connections at once "
                     "(extra threads stop after 10 s idle)")

@@ -27,8 +27,13 @@ public:
     int64_t n_past() const override { return s_.n_past(); }
     int64_t n_ctx() const override { return s_.n_ctx(); }
     void truncate(int64_t n) override { s_.truncate(n); }
+    int n_seq() const override { return s_.n_seq(); }
+    void eval_batch(const SeqBatch& b, std::vector<float>& logits) override { s_.eval_batch(b, logits); }
+    int64_t seq_n_past(int seq) const override { return s_.seq_n_past(seq); }
+    void seq_truncate(int seq, int64_t n) override { s_.seq_truncate(seq, n); }
     std::string describe() const override { return fmt::format("cpu ({} threads, {} kernels)", const_cast<Session&>(s_).pool().size(), cpu::kernel_isa()); }
     uint64_t kv_host_bytes() const override { return s_.kv_cache().bytes(); }
+    const MoeWork* moe_work() const override { return &s_.moe_work(); }
     bool set_route_callback(std::function<void(const RouteEvent&)> cb) override {
         s_.on_route = std::move(cb);
         return true;
@@ -39,6 +44,39 @@ private:
 };
 
 }  // namespace
+
+void Engine::eval_batch(const SeqBatch& b, std::vector<float>& logits) {
+    if (b.seq.size() != b.tokens.size()) fail("eval_batch: {} tokens but {} sequence ids", b.tokens.size(), b.seq.size());
+    if (!b.logits.empty() && b.logits.size() != b.tokens.size())
+        fail("eval_batch: {} tokens but {} logits flags", b.tokens.size(), b.logits.size());
+    for (size_t i = 0; i < b.seq.size(); ++i)
+        if (b.seq[i] != 0) fail("eval_batch: row {} names sequence {} but this engine ({}) holds one sequence", i, b.seq[i], describe());
+    // Which rows want logits: none, only the last (one eval as today), or others (all, then pick).
+    size_t n_want = 0;
+    for (uint8_t f : b.logits) n_want += f != 0;
+    const bool only_last = n_want == 1 && b.logits.back() != 0;
+    if (n_want == 0 || only_last) {
+        eval(b.tokens, false, logits);
+        if (n_want == 0) logits.clear();
+        return;
+    }
+    std::vector<float> all;
+    eval(b.tokens, true, all);
+    const size_t V = all.size() / b.tokens.size();
+    logits.clear();
+    for (size_t i = 0; i < b.tokens.size(); ++i)
+        if (b.logits[i]) logits.insert(logits.end(), all.begin() + static_cast<long>(i * V), all.begin() + static_cast<long>((i + 1) * V));
+}
+
+int64_t Engine::seq_n_past(int seq) const {
+    if (seq != 0) fail("sequence {} does not exist: this engine ({}) holds one sequence", seq, describe());
+    return n_past();
+}
+
+void Engine::seq_truncate(int seq, int64_t n) {
+    if (seq != 0) fail("sequence {} does not exist: this engine ({}) holds one sequence", seq, describe());
+    truncate(n);
+}
 
 void set_gpu_engine_factory(GpuEngineFactory f, std::function<int()> device_count) {
     gpu_factory() = std::move(f);

@@ -1,6 +1,8 @@
 // The engine a front end drives: the CPU reference (runtime/session.h) or the GPU-all CUDA
 // session (src/cuda/gpu_session.h), chosen by --mode. Both evaluate tokens the same way:
-// eval(tokens, all_logits, logits) appends `tokens` to the sequence and returns logits.
+// eval(tokens, all_logits, logits) appends `tokens` to the sequence and returns logits. The CPU
+// engine also holds several sequences and evaluates rows of all of them in one batch
+// (eval_batch); the GPU engine holds one.
 //
 // nitro_lib has no CUDA code: a CUDA build registers its factory at start-up
 // (nitro::cuda::register_engine(), called from the CLI's main), and --mode gpu in a build
@@ -69,6 +71,21 @@ public:
     virtual int64_t n_past() const = 0;
     virtual int64_t n_ctx() const = 0;
     virtual void truncate(int64_t n) = 0;
+
+    // Several sequences (continuous batching in the server). An engine holds n_seq() sequences,
+    // each with its own positions and K/V; eval/n_past/truncate above are sequence 0. The CPU
+    // engine holds SessionOptions::n_seq of them; the GPU engine holds one (it does not batch
+    // sequences yet), and these defaults serve that case.
+
+    /// Sequences held (>= 1).
+    virtual int n_seq() const { return 1; }
+    /// As Session::eval_batch. The default (one sequence) takes rows of sequence 0 only and
+    /// runs them through eval(); any other sequence id is a nitro::Error.
+    virtual void eval_batch(const SeqBatch& b, std::vector<float>& logits);
+    /// Positions held by sequence `seq`. Default: n_past() for sequence 0.
+    virtual int64_t seq_n_past(int seq) const;
+    /// Forgets positions >= n of sequence `seq`. Default: truncate(n) for sequence 0.
+    virtual void seq_truncate(int seq, int64_t n);
     /// One line saying what runs where (printed by `nitro run`).
     virtual std::string describe() const = 0;
     /// Installs a callback for every (token, layer) routing decision once it is final (router
@@ -78,6 +95,10 @@ public:
     virtual uint64_t kv_host_bytes() const { return 0; }
     /// Expert placement counters since construction (null when the engine does not place experts).
     virtual const ExpertCounters* expert_counters() const { return nullptr; }
+    /// Routed-expert work of the CPU MoE step since construction (distinct experts per layer per
+    /// forward chunk, (token, expert) rows, weight bytes); null when the engine does not count it
+    /// (the GPU engines).
+    virtual const MoeWork* moe_work() const { return nullptr; }
 };
 
 using GpuEngineFactory =

@@ -18,15 +18,25 @@
 #include "runtime/model_spec.h"
 
 #include <cstdint>
+#include <span>
 
 namespace nitro {
 
-/// One forward chunk: n tokens at positions pos0 .. pos0 + n - 1 (their ids already given to the
-/// executor). logits: none, the last token's, or every token's.
+/// One forward chunk of n rows (their token ids already given to the executor). One sequence:
+/// row i is at position pos0 + i of sequence 0 (`seq` and `pos` empty). Several sequences (an
+/// executor that batches them, Session::eval_batch): row i is at position pos[i] of sequence
+/// seq[i]; attention reads only the row's own sequence, every other op is row-wise. logits: none,
+/// the last row's, every row's, or the rows listed in logit_rows.
 struct ChunkArgs {
     int64_t n = 0;
     int64_t pos0 = 0;
-    enum class Logits { None, Last, All } logits = Logits::Last;
+    enum class Logits { None, Last, All, Rows } logits = Logits::Last;
+    std::span<const int32_t> seq;         ///< [n] sequence of each row, or empty (all sequence 0)
+    std::span<const int64_t> pos;         ///< [n] position of each row in its sequence, or empty (pos0 + i)
+    std::span<const int64_t> logit_rows;  ///< Logits::Rows: rows whose logits are computed, increasing
+
+    int64_t pos_of(int64_t i) const { return pos.empty() ? pos0 + i : pos[static_cast<size_t>(i)]; }
+    int seq_of(int64_t i) const { return seq.empty() ? 0 : seq[static_cast<size_t>(i)]; }
 };
 
 /// Runs the forward pass of one chunk through executor `b`.

@@ -84,7 +84,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     std::function<void(const RouteEvent&)> write_route;
     if (!opt.trace_path.empty()) {
         trace = std::make_unique<TraceWriter>(opt.trace_path, trace_header_from_model(model.gguf(), true));
-        write_route = route_record_writer(*trace, [] { return uint32_t{0}; });
+        write_route = route_record_writer(*trace, [](const RouteEvent&) { return uint32_t{0}; });
     }
     // Per position: the smallest router margin over the layers (reported with the probabilities).
     std::vector<float> margin_at;

@@ -1,16 +1,18 @@
 #include "runtime/kv_cache.h"
 
+#include "core/error.h"
 #include "runtime/model_spec.h"
 
 namespace nitro {
 
-KvCache::KvCache(const ModelSpec& spec) : n_ctx_(spec.n_ctx), n_k_(spec.n_k()), n_v_(spec.n_v()) {
+KvCache::KvCache(const ModelSpec& spec, int n_seq) : n_ctx_(spec.n_ctx), n_k_(spec.n_k()), n_v_(spec.n_v()), n_seq_(n_seq) {
+    if (n_seq < 1) fail("the K/V cache needs at least one sequence (got {})", n_seq);
     layers_.resize(spec.layers.size());
     for (size_t il = 0; il < layers_.size(); ++il) {
         auto& L = layers_[il];
         L.capacity = spec.layers[il].kv_capacity;
-        L.k.assign(static_cast<size_t>(L.capacity * n_k_), 0);
-        L.v.assign(static_cast<size_t>(L.capacity * n_v_), 0);
+        L.k.assign(static_cast<size_t>(n_seq * L.capacity * n_k_), 0);
+        L.v.assign(static_cast<size_t>(n_seq * L.capacity * n_v_), 0);
     }
 }
 

@@ -7,11 +7,11 @@
 
 namespace nitro {
 
-std::function<void(const RouteEvent&)> route_record_writer(TraceWriter& writer, std::function<uint32_t()> seq) {
+std::function<void(const RouteEvent&)> route_record_writer(TraceWriter& writer, std::function<uint32_t(const RouteEvent&)> seq) {
     return [&writer, seq = std::move(seq), ids = std::vector<ExpertId>()](const RouteEvent& e) mutable {
         ids.assign(e.experts.begin(), e.experts.end());
         TraceRecordIn rec;
-        rec.seq = seq();
+        rec.seq = seq(e);
         rec.pos = static_cast<uint32_t>(e.pos);
         rec.phase = e.prefill ? TracePhase::Prefill : TracePhase::Decode;
         rec.layer = static_cast<uint32_t>(e.layer);
@@ -21,7 +21,7 @@ std::function<void(const RouteEvent&)> route_record_writer(TraceWriter& writer, 
     };
 }
 
-void capture_routes(Engine& engine, TraceWriter& writer, std::function<uint32_t()> seq) {
+void capture_routes(Engine& engine, TraceWriter& writer, std::function<uint32_t(const RouteEvent&)> seq) {
     if (!engine.set_route_callback(route_record_writer(writer, std::move(seq))))
         fail("--trace: routing capture is not available with this engine ({})", engine.describe());
 }

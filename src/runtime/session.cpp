@@ -53,7 +53,9 @@ Session::Session(const Model& model, const SessionOptions& opt)
     : model_(model), spec_(make_model_spec(model, opt)) {
     const int threads = opt.n_threads > 0 ? opt.n_threads : std::max(1u, std::thread::hardware_concurrency());
     pool_ = std::make_unique<cpu::ThreadPool>(threads);
-    kv_ = std::make_unique<KvCache>(spec_);
+    if (opt.n_seq < 1) fail("the number of sequences must be positive (got {})", opt.n_seq);
+    n_past_.assign(static_cast<size_t>(opt.n_seq), 0);
+    kv_ = std::make_unique<KvCache>(spec_, opt.n_seq);
     s_ = std::make_unique<Scratch>();
     for (const auto& L : model.layers())
         experts_.push_back({L.gate_exps, L.up_exps, L.down_exps, f32(L.gate_exps_b), f32(L.up_exps_b), f32(L.down_exps_b),
@@ -68,13 +70,40 @@ void Session::mark(Phase p) {
     phase_t_ = now;
 }
 
-void Session::truncate(int64_t n) {
-    if (n < 0 || n > n_past_) fail("cannot truncate a session of {} tokens to {}", n_past_, n);
-    n_past_ = n;
+int64_t Session::seq_n_past(int seq) const {
+    if (seq < 0 || seq >= n_seq()) fail("sequence {} does not exist (the session holds {})", seq, n_seq());
+    return n_past_[static_cast<size_t>(seq)];
+}
+
+void Session::seq_truncate(int seq, int64_t n) {
+    const int64_t have = seq_n_past(seq);
+    if (n < 0 || n > have) fail("cannot truncate sequence {} of {} tokens to {}", seq, have, n);
+    n_past_[static_cast<size_t>(seq)] = n;
+}
+
+void Session::run_chunk(std::span<const int32_t> seq, std::span<const int64_t> pos, ChunkArgs::Logits lg,
+                        std::span<const int64_t> logit_rows) {
+    const int64_t n = static_cast<int64_t>(tokens_.size());
+    // A row is "prefill" (route events, traces) when its sequence has several rows in the chunk.
+    row_prefill_.assign(static_cast<size_t>(n), 0);
+    if (n > 1) {
+        std::vector<int64_t> rows_of(static_cast<size_t>(n_seq()), 0);
+        for (int32_t q : seq) rows_of[static_cast<size_t>(q)]++;
+        for (int64_t i = 0; i < n; ++i) row_prefill_[static_cast<size_t>(i)] = rows_of[static_cast<size_t>(seq[static_cast<size_t>(i)])] > 1;
+    }
+    ChunkArgs c;
+    c.n = n;
+    c.pos0 = pos[0];
+    c.seq = seq;
+    c.pos = pos;
+    c.logits = lg;
+    c.logit_rows = logit_rows;
+    phase_t_ = std::chrono::steady_clock::now();
+    forward_chunk(*this, spec_, c);
 }
 
 void Session::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
-    check_eval(spec_, n_past_, tokens);
+    check_eval(spec_, n_past_[0], tokens);
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t n_vocab = spec_.n_vocab;
     logits.resize(static_cast<size_t>((all_logits ? n : 1) * n_vocab));
@@ -83,13 +112,52 @@ void Session::eval(std::span<const int32_t> tokens, bool all_logits, std::vector
         const bool last = i + k == n;
         tokens_ = tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(k));
         logits_out_ = all_logits ? logits.data() + i * n_vocab : (last ? logits.data() : nullptr);
-        ChunkArgs c;
-        c.n = k;
-        c.pos0 = n_past_;
-        c.logits = all_logits ? ChunkArgs::Logits::All : (last ? ChunkArgs::Logits::Last : ChunkArgs::Logits::None);
-        phase_t_ = std::chrono::steady_clock::now();
-        forward_chunk(*this, spec_, c);
-        n_past_ += k;
+        chunk_seq_.assign(static_cast<size_t>(k), 0);
+        chunk_pos_.resize(static_cast<size_t>(k));
+        std::iota(chunk_pos_.begin(), chunk_pos_.end(), n_past_[0]);
+        run_chunk(chunk_seq_, chunk_pos_,
+                  all_logits ? ChunkArgs::Logits::All : (last ? ChunkArgs::Logits::Last : ChunkArgs::Logits::None), {});
+        n_past_[0] += k;
+    }
+}
+
+void Session::eval_batch(const SeqBatch& b, std::vector<float>& logits) {
+    // Check everything before touching the cache, so a bad batch leaves the session unchanged.
+    const int64_t n = static_cast<int64_t>(b.tokens.size());
+    if (n == 0) fail("eval_batch: no rows");
+    if (b.seq.size() != b.tokens.size()) fail("eval_batch: {} tokens but {} sequence ids", b.tokens.size(), b.seq.size());
+    if (!b.logits.empty() && b.logits.size() != b.tokens.size())
+        fail("eval_batch: {} tokens but {} logits flags", b.tokens.size(), b.logits.size());
+    std::vector<int64_t> next(n_past_);  // each sequence's next position
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t q = b.seq[static_cast<size_t>(i)], t = b.tokens[static_cast<size_t>(i)];
+        if (q < 0 || q >= n_seq()) fail("eval_batch: row {} names sequence {} but the session holds {}", i, q, n_seq());
+        if (t < 0 || t >= spec_.n_vocab)
+            fail("token id {} is out of range (vocabulary has {} tokens)", t, spec_.n_vocab);
+        if (++next[static_cast<size_t>(q)] > spec_.n_ctx)
+            fail("sequence {} needs {} positions but the context holds {} (n_ctx)", q, next[static_cast<size_t>(q)], spec_.n_ctx);
+        if (!b.logits.empty() && b.logits[static_cast<size_t>(i)]) ++n_out;
+    }
+    const int64_t n_vocab = spec_.n_vocab;
+    logits.resize(static_cast<size_t>(n_out * n_vocab));
+    float* out = logits.data();
+    for (int64_t i = 0; i < n; i += spec_.n_ubatch) {
+        const int64_t k = std::min(spec_.n_ubatch, n - i);
+        tokens_ = b.tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(k));
+        chunk_seq_.assign(b.seq.begin() + i, b.seq.begin() + i + k);
+        chunk_pos_.resize(static_cast<size_t>(k));
+        chunk_logit_rows_.clear();
+        next = n_past_;
+        for (int64_t r = 0; r < k; ++r) {
+            chunk_pos_[static_cast<size_t>(r)] = next[static_cast<size_t>(chunk_seq_[static_cast<size_t>(r)])]++;
+            if (!b.logits.empty() && b.logits[static_cast<size_t>(i + r)]) chunk_logit_rows_.push_back(r);
+        }
+        logits_out_ = chunk_logit_rows_.empty() ? nullptr : out;
+        out += static_cast<int64_t>(chunk_logit_rows_.size()) * n_vocab;
+        run_chunk(chunk_seq_, chunk_pos_, chunk_logit_rows_.empty() ? ChunkArgs::Logits::None : ChunkArgs::Logits::Rows,
+                  chunk_logit_rows_);
+        n_past_ = next;
     }
 }
 
@@ -107,7 +175,7 @@ void Session::embed(const ChunkArgs& c) {
     // RoPE tables for the chunk's positions.
     const int n_rot = spec_.rope.n_rot;
     s.rope_cache.resize(static_cast<size_t>(n * n_rot));
-    for (int64_t i = 0; i < n; ++i) cpu::rope_cache(spec_.rope, c.pos0 + i, &s.rope_cache[i * n_rot]);
+    for (int64_t i = 0; i < n; ++i) cpu::rope_cache(spec_.rope, c.pos_of(i), &s.rope_cache[i * n_rot]);
     mark(Phase::Embed);
 }
 
@@ -169,8 +237,8 @@ void Session::rope_kv_store(int il, const ChunkArgs& c) {
             const float* rc = &s.rope_cache[i * n_rot];
             cpu::rope_neox(q, spec_.n_head, hd, n_rot, rc);
             cpu::rope_neox(k, spec_.n_head_kv, hd, n_rot, rc);
-            uint16_t* kc = kv_->k(il, c.pos0 + i);
-            uint16_t* vc = kv_->v(il, c.pos0 + i);
+            uint16_t* kc = kv_->k(il, c.seq_of(i), c.pos_of(i));
+            uint16_t* vc = kv_->v(il, c.seq_of(i), c.pos_of(i));
             for (int64_t d = 0; d < nk; ++d) kc[d] = f32_to_fp16(k[d]);
             for (int64_t d = 0; d < nv; ++d) vc[d] = f32_to_fp16(v[d]);
         }
@@ -183,7 +251,7 @@ void Session::attention(int il, const ChunkArgs& c) {
     Scratch& s = *s_;
     const int64_t hd = spec_.head_dim, hdv = spec_.head_dim_v, nq = spec_.n_q(), no = spec_.n_o();
     const int64_t n_head = spec_.n_head;
-    // One task per (token, head). Query rounded to F16 like llama.cpp's CPU flash attention (Q is
+    // One task per (row, head), over the row's own sequence only. Query rounded to F16 like llama.cpp's CPU flash attention (Q is
     // converted to the K cache's type before the dot products); scores, softmax (with the sink
     // logit in the denominator) and the V sum in F32, with the F16 SIMD kernels of src/cpu
     // (cpu::dot_f16, cpu::axpy_f16).
@@ -200,14 +268,15 @@ void Session::attention(int il, const ChunkArgs& c) {
         acc.resize(static_cast<size_t>(hdv));
         for (int64_t task = b; task < e; ++task) {
             const int64_t i = task / n_head, h = task % n_head, kvh = h / group;
-            const int64_t p = c.pos0 + i;
+            const int64_t p = c.pos_of(i);
+            const int sq = c.seq_of(i);
             const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
             const float* q = &s.q[i * nq + h * hd];
             for (int64_t d = 0; d < hd; ++d) qh[static_cast<size_t>(d)] = f32_to_fp16(q[d]);
             scores.resize(static_cast<size_t>(p - lo + 1));
             float m = sinks ? sinks[h] : -INFINITY;
             for (int64_t j = lo; j <= p; ++j) {
-                const float sc = cpu::dot_f16(hd, kv.k(il, j) + kvh * hd, qh.data()) * scale;
+                const float sc = cpu::dot_f16(hd, kv.k(il, sq, j) + kvh * hd, qh.data()) * scale;
                 scores[static_cast<size_t>(j - lo)] = sc;
                 m = std::max(m, sc);
             }
@@ -216,7 +285,7 @@ void Session::attention(int il, const ChunkArgs& c) {
             for (int64_t j = lo; j <= p; ++j) {
                 const float w = std::exp(scores[static_cast<size_t>(j - lo)] - m);
                 denom += w;
-                cpu::axpy_f16(hdv, w, kv.v(il, j) + kvh * hdv, acc.data());
+                cpu::axpy_f16(hdv, w, kv.v(il, sq, j) + kvh * hdv, acc.data());
             }
             const float inv = static_cast<float>(1.0 / denom);
             float* out = &s.attn[i * no + h * hdv];
@@ -257,8 +326,9 @@ void Session::route(int il, const ChunkArgs& c) {
                s.margin.data());
     if (on_route)
         for (int64_t i = 0; i < n; ++i)
-            on_route(RouteEvent{c.pos0 + i, il, n > 1, std::span<const int32_t>(&s.sel[i * K], static_cast<size_t>(K)),
-                                std::span<const float>(&s.sel_w[i * K], static_cast<size_t>(K)), s.margin[i]});
+            on_route(RouteEvent{c.pos_of(i), il, row_prefill_[static_cast<size_t>(i)] != 0,
+                                std::span<const int32_t>(&s.sel[i * K], static_cast<size_t>(K)),
+                                std::span<const float>(&s.sel_w[i * K], static_cast<size_t>(K)), s.margin[i], c.seq_of(i)});
     mark(Phase::Router);
 }
 
@@ -271,6 +341,9 @@ void Session::moe(int il, const ChunkArgs& c) {
                                           static_cast<int>(spec_.n_expert_used), s.sel.data(), s.sel_w.data(), nullptr,
                                           s.proj.data(), s.moe);
     for (int64_t i = 0; i < c.n; ++i) cpu::add(&s.x[i * E], &s.proj[i * E], E);
+    moe_work_.experts += static_cast<uint64_t>(st.experts);
+    moe_work_.rows += static_cast<uint64_t>(st.rows);
+    moe_work_.bytes += st.bytes;
     mark(Phase::MoeSum);
     // moe_ffn timed its own parts: move them from the sum to their phases.
     phase_s_[static_cast<size_t>(Phase::ExpertGateUp)] += st.gate_up_s;
@@ -281,11 +354,15 @@ void Session::moe(int il, const ChunkArgs& c) {
 void Session::lm_head(const ChunkArgs& c) {
     Scratch& s = *s_;
     const int64_t E = spec_.n_embd;
-    // Final norm and LM head, for every token or only the last one.
-    const int64_t first = c.logits == ChunkArgs::Logits::All ? 0 : c.n - 1;
-    const int64_t n_out = c.n - first;
-    for (int64_t i = first; i < c.n; ++i)
-        cpu::rms_norm(&s.x[i * E], f32(&model_.output_norm()), E, spec_.rms_eps, &s.h[(i - first) * E]);
+    // Final norm and LM head, for every row, the last one, or the listed rows (packed in order).
+    auto row = [&](int64_t j) {
+        if (c.logits == ChunkArgs::Logits::Rows) return c.logit_rows[static_cast<size_t>(j)];
+        return c.logits == ChunkArgs::Logits::All ? j : c.n - 1;
+    };
+    const int64_t n_out = c.logits == ChunkArgs::Logits::Rows ? static_cast<int64_t>(c.logit_rows.size())
+                          : c.logits == ChunkArgs::Logits::All ? c.n : 1;
+    for (int64_t j = 0; j < n_out; ++j)
+        cpu::rms_norm(&s.x[row(j) * E], f32(&model_.output_norm()), E, spec_.rms_eps, &s.h[j * E]);
     cpu::quantize_acts(*pool_, s.h.data(), n_out, E, model_.output().type, s.acts);
     cpu::matmul(*pool_, cpu::weight_view(model_.output()), s.acts, logits_out_);
     mark(Phase::LmHead);

@@ -1,4 +1,7 @@
-// A decoding session on the CPU: one sequence, its KV cache, and the forward pass.
+// A decoding session on the CPU: n_seq sequences (each with its own position and K/V), the KV
+// cache, and the forward pass. eval/n_past/truncate work on sequence 0; eval_batch runs rows of
+// several sequences in one forward chunk (continuous batching in the server): every op but
+// attention is row-wise, so each row gets the logits it would get evaluated alone, bit for bit.
 //
 // The forward pass is layer-major over a chunk of up to n_ubatch tokens (prefill) or one token
 // (decode). Per layer (llama.cpp llm_build_openai_moe_iswa / llm_build_qwen3moe):
@@ -31,19 +34,38 @@ struct SessionOptions {
     int64_t n_ctx = 4096;    ///< context length, tokens (capped at the model's training context)
     int64_t n_ubatch = 512;  ///< prompt tokens per forward chunk
     int n_threads = 0;       ///< CPU threads (0 = all hardware threads)
+    int n_seq = 1;           ///< sequences held, each with its own K/V of n_ctx positions (server --parallel)
+};
+
+/// Rows of a multi-sequence batch (Session::eval_batch, Engine::eval_batch): row i appends
+/// tokens[i] to sequence seq[i] at that sequence's next position. The rows of one sequence are in
+/// order; rows of different sequences may interleave.
+struct SeqBatch {
+    std::span<const int32_t> tokens;  ///< [n] token ids
+    std::span<const int32_t> seq;     ///< [n] sequence of each row, in [0, n_seq)
+    std::span<const uint8_t> logits;  ///< [n] nonzero: return this row's logits; empty: no row's
 };
 
 /// Routing of one token at one layer, after the router's output is final (what traces record).
 struct RouteEvent {
     int64_t pos;                       ///< token position in the sequence
     int layer;
-    bool prefill;                      ///< part of a multi-token prompt chunk
+    bool prefill;                      ///< part of a multi-token chunk of its sequence
     std::span<const int32_t> experts;  ///< selected expert ids, router order (n_expert_used)
     std::span<const float> weights;    ///< their weights
     /// Router logit of the last selected expert minus the best unselected one (nats, >= 0): how
     /// close this choice was to a different expert set. Rounding differences between engines or
     /// ISA levels (~1e-3 here) can swap experts only where it is that small.
     float margin = INFINITY;
+    int seq = 0;                       ///< the sequence (Session::eval_batch; 0 for eval)
+};
+
+/// Routed-expert work of the CPU MoE step, summed over layers and forward chunks since
+/// construction: how much batching rows of several sequences shares expert weight reads.
+struct MoeWork {
+    uint64_t experts = 0;  ///< distinct experts computed, per layer per chunk (each expert's weights read once)
+    uint64_t rows = 0;     ///< (token, expert) pairs computed
+    uint64_t bytes = 0;    ///< expert weight bytes read
 };
 
 /// Parts of the forward pass timed by Session (wall-clock seconds, summed over layers and calls).
@@ -65,20 +87,36 @@ using PhaseTimes = std::array<double, static_cast<size_t>(Phase::Count)>;
 
 class Session {
 public:
-    /// Throws nitro::Error if n_ctx or n_ubatch is not positive.
+    /// Throws nitro::Error if n_ctx, n_ubatch or n_seq is not positive.
     Session(const Model& model, const SessionOptions& opt);
     ~Session();
 
-    /// Runs `tokens` at positions n_past() .. n_past() + n - 1 and appends them to the cache.
-    /// logits: [n, n_vocab] when all_logits, else [1, n_vocab] for the last token.
-    /// Throws nitro::Error if a token id is out of range or the context would overflow (the
-    /// message gives both numbers); the session is unchanged then.
+    /// Runs `tokens` at positions n_past() .. n_past() + n - 1 of sequence 0 and appends them to
+    /// its cache, in chunks of n_ubatch tokens. logits: [n, n_vocab] when all_logits, else
+    /// [1, n_vocab] for the last token. Throws nitro::Error if a token id is out of range or the
+    /// context would overflow (the message gives both numbers); the session is unchanged then.
     void eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
 
-    int64_t n_past() const { return n_past_; }
+    /// Runs the rows of `b` (each appended to its own sequence) in forward chunks of at most
+    /// n_ubatch rows. logits: [r, n_vocab], one row per batch row with a nonzero logits flag, in
+    /// row order (r = 0: empty). A row's logits equal those of the same token evaluated alone in
+    /// its sequence (bit-identical: no op mixes rows, attention reads only the row's sequence).
+    /// Throws nitro::Error (naming the row or sequence) if the sizes disagree, a sequence id or
+    /// token id is out of range, or a sequence would overflow the context; the session is
+    /// unchanged then.
+    void eval_batch(const SeqBatch& b, std::vector<float>& logits);
+
+    int64_t n_past() const { return n_past_[0]; }
     int64_t n_ctx() const { return spec_.n_ctx; }
-    /// Forgets positions >= n (keeps a shared prefix). n <= n_past().
-    void truncate(int64_t n);
+    /// Forgets positions >= n of sequence 0 (keeps a shared prefix). n <= n_past().
+    void truncate(int64_t n) { seq_truncate(0, n); }
+
+    int n_seq() const { return static_cast<int>(n_past_.size()); }
+    /// Positions held by sequence `seq` (tokens evaluated and not truncated).
+    int64_t seq_n_past(int seq) const;
+    /// Forgets positions >= n of sequence `seq`. Throws nitro::Error unless 0 <= n <= its n_past
+    /// and seq is in [0, n_seq).
+    void seq_truncate(int seq, int64_t n);
 
     const Model& model() const { return model_; }
     const ModelSpec& spec() const { return spec_; }
@@ -89,6 +127,8 @@ public:
     /// clock reads per layer; always on).
     const PhaseTimes& phase_times() const { return phase_s_; }
     void reset_phase_times() { phase_s_.fill(0.0); }
+    /// Routed-expert work since construction (MoeWork).
+    const MoeWork& moe_work() const { return moe_work_; }
 
     /// Called for every (token, layer) with the final routing, if set.
     std::function<void(const RouteEvent&)> on_route;
@@ -110,19 +150,28 @@ private:
     void lm_head(const ChunkArgs& c);
     /// h = rms_norm(x) * w for the chunk's n rows.
     void norm_rows(const GgufTensorInfo* w, int64_t n);
+    /// Runs tokens_ as one chunk: row i in sequence seq[i] at position pos[i]; logits as `lg`
+    /// (Rows: the rows listed in logit_rows) into logits_out_.
+    void run_chunk(std::span<const int32_t> seq, std::span<const int64_t> pos, ChunkArgs::Logits lg,
+                   std::span<const int64_t> logit_rows);
     /// Adds the time since the previous mark to phase p.
     void mark(Phase p);
 
     const Model& model_;
     ModelSpec spec_;
-    int64_t n_past_ = 0;
+    std::vector<int64_t> n_past_;              ///< [n_seq] positions held per sequence
     std::unique_ptr<cpu::ThreadPool> pool_;
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<Scratch> s_;
     std::vector<cpu::ExpertWeights> experts_;  ///< per layer
     std::span<const int32_t> tokens_;          ///< ids of the chunk being run
+    std::vector<int32_t> chunk_seq_;           ///< [n] sequence of each row of the chunk
+    std::vector<int64_t> chunk_pos_;           ///< [n] position of each row
+    std::vector<int64_t> chunk_logit_rows_;    ///< rows of the chunk that produce logits
+    std::vector<uint8_t> row_prefill_;         ///< [n] the row's sequence has several rows in the chunk
     float* logits_out_ = nullptr;              ///< where lm_head writes the chunk's logits
     PhaseTimes phase_s_{};
+    MoeWork moe_work_;
     std::chrono::steady_clock::time_point phase_t_;
 };
 

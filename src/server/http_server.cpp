@@ -517,6 +517,7 @@ struct HttpServer::Impl {
         job->prompt = std::move(ids);
         job->sampling = r.gen.sampling;
         job->max_tokens = r.gen.max_tokens < 0 ? 16 : r.gen.max_tokens;  // OpenAI's default for completions
+        job->ignore_eos = r.gen.ignore_eos;
         job->top_logprobs = r.gen.logprobs ? r.gen.top_logprobs : -1;
         apply_script(r.gen, *job);
         auto state = std::make_shared<RequestState>(std::make_unique<CompletionResponseBuilder>(*ctx.tokenizer, cfg));

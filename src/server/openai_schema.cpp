@@ -152,6 +152,10 @@ void parse_generation(const json& j, GenerationRequest& g, bool chat) {
         for (const auto& x : g.stop)
             if (x.empty()) bad_request("stop", "stop sequences must not be empty", "invalid_value");
     }
+    if (auto v = get_bool(j, "ignore_eos")) {
+        if (chat && *v) bad_request("ignore_eos", "'ignore_eos' is only supported on /v1/completions", "unsupported_parameter");
+        g.ignore_eos = *v;
+    }
     if (auto v = get_string(j, "debug_scripted_output")) g.scripted_output = *v;
     if (auto v = get_bool(j, "stream")) g.stream = *v;
     if (const json* so = opt_field(j, "stream_options")) {

@@ -53,6 +53,9 @@ struct GenerationRequest {
     bool include_usage = false;     ///< stream_options.include_usage
     bool logprobs = false;
     int top_logprobs = 0;           ///< alternatives per position (0..20)
+    /// Extension "ignore_eos" (as llama.cpp's server; /v1/completions only): keep generating
+    /// after end-of-generation tokens, up to max_tokens (benchmarks with a fixed output length).
+    bool ignore_eos = false;
     /// Test-only extension "debug_scripted_output": model output text (special tokens parsed) the
     /// server emits instead of sampling; refused unless the server runs with --debug-scripted-output.
     std::optional<std::string> scripted_output;

@@ -31,20 +31,61 @@ void fill_logprobs(std::span<const float> logits, int k, TokenStep& s) {
 
 }  // namespace
 
+void check_slots(const Engine& engine, int n_slots) {
+    if (n_slots < 1) fail("--parallel must be at least 1 (got {})", n_slots);
+    if (engine.n_seq() < n_slots)
+        fail("--parallel {} needs an engine that batches sequences, but {} holds {} (the GPU engine does not batch "
+             "sequences yet): use --parallel 1, or --mode cpu",
+             n_slots, engine.describe(), engine.n_seq());
+}
+
 struct Scheduler::Slot {
+    int seq = 0;                  ///< the engine sequence this slot owns
+    std::vector<int32_t> cached;  ///< tokens whose K/V are in the sequence (== its n_past)
+    uint64_t last_used = 0;       ///< admissions_ when this slot last took a job (0: never)
+    // /metrics (read by the collector from HTTP threads).
+    std::atomic<uint64_t> requests{0}, generated{0};
+    std::atomic<int64_t> n_cached{0};
+    std::atomic<bool> busy{false};
+
+    // The running job (null: the slot is free).
     std::shared_ptr<Job> job;
     std::unique_ptr<Sampler> sampler;
-    std::vector<float> logits;
-    size_t n_evaluated = 0;   ///< prompt tokens in the cache so far (reused + evaluated)
-    int64_t budget = 0;       ///< tokens this job may sample
+    std::vector<float> logits;    ///< [n_vocab] of the last evaluated token
+    bool fresh = false;           ///< logits not sampled yet
+    int32_t pending = -1;         ///< sampled token that the next batch evaluates (-1: none)
+    size_t n_evaluated = 0;       ///< prompt tokens in the cache so far (reused + evaluated)
+    int64_t budget = 0;           ///< tokens this job may sample
     JobStats stats;
     Clock::time_point t_prompt, t_decode;
     bool prefill_done = false;
+
+    /// Forgets the job, keeps the sequence and what it caches.
+    void clear_job() {
+        job.reset();
+        sampler.reset();
+        fresh = false;
+        pending = -1;
+        n_evaluated = 0;
+        budget = 0;
+        stats = JobStats{};
+        t_prompt = t_decode = Clock::time_point{};
+        prefill_done = false;
+    }
 };
 
 Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& metrics)
     : model_(model), opt_(opt), metrics_(metrics) {
-    session_ = make_engine(opt.mode, model, opt.session, opt.gpu);
+    if (opt.n_slots < 1) fail("--parallel must be at least 1 (got {})", opt.n_slots);
+    // Refused before the GPU engine loads the weights into VRAM (auto is checked once resolved).
+    if (opt.n_slots > 1 && (opt.mode == EngineMode::Gpu || opt.mode == EngineMode::Hybrid))
+        fail("--parallel {} needs an engine that batches sequences, but --mode {} holds 1 (the GPU engine does not batch "
+             "sequences yet): use --parallel 1, or --mode cpu",
+             opt.n_slots, engine_mode_name(opt.mode));
+    SessionOptions so = opt.session;
+    so.n_seq = opt.n_slots;
+    session_ = make_engine(opt.mode, model, so, opt.gpu);
+    check_slots(*session_, opt.n_slots);
     n_ctx_ = session_->n_ctx();
     // A sliding-window layer keeps a ring of window + n_ubatch - 1 positions (kv_cache.h), so a
     // truncation that drops more than n_ubatch - 1 positions would leave the keep-prefix's last
@@ -52,10 +93,60 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
     bool swa = false;
     for (const auto& l : model.layers()) swa |= l.swa;
     max_rewind_ = swa ? std::max<int64_t>(0, opt.session.n_ubatch - 1) : std::numeric_limits<int64_t>::max();
+    for (int i = 0; i < opt.n_slots; ++i) {
+        slots_.push_back(std::make_unique<Slot>());
+        slots_.back()->seq = i;
+    }
     if (!opt.trace_path.empty()) {
         trace_ = std::make_unique<TraceWriter>(opt.trace_path, trace_header_from_model(model.gguf(), true));
-        capture_routes(*session_, *trace_, [this] { return static_cast<uint32_t>(current_seq_); });
+        // Trace sequence = request number: the job running in the event's slot (read in the worker,
+        // which also admits jobs).
+        capture_routes(*session_, *trace_, [this](const RouteEvent& e) {
+            const Slot& s = *slots_[static_cast<size_t>(e.seq)];
+            return static_cast<uint32_t>(s.job ? s.job->id : 0);
+        });
     }
+    // Slots and batches in /metrics.
+    metrics_.add_collector([this](std::string& out) {
+        int64_t busy = 0;
+        for (const auto& s : slots_) busy += s->busy.load();
+        out += fmt::format("# HELP nitro_slots Slots (--parallel): requests served at once.\n# TYPE nitro_slots gauge\nnitro_slots {}\n",
+                           slots_.size());
+        out += fmt::format("# HELP nitro_slots_busy Slots running a request.\n# TYPE nitro_slots_busy gauge\nnitro_slots_busy {}\n", busy);
+        auto per_slot = [&](const char* name, const char* type, const char* help, auto value) {
+            out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+            for (size_t i = 0; i < slots_.size(); ++i) out += fmt::format("{}{{slot=\"{}\"}} {}\n", name, i, value(*slots_[i]));
+        };
+        per_slot("nitro_slot_busy", "gauge", "1 while the slot runs a request.", [](const Slot& s) { return s.busy.load() ? 1 : 0; });
+        per_slot("nitro_slot_requests_total", "counter", "Requests the slot admitted.", [](const Slot& s) { return s.requests.load(); });
+        per_slot("nitro_slot_generated_tokens_total", "counter", "Tokens the slot generated.", [](const Slot& s) { return s.generated.load(); });
+        per_slot("nitro_slot_cached_tokens", "gauge", "Tokens whose K/V the slot's sequence holds (prefix reuse).",
+                 [](const Slot& s) { return s.n_cached.load(); });
+        out += fmt::format("# HELP nitro_batch_steps_total Batched forward steps (all slots at once).\n"
+                           "# TYPE nitro_batch_steps_total counter\nnitro_batch_steps_total {}\n",
+                           steps_.load());
+        out += fmt::format("# HELP nitro_batch_rows_total Rows of the batched steps: decode tokens and prompt tokens.\n"
+                           "# TYPE nitro_batch_rows_total counter\nnitro_batch_rows_total{{kind=\"decode\"}} {}\n"
+                           "nitro_batch_rows_total{{kind=\"prompt\"}} {}\n",
+                           decode_rows_.load(), prompt_rows_.load());
+        if (!session_->moe_work()) return;  // the GPU engines do not count it
+        out += fmt::format("# HELP nitro_moe_experts_total Distinct routed experts computed, summed over layers and steps (each expert's "
+                           "weights read once per layer per step, for every row routed to it).\n"
+                           "# TYPE nitro_moe_experts_total counter\nnitro_moe_experts_total {}\n",
+                           moe_experts_.load());
+        out += fmt::format("# HELP nitro_moe_expert_rows_total (token, expert) products computed.\n"
+                           "# TYPE nitro_moe_expert_rows_total counter\nnitro_moe_expert_rows_total {}\n",
+                           moe_rows_.load());
+        out += fmt::format("# HELP nitro_moe_expert_bytes_total Routed-expert weight bytes read.\n"
+                           "# TYPE nitro_moe_expert_bytes_total counter\nnitro_moe_expert_bytes_total {}\n",
+                           moe_bytes_.load());
+        out += fmt::format("# HELP nitro_decode_steps_total Steps with decode rows only (no prompt rows).\n"
+                           "# TYPE nitro_decode_steps_total counter\nnitro_decode_steps_total {}\n",
+                           decode_steps_.load());
+        out += fmt::format("# HELP nitro_decode_step_experts_total Distinct routed experts of those steps, summed over layers.\n"
+                           "# TYPE nitro_decode_step_experts_total counter\nnitro_decode_step_experts_total {}\n",
+                           decode_step_experts_.load());
+    });
     // Expert placement counters (GPU engines) in /metrics, per layer.
     metrics_.add_collector([this](std::string& out) {
         std::lock_guard<std::mutex> lk(experts_mu_);
@@ -147,38 +238,60 @@ size_t Scheduler::queue_length() const {
     return queue_.size();
 }
 
-int64_t Scheduler::reusable_prefix(const std::vector<int32_t>& prompt) const {
+int64_t Scheduler::reusable_prefix(const std::vector<int32_t>& cached, const std::vector<int32_t>& prompt) const {
     size_t p = 0;
-    while (p < cached_.size() && p < prompt.size() && cached_[p] == prompt[p]) ++p;
+    while (p < cached.size() && p < prompt.size() && cached[p] == prompt[p]) ++p;
     // The last prompt token is always evaluated: its logits start the generation.
     if (p >= prompt.size()) p = prompt.empty() ? 0 : prompt.size() - 1;
-    if (static_cast<int64_t>(cached_.size() - p) > max_rewind_) return 0;
+    if (static_cast<int64_t>(cached.size() - p) > max_rewind_) return 0;
     return static_cast<int64_t>(p);
 }
 
-void Scheduler::worker() {
-    Slot slot;
-    for (;;) {
-        if (!slot.job) {
-            std::unique_lock<std::mutex> lk(mu_);
-            cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-            if (stopping_) break;
-            slot = Slot{};
-            slot.job = queue_.front();
-            queue_.pop_front();
-            metrics_.queue_length = static_cast<int64_t>(queue_.size());
-            lk.unlock();
-            if (!admit(slot)) continue;
+std::vector<Scheduler::Slot*> Scheduler::take_jobs() {
+    std::vector<Slot*> taken;
+    while (!queue_.empty()) {
+        // The free slot holding the longest reusable prefix; ties: the least recently used.
+        const std::vector<int32_t>& prompt = queue_.front()->prompt;
+        Slot* best = nullptr;
+        int64_t best_reuse = -1;
+        for (auto& s : slots_) {
+            if (s->job) continue;
+            const int64_t r = reusable_prefix(s->cached, prompt);
+            if (r > best_reuse || (r == best_reuse && s->last_used < best->last_used)) best = s.get(), best_reuse = r;
         }
-        if (stop_requested_.load(std::memory_order_relaxed)) break;  // the running job ends at the next step
-        step(slot);
+        if (!best) break;
+        best->job = queue_.front();
+        queue_.pop_front();
+        best->last_used = ++admissions_;
+        taken.push_back(best);
     }
-    if (slot.job) finish(slot, FinishCause::CANCELLED, "the server is shutting down");
+    metrics_.queue_length = static_cast<int64_t>(queue_.size());
+    return taken;
+}
+
+void Scheduler::worker() {
+    for (;;) {
+        std::vector<Slot*> admitted;
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            const bool running = std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->job != nullptr; });
+            if (!running) cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+            if (stopping_) break;
+            admitted = take_jobs();
+        }
+        for (Slot* s : admitted) admit(*s);
+        if (stop_requested_.load(std::memory_order_relaxed)) break;  // running jobs end at the next step
+        step();
+    }
+    for (auto& s : slots_)
+        if (s->job) finish(*s, FinishCause::CANCELLED, "the server is shutting down");
 }
 
 bool Scheduler::admit(Slot& slot) {
     Job& job = *slot.job;
     metrics_.active++;
+    slot.busy = true;
+    slot.requests++;
     slot.stats.n_prompt = static_cast<int64_t>(job.prompt.size());
     slot.stats.queue_ms = ms_between(job.enqueued, Clock::now());
     if (job.prompt.empty()) {
@@ -190,59 +303,141 @@ bool Scheduler::admit(Slot& slot) {
                fmt::format("the prompt has {} tokens but the context holds {}", job.prompt.size(), n_ctx_));
         return false;
     }
-    const int64_t reuse = reusable_prefix(job.prompt);
-    session_->truncate(reuse);
-    cached_.resize(static_cast<size_t>(reuse));
+    const int64_t reuse = reusable_prefix(slot.cached, job.prompt);
+    session_->seq_truncate(slot.seq, reuse);
+    slot.cached.resize(static_cast<size_t>(reuse));
+    slot.n_cached = reuse;
     slot.n_evaluated = static_cast<size_t>(reuse);
     slot.stats.n_reused = reuse;
     // Every sampled token but the last needs a position after the prompt.
     const int64_t room = n_ctx_ - static_cast<int64_t>(job.prompt.size()) + 1;
     slot.budget = job.max_tokens < 0 ? room : std::min(job.max_tokens, room);
     slot.sampler = std::make_unique<Sampler>(job.sampling);
-    current_seq_ = job.id;
     slot.t_prompt = Clock::now();
     job.sink->on_start(reuse);
     return true;
 }
 
-void Scheduler::step(Slot& slot) {
+bool Scheduler::emit(Slot& slot) {
     Job& job = *slot.job;
-    if (job.cancelled) return finish(slot, FinishCause::CANCELLED, "cancelled");
+    std::span<const float> logits(slot.logits.data(), static_cast<size_t>(model_.n_vocab()));
+    TokenStep s;
+    const size_t k = static_cast<size_t>(slot.stats.n_generated);
+    if (job.scripted.empty()) s.id = slot.sampler->sample(logits);
+    else s.id = k < job.scripted.size() ? job.scripted[k] : (opt_.end_of_generation.empty() ? 0 : opt_.end_of_generation[0]);
+    if (job.top_logprobs >= 0) fill_logprobs(logits, job.top_logprobs, s);
+    s.end_of_generation = !job.ignore_eos && std::find(opt_.end_of_generation.begin(), opt_.end_of_generation.end(), s.id) !=
+                                                 opt_.end_of_generation.end();
+    slot.fresh = false;
+    slot.stats.n_generated++;
+    slot.generated++;
+    const bool more = job.sink->on_token(s);
+    if (s.end_of_generation) return finish(slot, FinishCause::END_OF_GENERATION), false;
+    if (!more) return finish(slot, FinishCause::SINK_STOP), false;
+    if (slot.stats.n_generated >= slot.budget) return finish(slot, FinishCause::LENGTH), false;
+    slot.pending = s.id;
+    return true;
+}
+
+void Scheduler::step() {
+    // Cancellation and sampling, per slot.
+    for (auto& sp : slots_) {
+        Slot& slot = *sp;
+        if (!slot.job) continue;
+        if (slot.job->cancelled) {
+            finish(slot, FinishCause::CANCELLED, "cancelled");
+            continue;
+        }
+        if (slot.fresh) emit(slot);
+    }
+    // One batch: a row per decoding slot, then prompt chunks (oldest job first) up to n_ubatch rows.
+    batch_tokens_.clear();
+    batch_seq_.clear();
+    batch_logits_.clear();
+    struct Part {
+        Slot* slot;
+        size_t n;      // rows
+        bool prompt;   // prompt chunk (else one decode row)
+    };
+    std::vector<Part> parts;
+    for (auto& sp : slots_) {
+        Slot& slot = *sp;
+        if (!slot.job || slot.pending < 0) continue;
+        batch_tokens_.push_back(slot.pending);
+        batch_seq_.push_back(slot.seq);
+        batch_logits_.push_back(1);
+        parts.push_back({&slot, 1, false});
+    }
+    const size_t n_decode = batch_tokens_.size();
+    const size_t n_ubatch = static_cast<size_t>(std::max<int64_t>(1, opt_.session.n_ubatch));
+    size_t room = n_ubatch > n_decode ? n_ubatch - n_decode : 1;  // a prompt always advances
+    std::vector<Slot*> prefilling;
+    for (auto& sp : slots_)
+        if (sp->job && !sp->prefill_done) prefilling.push_back(sp.get());
+    std::sort(prefilling.begin(), prefilling.end(), [](const Slot* a, const Slot* b) { return a->job->id < b->job->id; });
+    for (Slot* sl : prefilling) {
+        if (room == 0) break;
+        const Job& job = *sl->job;
+        const size_t n = std::min(job.prompt.size() - sl->n_evaluated, room);
+        for (size_t i = 0; i < n; ++i) {
+            batch_tokens_.push_back(job.prompt[sl->n_evaluated + i]);
+            batch_seq_.push_back(sl->seq);
+            batch_logits_.push_back(i + 1 == n && sl->n_evaluated + n == job.prompt.size());
+        }
+        parts.push_back({sl, n, true});
+        room -= n;
+    }
+    if (parts.empty()) return;
     try {
-        if (!slot.prefill_done) {
-            const size_t n = std::min(job.prompt.size() - slot.n_evaluated, static_cast<size_t>(opt_.session.n_ubatch));
-            std::span<const int32_t> chunk(job.prompt.data() + slot.n_evaluated, n);
-            session_->eval(chunk, false, slot.logits);
-            cached_.insert(cached_.end(), chunk.begin(), chunk.end());
-            slot.n_evaluated += n;
-            if (slot.n_evaluated == job.prompt.size()) {
+        session_->eval_batch(SeqBatch{batch_tokens_, batch_seq_, batch_logits_}, batch_out_);
+    } catch (const std::exception& e) {
+        // The engine is unchanged by a failed batch, but start these slots from a clean cache.
+        for (const Part& p : parts) {
+            session_->seq_truncate(p.slot->seq, 0);
+            p.slot->cached.clear();
+            p.slot->n_cached = 0;
+            finish(*p.slot, FinishCause::ERROR, e.what());
+        }
+        return;
+    }
+    steps_++;
+    decode_rows_ += n_decode;
+    prompt_rows_ += batch_tokens_.size() - n_decode;
+    if (const MoeWork* w = session_->moe_work()) {
+        // Distinct experts of steps with decode rows only (what a decode step reads), and in all.
+        if (n_decode == batch_tokens_.size()) {
+            decode_steps_++;
+            decode_step_experts_ += w->experts - moe_experts_.load();
+        }
+        moe_experts_ = w->experts;
+        moe_rows_ = w->rows;
+        moe_bytes_ = w->bytes;
+    }
+    // Hand each slot its rows' results.
+    const size_t V = static_cast<size_t>(model_.n_vocab());
+    size_t row = 0, out = 0;
+    for (const Part& p : parts) {
+        Slot& slot = *p.slot;
+        slot.cached.insert(slot.cached.end(), batch_tokens_.begin() + static_cast<long>(row),
+                           batch_tokens_.begin() + static_cast<long>(row + p.n));
+        slot.n_cached = static_cast<int64_t>(slot.cached.size());
+        const bool has_logits = batch_logits_[row + p.n - 1] != 0;
+        row += p.n;
+        if (p.prompt) {
+            slot.n_evaluated += p.n;
+            if (slot.n_evaluated == slot.job->prompt.size()) {
                 slot.prefill_done = true;
                 slot.t_decode = Clock::now();
                 slot.stats.prompt_ms = ms_between(slot.t_prompt, slot.t_decode);
             }
-            return;
+        } else {
+            slot.pending = -1;
         }
-        std::span<const float> logits(slot.logits.data(), static_cast<size_t>(model_.n_vocab()));
-        TokenStep s;
-        const size_t k = static_cast<size_t>(slot.stats.n_generated);
-        if (job.scripted.empty()) s.id = slot.sampler->sample(logits);
-        else s.id = k < job.scripted.size() ? job.scripted[k] : (opt_.end_of_generation.empty() ? 0 : opt_.end_of_generation[0]);
-        if (job.top_logprobs >= 0) fill_logprobs(logits, job.top_logprobs, s);
-        s.end_of_generation = !job.ignore_eos && std::find(opt_.end_of_generation.begin(), opt_.end_of_generation.end(), s.id) !=
-                                                     opt_.end_of_generation.end();
-        slot.stats.n_generated++;
-        const bool more = job.sink->on_token(s);
-        if (s.end_of_generation) return finish(slot, FinishCause::END_OF_GENERATION);
-        if (!more) return finish(slot, FinishCause::SINK_STOP);
-        if (slot.stats.n_generated >= slot.budget) return finish(slot, FinishCause::LENGTH);
-        const int32_t one[1] = {s.id};
-        session_->eval(one, false, slot.logits);
-        cached_.push_back(s.id);
-    } catch (const std::exception& e) {
-        // The session is unchanged by a failed eval, but start the next job from a clean cache.
-        session_->truncate(0);
-        cached_.clear();
-        finish(slot, FinishCause::ERROR, e.what());
+        if (has_logits) {
+            slot.logits.assign(batch_out_.begin() + static_cast<long>(out * V), batch_out_.begin() + static_cast<long>((out + 1) * V));
+            slot.fresh = true;
+            ++out;
+        }
     }
 }
 
@@ -264,12 +459,13 @@ void Scheduler::finish(Slot& slot, FinishCause cause, const std::string& error) 
     if (st.decode_ms > 0 && steps > 0) metrics_.last_decode_tok_s = 1000.0 * static_cast<double>(steps) / st.decode_ms;
     if (cause == FinishCause::CANCELLED) metrics_.requests_cancelled++;
     metrics_.active--;
+    slot.busy = false;
     if (const ExpertCounters* c = session_->expert_counters()) {
         std::lock_guard<std::mutex> lk(experts_mu_);
         experts_ = *c;
     }
     std::shared_ptr<Job> job = std::move(slot.job);
-    slot = Slot{};
+    slot.clear_job();
     job->sink->on_finish(cause, st, error);
 }
 

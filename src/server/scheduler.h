@@ -1,18 +1,23 @@
 // The request scheduler of `nitro serve`: a FIFO queue of generation jobs and one worker thread
-// that owns the Session (the model's K/V cache) and runs them.
+// that owns the engine (the model's K/V cache) and runs them in N slots (`--parallel N`), one
+// engine sequence each.
 //
-// The worker is written as a step loop over sequence slots: each step either evaluates one
-// prompt chunk (n_ubatch tokens) or decodes one token for a slot, then checks the slot's
-// cancellation flag. Today there is one slot (one sequence decodes at a time); continuous
-// batching adds slots (one KV sequence each) and makes a step run one batched forward over
-// every active slot, with the same admission, cancellation and finish code.
+// Continuous batching: the worker is a step loop. Each step (1) admits queued jobs into free
+// slots, (2) checks every running slot's cancellation flag, (3) samples one token for every slot
+// whose logits are fresh (each job has its own Sampler, so a job's tokens do not depend on what
+// else runs), (4) runs one Engine::eval_batch over all slots: one row per decoding slot (its
+// sampled token) plus prompt chunks of prefilling slots, oldest first, at most n_ubatch rows in
+// all (a long prompt is prefilled in chunks between decode steps). Rows are independent in the
+// forward pass, so a job's tokens equal what it would get alone (tested). With one slot this is
+// exactly the single-sequence loop: one prompt chunk or one token per step.
 //
-// Prefix reuse: the worker remembers the tokens whose K/V are in the session. A new prompt
-// that starts with part of them keeps that prefix (Session::truncate) and evaluates only the
-// rest; the number reused is reported to the job's sink and in /metrics.
+// Prefix reuse, per slot: a slot remembers the tokens whose K/V are in its sequence. A new job
+// goes to the free slot that holds the longest reusable prefix of its prompt (ties: the slot
+// used least recently), keeps that prefix (Engine::seq_truncate) and evaluates only the rest;
+// the number reused is reported to the job's sink and in /metrics.
 //
 // Cancellation: a queued job is removed from the queue at once; a running job stops at the next
-// step (the next prompt chunk or the next token), so the next job starts right after.
+// step (the next prompt chunk or the next token) and frees its slot; the other slots go on.
 #pragma once
 
 #include "runtime/engine.h"
@@ -96,12 +101,18 @@ struct SchedulerOptions {
     GpuOptions gpu;                          ///< --gpu, --vram-budget (GPU mode)
     std::vector<int32_t> end_of_generation;  ///< tokens that end generation
     std::string trace_path;                  ///< capture routing of every job to this trace file ("" = off)
+    int n_slots = 1;                         ///< --parallel: jobs run at once, one engine sequence each
 };
+
+/// Throws nitro::Error (naming the engine, and that the GPU engine does not batch sequences yet)
+/// unless 1 <= n_slots <= engine.n_seq(): what `nitro serve --parallel N` checks at startup.
+void check_slots(const Engine& engine, int n_slots);
 
 class Scheduler {
 public:
-    /// Creates the session and starts the worker. Throws nitro::Error for bad options or a trace
-    /// file that cannot be created.
+    /// Creates the engine (with n_slots sequences) and starts the worker. Throws nitro::Error for
+    /// bad options, n_slots above what the engine holds (the GPU engine holds one sequence), or a
+    /// trace file that cannot be created.
     Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& metrics);
     ~Scheduler();  ///< stop()
 
@@ -109,12 +120,14 @@ public:
     void submit(const std::shared_ptr<Job>& job);
     /// Cancels a job: removed now if still queued, else stopped at the worker's next step.
     void cancel(const std::shared_ptr<Job>& job);
-    /// Cancels everything (the running job at its next step), stops the worker and closes the
+    /// Cancels everything (running jobs at their next step), stops the worker and closes the
     /// trace file.
     void stop();
 
     int64_t n_ctx() const { return n_ctx_; }
-    /// Bytes of the session's K/V cache.
+    /// Slots (jobs run at once).
+    int n_slots() const { return static_cast<int>(slots_.size()); }
+    /// Bytes of the engine's K/V cache (all slots).
     uint64_t kv_bytes() const { return session_->kv_host_bytes(); }
     /// What runs where (the engine's own description).
     std::string placement() const { return session_->describe(); }
@@ -123,11 +136,16 @@ public:
 private:
     struct Slot;
     void worker();
+    /// Moves queued jobs into free slots (under mu_); returns the slots that got one.
+    std::vector<Slot*> take_jobs();
     bool admit(Slot& slot);
-    void step(Slot& slot);
+    /// One step over every running slot: cancellation, sampling, one batched forward.
+    void step();
+    /// Samples and emits the token of a slot whose logits are fresh; false if the job finished.
+    bool emit(Slot& slot);
     void finish(Slot& slot, FinishCause cause, const std::string& error = "");
-    /// Longest prefix of `prompt` whose cached K/V may be kept (see the SWA note in the .cpp).
-    int64_t reusable_prefix(const std::vector<int32_t>& prompt) const;
+    /// Longest prefix of `prompt` whose cached K/V (`cached`) may be kept (see the SWA note in the .cpp).
+    int64_t reusable_prefix(const std::vector<int32_t>& cached, const std::vector<int32_t>& prompt) const;
 
     const Model& model_;
     SchedulerOptions opt_;
@@ -139,8 +157,15 @@ private:
     std::unique_ptr<TraceWriter> trace_;
     int64_t n_ctx_ = 0;
     int64_t max_rewind_ = 0;           ///< most tokens a truncation may drop (SWA ring bound)
-    std::vector<int32_t> cached_;      ///< tokens whose K/V are in the session (== n_past)
-    uint64_t current_seq_ = 0;         ///< trace sequence id of the running job
+    std::vector<std::unique_ptr<Slot>> slots_;  ///< slot i uses engine sequence i
+    uint64_t admissions_ = 0;          ///< jobs admitted so far (orders slots by last use)
+    std::atomic<uint64_t> steps_{0}, decode_rows_{0}, prompt_rows_{0};  ///< batched forwards and their rows
+    /// Routed-expert work (Engine::moe_work, copied after each step for /metrics); decode-only steps.
+    std::atomic<uint64_t> moe_experts_{0}, moe_rows_{0}, moe_bytes_{0}, decode_steps_{0}, decode_step_experts_{0};
+    // The current batch (reused between steps).
+    std::vector<int32_t> batch_tokens_, batch_seq_;
+    std::vector<uint8_t> batch_logits_;
+    std::vector<float> batch_out_;
 
     mutable std::mutex mu_;
     std::condition_variable cv_;

@@ -335,6 +335,16 @@ ApiError error_of(const std::string& body, bool chat = true) {
     return {};
 }
 
+TEST(ServerSchema, IgnoreEosOnCompletionsOnly) {
+    EXPECT_FALSE(parse_completion_request(R"({"prompt":"x"})").gen.ignore_eos);
+    EXPECT_TRUE(parse_completion_request(R"({"prompt":"x","ignore_eos":true})").gen.ignore_eos);
+    EXPECT_EQ(error_of(R"({"prompt":"x","ignore_eos":1})", false).param, "ignore_eos");
+    const ApiError e = error_of(R"({"messages":[{"role":"user","content":"x"}],"ignore_eos":true})");
+    EXPECT_EQ(e.param, "ignore_eos");
+    EXPECT_EQ(e.code, "unsupported_parameter");
+    EXPECT_FALSE(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"ignore_eos":false})").gen.ignore_eos);
+}
+
 TEST(ServerSchema, ErrorsNameTheFieldInOpenAIShape) {
     ApiError e = error_of("{not json");
     EXPECT_EQ(e.status, 400);
