@@ -116,7 +116,9 @@ PY
 build-llama)
     L=/tmp/llama; mkdir -p "$L"; touch "$L/building"
     log "build llama-bench (CUDA sm_90, native CPU) from llama.cpp 80fb11a"
-    tar xJf "$HERE/.carry/llama-src.tar.xz" -C "$L"
+    # (extracted already when the caller unpacked it first: an extraction racing the tests
+    # phase's own once died with SIGBUS on the device)
+    [ -f "$L/CMakeLists.txt" ] || tar xJf "$HERE/.carry/llama-src.tar.xz" -C "$L"
     ( cd "$L" && cmake -S . -B b -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF > /tmp/llama_cfg.log 2>&1 &&
       cmake --build b -j16 --target llama-bench > /tmp/llama_build.log 2>&1 ) || { echo "llama.cpp build failed"; tail -20 /tmp/llama_build.log; }

@@ -110,7 +110,10 @@ Action add_bench(CLI::App& app) {
         so.n_threads = threads;
         so.n_ctx = o->n_prompt + o->n_gen + 1;
         cpu::ThreadPool pool(threads);
-        const double bw = measure_read_bandwidth(pool);
+        // The probe reads at least as much memory as the kernel table rotates through, so a large
+        // last-level cache (300 MiB on the lent Xeon) favours neither side.
+        const double bw = measure_read_bandwidth(
+            pool, std::max(size_t{1} << 30, static_cast<size_t>(o->kernel_pool_gib * 1024 * 1024 * 1024)));
 
         KernelBenchOptions ko;
         ko.n_embd = model.hp().n_embd;

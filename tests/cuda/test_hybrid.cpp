@@ -133,8 +133,9 @@ void hybrid_matches_cpu(const std::string& fixture) {
         Stats st;
         for (size_t i = 0; i < seqs.size(); ++i) compare(model, seqs[i], plen[i], static_cast<int>(seqs[i].size() - plen[i]), 512, st, go);
         compare(model, seqs[0], plen[0], 8, 7, st, go);
-        std::printf("  %s %.0f%%: argmax agrees at %d/%d positions (%d checked), max top-5 |dp| %.5f, greedy %d steps equal\n",
-                    fixture.c_str(), 100 * fraction, st.agree, st.steps, st.checked, st.max_dp, st.greedy_len);
+        std::printf("  %s %.0f%%: argmax agrees at %d/%d positions (%d checked), max top-5 |dp| %.5f, greedy %d steps equal, router divergences %d\n",
+                    fixture.c_str(), 100 * fraction, st.agree, st.steps, st.checked, st.max_dp, st.greedy_len,
+                    st.router_divergences);
         EXPECT_GT(st.checked, st.steps / 2);
     }
 }

@@ -52,9 +52,9 @@ void check_fixture(const std::string& name, int64_t ubatch, int max_cases) {
     }
     run(g["chat"]["rendered_prompt_token_ids"], g["chat"]["rendered_prompt_completion"]);
     std::printf("%s (ubatch %lld): argmax agrees at %d/%d positions (%d checked at CPU margin >= %.2f), max top-5 |dp| %.5f, "
-                "greedy equal in %d/%d cases over %d steps\n",
+                "greedy equal in %d/%d cases over %d steps, router divergences %d\n",
                 name.c_str(), static_cast<long long>(ubatch), st.agree, st.steps, st.checked, kMargin, st.max_dp,
-                st.greedy_equal, cases, st.greedy_len);
+                st.greedy_equal, cases, st.greedy_len, st.router_divergences);
     EXPECT_GT(st.checked, st.steps / 2) << "the threshold must leave most positions checked";
 }
 
@@ -93,8 +93,9 @@ TEST(CudaModel, SynthModelsOfEveryExpertTypeMatchCpu) {
         for (int i = 0; i < 48; ++i) seq.push_back(cuda::test::randint(0, static_cast<int>(model.n_vocab()) - 1));
         Stats st;
         compare(model, seq, 24, 16, 512, st);
-        std::printf("synth %s %s: argmax agrees at %d/%d positions (%d checked), max top-5 |dp| %.5f, greedy %d steps equal\n",
-                    m.arch, type_display_name(m.t).c_str(), st.agree, st.steps, st.checked, st.max_dp, st.greedy_len);
+        std::printf("synth %s %s: argmax agrees at %d/%d positions (%d checked), max top-5 |dp| %.5f, greedy %d steps equal, router divergences %d\n",
+                    m.arch, type_display_name(m.t).c_str(), st.agree, st.steps, st.checked, st.max_dp, st.greedy_len,
+                    st.router_divergences);
         std::filesystem::remove(o.out);
     }
 }
