@@ -16,7 +16,9 @@
 # them; default: a temporary folder in /dev/shm when it has 50 GB free, else in TMPDIR, removed
 # at the end), QWEN_TYPE (expert type of the Qwen3 synth,
 # default q8_0; q4_0 or mxfp4 synthesize faster), LLAMA_CPP_BENCH (default
-# BUILD_DIR/llama-peer/llama_cpp_bench), KERNEL_SECONDS (per kernel cell, default 0.3), SMALL=1
+# BUILD_DIR/llama-peer/llama_cpp_bench), KERNEL_SECONDS (per kernel cell, default 0.3), KERNEL_POOL
+# (GiB of random experts per kernel cell and of the read probe, default 4: well above the lent
+# Xeon's 300 MiB L3; at 1 GiB some cells read above 100% of the probe), SMALL=1
 # (the `tiny` presets instead: checks the script itself in seconds, the figures mean nothing).
 # Needs: the nitro build (Release), build/llama-peer (carry it to the device), python3, ~45 GB of
 # disk in MODELS_DIR and as much RAM for the page cache. About 6 minutes on 16 cores.
@@ -31,6 +33,8 @@ peer="${LLAMA_CPP_BENCH:-$build/llama-peer/llama_cpp_bench}"
 threads="${THREADS:-$(nproc)}"
 qwen_type="${QWEN_TYPE:-q8_0}"
 ksec="${KERNEL_SECONDS:-0.3}"
+kpool="${KERNEL_POOL:-4}"
+[ "${SMALL:-0}" = 1 ] && kpool="${KERNEL_POOL:-0.25}"
 [ -x "$nitro" ] || { echo "cpu_kernels_device: $nitro not found" >&2; exit 1; }
 [ -x "$peer" ] || { echo "cpu_kernels_device: $peer not found (build it: cmake --build BUILD --target llama_cpp_bench)" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "cpu_kernels_device: python3 is needed for the summary" >&2; exit 1; }
@@ -102,14 +106,14 @@ llama() {  # llama NAME MODEL [EXTRA...] -> $out/NAME.json
 # 2. Kernel tables: every type x level x 1/4/16 tokens, gpt-oss shape (2880 x 2880, 4 experts;
 #    K-quants 2816 x 2816) and Qwen3 shape (2048 x 768, 8 experts).
 log "kernel table, gpt-oss-20b shape"
-bench kernels-g20 -m "$g20" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --no-engine
+bench kernels-g20 -m "$g20" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
 log "kernel table, qwen3-30b-a3b shape"
-bench kernels-q30 -m "$q30" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --no-engine
+bench kernels-q30 -m "$q30" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
 
-# 2b. The kernels' software-prefetch distance (default 3072 B): a short sweep, 1 token.
-for pf in 1536 6144; do
+# 2b. The kernels' software-prefetch distance (default 1536 B): a short sweep, 1 token.
+for pf in 768 3072 6144; do
     log "kernel table, prefetch $pf B"
-    bench "prefetch-$pf" -m "$g20" --kernels mxfp4,q4_k,iq4_xs --kernel-tokens 1 --kernel-seconds "$ksec" --prefetch-bytes $pf --no-engine
+    bench "prefetch-$pf" -m "$g20" --kernels mxfp4,q4_k,iq4_xs --kernel-tokens 1 --kernel-seconds "$ksec" --kernel-pool "$kpool" --prefetch-bytes $pf --no-engine
 done
 
 # 3. The model's experts: file mapping vs a --no-mmap copy (anonymous memory, THP), 1/4/16 tokens.
@@ -171,7 +175,7 @@ for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b")):
 P("")
 P("prefetch distance (gpt-oss-20b shape, 1 token; GB/s and % of each run's read probe)")
 k0 = load("kernels-g20")
-sweep = [(k0["prefetch_bytes"], k0)] + [(pf, load("prefetch-%d" % pf)) for pf in (1536, 6144)]
+sweep = [(k0["prefetch_bytes"], k0)] + [(pf, load("prefetch-%d" % pf)) for pf in (768, 3072, 6144)]
 S["prefetch_sweep"] = []
 for pf, d in sorted(sweep, key=lambda x: x[0]):
     cells = [r for r in d["kernels"] if r["tokens"] == 1 and r["type"] in ("MXFP4", "Q4_K", "IQ4_XS")]

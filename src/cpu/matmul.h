@@ -138,7 +138,7 @@ const char* kernel_isa();
 void set_kernel_isa(std::string_view isa);
 
 /// Default software-prefetch distance of the kernels in the weight stream, bytes.
-inline constexpr int64_t kDefaultPrefetchBytes = 3072;
+inline constexpr int64_t kDefaultPrefetchBytes = 1536;
 /// Sets the distance (0 = prefetch the line being read, i.e. none ahead; at most 64 KiB). For
 /// benchmarks and tuning (`nitro bench --prefetch-bytes`): not while a product runs.
 void set_prefetch_bytes(int64_t bytes);
