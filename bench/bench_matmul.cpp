@@ -51,13 +51,6 @@ constexpr size_t kPoolBytes = size_t{1} << 30;
 
 int hw_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-uint64_t next_rand(uint64_t& s) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-}
-
 /// Random block bytes with sane scales (runtime/bench.h fill_random_blocks), so the kernels do
 /// the arithmetic they do on real weights. Filled once per type, reused by later benchmarks.
 const std::vector<uint8_t>& weight_pool(GgmlType t) {

@@ -17,7 +17,9 @@
 // GCC 12's own AVX-512 headers build some intrinsics from an intentionally undefined vector, which
 // -Wuninitialized reports at every inlining site (see vec_dot_avx512.cpp).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning group (clang warns that it does not know it)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "cpu/simd_x86.h"
 
 namespace nitro::cpu::kernels {

@@ -10,7 +10,9 @@
 // the 512->256 extracts) from an intentionally undefined vector, which -Wuninitialized reports at
 // every inlining site; the warning is about the header, not this code.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a GCC-only warning group (clang warns that it does not know it)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "cpu/simd_x86.h"
 
 namespace nitro::cpu::kernels {
