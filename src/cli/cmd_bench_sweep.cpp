@@ -90,6 +90,7 @@ int run_bench_sweep(const BenchSweepOptions& o) {
     if (ctxs.empty()) fail("--ctx is empty (expected e.g. 4k,16k,32k)");
     for (double b : o.budgets)
         if (!(b > 0)) fail("--vram-budget {} in a sweep: budgets must be positive GiB", b);
+    if (!o.peer_cmd.empty()) (void)expand_peer_command(o.peer_cmd, o.model, 1, o.n_gen, o.threads);  // bad placeholders fail now
     std::error_code ec;
     fs::create_directories(o.out, ec);
     if (ec) fail("-o {}: cannot create the folder: {}", o.out, ec.message());

@@ -93,7 +93,7 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
         const double y = y1 * i / 5;
         o += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#ddd\"/>\n"
                          "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
-                         L, py(y), W - R, L - 6, py(y) + 4, fmt::format("{:.3g}", y));
+                         L, py(y), W - R, L - 6, py(y) + 4, fmt::format("{:.4g}", y));
     }
     for (double e = std::ceil(x0 - 1e-9); e <= x1 + 1e-9; e += 1) {
         const double x = std::exp2(e);

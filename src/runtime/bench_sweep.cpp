@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -283,12 +284,13 @@ std::string expand_peer_command(const std::string& tmpl, const std::string& mode
                                 int threads, const std::string& mode, double budget_gib) {
     std::string r;
     for (size_t i = 0; i < tmpl.size(); ++i) {
-        if (tmpl[i] != '{') {
+        // A placeholder is '{' identifier '}'; any other brace (JSON in an echo, shell ${VAR}) is text.
+        size_t e = i + 1;
+        while (e < tmpl.size() && (std::islower(static_cast<unsigned char>(tmpl[e])) || tmpl[e] == '_')) ++e;
+        if (tmpl[i] != '{' || e == i + 1 || e >= tmpl.size() || tmpl[e] != '}' || (i > 0 && tmpl[i - 1] == '$')) {
             r += tmpl[i];
             continue;
         }
-        const size_t e = tmpl.find('}', i);
-        if (e == std::string::npos) fail("--peer-cmd: '{{' at offset {} has no closing '}}'", i);
         const std::string key = tmpl.substr(i + 1, e - i - 1);
         if (key == "model") r += shell_quote(model);
         else if (key == "ctx" || key == "n_prompt") r += std::to_string(ctx);

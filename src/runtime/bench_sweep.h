@@ -100,8 +100,9 @@ struct PeerRates {
 PeerRates parse_peer_output(const std::string& text);
 
 /// `tmpl` with {model} {ctx} {n_prompt} (both the step's depth) {n_gen} {threads} {mode}
-/// {budget} (GiB, 0 without one) replaced; the model path is shell-quoted. Throws nitro::Error
-/// for an unknown {placeholder}.
+/// {budget} (GiB, 0 without one) replaced; the model path is shell-quoted. A placeholder is '{',
+/// lower-case letters or '_', '}' (not after '$'); other braces are kept as text. Throws
+/// nitro::Error for an unknown {placeholder}.
 std::string expand_peer_command(const std::string& tmpl, const std::string& model, int64_t ctx, int64_t n_gen,
                                 int threads, const std::string& mode = "cpu", double budget_gib = 0);
 

@@ -202,7 +202,8 @@ TEST(BenchSweep, ExpandsPeerCommandPlaceholders) {
               "llama-bench -m '/a b/m.gguf' -p 64 -n 4 -t 2 -d 0,64 --x hybrid:8");
     EXPECT_NE(test::error_of([] { expand_peer_command("x {nope}", "m", 1, 1, 1); }).find("unknown placeholder {nope}"),
               std::string::npos);
-    EXPECT_NE(test::error_of([] { expand_peer_command("x {model", "m", 1, 1, 1); }), "");
+    // Braces that are not placeholders stay: JSON in an echo, ${VAR}, an unclosed brace.
+    EXPECT_EQ(expand_peer_command(R"(echo '{"a": {ctx}}' ${HOME} {n_gen)", "m", 7, 1, 1), R"(echo '{"a": 7}' ${HOME} {n_gen)");
 }
 
 TEST(BenchSweep, CommandWithTimeoutReportsExitAndKillsOnTimeout) {
