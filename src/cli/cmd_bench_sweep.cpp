@@ -199,6 +199,8 @@ int run_bench_sweep(const BenchSweepOptions& o) {
                     f["expert_pairs_gpu"] = figure(g, "(token, expert) pairs", true);
                     f["expert_pairs_cpu"] = figure(c, "(token, expert) pairs", true);
                     f["expert_hit_rate"] = figure(g + c > 0 ? g / (g + c) : 0.0, "fraction on the GPU", false);
+                } else {
+                    j["expert_split"] = "not counted by this engine (GPU-all engines do not count expert selections)";
                 }
                 j["figures"] = f;
             } catch (const Error& e) {

@@ -163,8 +163,12 @@ StepMeasurement measure_step(Engine& engine, const Model& model, int64_t depth, 
     m.major_faults = df.major;
     m.peak_rss_bytes = status_kib_bytes("VmHWM:");
     if (const ExpertCounters* ec = engine.expert_counters()) {
-        m.expert_pairs_gpu = ec->total().gpu_pairs - gpu0;
-        m.expert_pairs_cpu = ec->total().cpu_pairs - cpu0;
+        // GPU-all engines leave the counters at zero: then nothing was counted, not "no hits".
+        const uint64_t g = ec->total().gpu_pairs - gpu0, c = ec->total().cpu_pairs - cpu0;
+        if (g + c > 0) {
+            m.expert_pairs_gpu = g;
+            m.expert_pairs_cpu = c;
+        }
     } else if (const MoeWork* mw = engine.moe_work()) {
         m.expert_pairs_gpu = 0;  // the CPU engine: every routed expert is computed on the CPU
         m.expert_pairs_cpu = mw->rows - rows0;

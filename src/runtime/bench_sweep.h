@@ -69,7 +69,9 @@ struct StepMeasurement {
     int64_t minor_faults = 0, major_faults = 0;
     int64_t peak_rss_bytes = 0;  ///< VmHWM of the process after the run (reset before it where the kernel allows)
     bool peak_rss_reset = false; ///< true when the peak was reset at the start of the run
-    std::optional<uint64_t> expert_pairs_gpu, expert_pairs_cpu;  ///< (token, expert) selections by device
+    /// (token, expert) selections computed by each device; empty when the engine does not count
+    /// them (GPU-all leaves its placement counters at zero).
+    std::optional<uint64_t> expert_pairs_gpu, expert_pairs_cpu;
 };
 /// Prefills `depth` pseudo-random tokens (the KV cache then holds `depth` positions), takes the
 /// greedy first token, then decodes `n_gen` tokens one at a time. The engine must be fresh
