@@ -274,7 +274,8 @@ TEST(BenchSweep, ReportRendersTableAndWellFormedSvg) {
         EXPECT_EQ(xml_problem(svg), "") << svg;
         EXPECT_NE(svg.find("c&lt;&amp;&gt;&quot;&apos;"), std::string::npos);
     }
-    EXPECT_EQ(solo.markdown.find("ratio"), std::string::npos);
+    EXPECT_EQ(solo.markdown.find("ratio decode"), std::string::npos);
+    EXPECT_EQ(solo.markdown.find("peer prompt tok/s"), std::string::npos);
 }
 
 // ---- the command, end to end ----
