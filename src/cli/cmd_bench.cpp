@@ -1,5 +1,8 @@
 // nitro bench -m MODEL [-p N] [-n N] [-t THREADS] [--kernels model|all|none|T,T] [--json] [memory flags]
+// nitro bench -m MODEL -o DIR [--modes ..] [--ctx ..] [--vram-budget ..] [--repeat N] [--peer-cmd CMD]: the
+// benchmark protocol (cli/bench_sweep_cli.h, docs/bench.md)
 #include "arch/summary.h"
+#include "cli/bench_sweep_cli.h"
 #include "cli/commands.h"
 #include "cli/memory_options.h"
 #include "core/error.h"
@@ -66,6 +69,8 @@ Action add_bench(CLI::App& app) {
         int kernel_experts = 0;
         int64_t prefetch_bytes = cpu::kDefaultPrefetchBytes;
         MemoryFlags mem;
+        BenchSweepOptions sweep;
+        std::string vram_budgets;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* sub = app.add_subcommand(
@@ -96,10 +101,48 @@ Action add_bench(CLI::App& app) {
     sub->add_flag("--no-engine", o->no_engine, "Skip the prompt/decode run (memory, kernels and expert products only)");
     sub->add_flag("--json", o->json, "Print JSON");
     add_memory_flags(sub, o->mem);
+    sub->add_option("-o,--out", o->sweep.out,
+                    "Run the benchmark protocol into this folder (records.jsonl, report.md, report-*.svg; docs/bench.md) "
+                    "instead of the single run");
+    sub->add_option("--modes", o->sweep.modes, "Sweep: engine modes, comma-separated (cpu, gpu, hybrid, auto)")
+        ->capture_default_str();
+    sub->add_option("--ctx", o->sweep.ctx, "Sweep: context depths, comma-separated tokens (4k = 4096)")->capture_default_str();
+    sub->add_option("--vram-budget", o->vram_budgets, "Sweep: VRAM budgets of the gpu/hybrid steps, GiB, comma-separated "
+                                                      "(default: free memory minus a margin)");
+    sub->add_option("--repeat", o->sweep.repeat, "Sweep: runs per step (mirrored with the peer: A B B A ...)")
+        ->capture_default_str();
+    sub->add_option("--peer-cmd", o->sweep.peer_cmd,
+                    "Sweep: peer command per step, printing llama-bench -o json or {prompt_tok_s, decode_tok_s}; "
+                    "placeholders {model} {ctx} {n_prompt} {n_gen} {threads} {mode} {budget}");
+    sub->add_option("--peer-timeout", o->sweep.peer_timeout_s, "Sweep: seconds before a peer run is killed")
+        ->capture_default_str();
+    sub->add_option("--read-probe", o->sweep.read_probe_mib, "Sweep: MiB the DRAM read-bandwidth probe reads")
+        ->capture_default_str();
+    sub->add_option("--gpu", o->sweep.gpu_device, "Sweep: CUDA device index")->capture_default_str();
     return [o]() {
         apply_memory_flags(o->mem);
         cpu::set_prefetch_bytes(o->prefetch_bytes);
         const int threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        if (!o->sweep.out.empty()) {
+            BenchSweepOptions s = o->sweep;
+            s.model = o->model;
+            s.threads = threads;
+            s.n_gen = o->n_gen;
+            std::stringstream ss(o->vram_budgets);
+            for (std::string item; std::getline(ss, item, ',');) {
+                if (item.empty()) continue;
+                try {
+                    size_t used = 0;
+                    s.budgets.push_back(std::stod(item, &used));
+                    if (used != item.size()) throw std::invalid_argument(item);
+                } catch (const std::exception&) {
+                    fail("--vram-budget: '{}' is not a number of GiB", item);
+                }
+            }
+            return run_bench_sweep(s);
+        }
+        if (!o->vram_budgets.empty() || o->sweep.repeat != 1 || !o->sweep.peer_cmd.empty())
+            fail("--vram-budget, --repeat and --peer-cmd belong to the sweep: give -o DIR");
         const PageFaults f_load0 = page_faults();
         const auto t_load = std::chrono::steady_clock::now();
         Model model(o->model);
