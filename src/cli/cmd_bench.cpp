@@ -82,7 +82,7 @@ Action add_bench(CLI::App& app) {
     sub->add_option("-t,--threads", o->threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
     sub->add_option("--kernels", o->kernels,
                     "Expert kernel table: weight types (comma-separated, e.g. mxfp4,q4_k), model (the model's expert "
-                    "types), all (every type with a kernel) or none")
+                    "types), all (every quantized block type; F16, BF16 and F32 by name) or none")
         ->capture_default_str();
     sub->add_option("--kernel-isas", o->isas, "ISA levels for the kernel table (default: every SIMD level this CPU has)")
         ->delimiter(',');

@@ -72,7 +72,8 @@ struct StepAgg {
     std::vector<RateSample> prompt, decode, peer_prompt, peer_decode;
     std::vector<double> ttft_ms;
     std::string status = "ok", reason;  // skipped (engine could not be made) or error
-    int runs = 0, peer_runs = 0;
+    int runs = 0, peer_runs = 0, peer_errors = 0;
+    std::string peer_reason;  // the first failed peer run's message
 };
 
 }  // namespace
@@ -232,6 +233,7 @@ int run_bench_sweep(const BenchSweepOptions& o) {
         }
         if (!reason.empty()) {
             failed = true;
+            if (a.peer_errors++ == 0) a.peer_reason = reason;
             j["status"] = "error";
             j["reason"] = reason;
             emit(std::move(j));
@@ -267,6 +269,13 @@ int run_bench_sweep(const BenchSweepOptions& o) {
         } else {
             j["status"] = a.status;
             j["reason"] = a.reason;
+            // A failed peer run fails its step too, so the report cannot read as a clean run
+            // without a peer.
+            if (a.peer_errors > 0) {
+                j["status"] = "error";
+                j["reason"] = fmt::format("{}{}{} of {} peer runs failed: {}", a.reason, a.reason.empty() ? "" : "; ", a.peer_errors,
+                                          a.peer_errors + a.peer_runs, a.peer_reason);
+            }
         }
         nlohmann::json f = nlohmann::json::object();
         if (a.runs > 0) {

@@ -115,6 +115,10 @@ int run_plan(const PlanCli& o) {
             for (size_t k = i; k <= j; ++k) std::printf("    layer %zu: %s\n", k, nlohmann::json(p.layers[k].resident).dump().c_str());
         i = j + 1;
     }
+    if (cpu_bytes <= 0) {
+        std::printf("CPU side     no routed expert runs on the CPU: every expert is resident in VRAM\n");
+        return 0;
+    }
     std::printf("CPU side     CALCULATED at uniform routing: %.0f MiB of expert weights per decode token (%.1f%% of selections miss "
                 "VRAM); at %.1f GB/s DRAM read (ASSUMED, --dram-gbps) the CPU experts alone allow %.1f tok/s\n",
                 cpu_bytes / kMiB, 100.0 * (1.0 - static_cast<double>(p.n_resident()) / std::max<int64_t>(1, p.n_experts())),

@@ -181,7 +181,9 @@ Action add_serve(CLI::App& app) {
     CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, completions, models, metrics)");
     sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model); default: the embedded models/tiny-moe-pystd.gguf")->envname("NITRO_MODEL");
     sub->add_option("--host", o->http.host, "Address to listen on")->capture_default_str()->envname("NITRO_HOST");
-    sub->add_option("--port", o->http.port, "Port to listen on (0 = any free port, printed at startup)")->capture_default_str()->envname("NITRO_PORT");
+    sub->add_option("--port", o->http.port, "Port to listen on (0 = any free port, printed at startup)")
+        ->check(CLI::Range(0, 65535))
+        ->capture_default_str()->envname("NITRO_PORT");
     sub->add_option("--api-key", o->http.api_key,
                     "Require 'Authorization: Bearer KEY' (or x-api-key) on every route but /health. Without a key, any "
                     "local program can use the server, and requests must name an IP address, localhost or an "

@@ -16,6 +16,7 @@ void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode) {
     sub->add_option("--vram-budget", o.gpu.vram_budget_gib,
                     "GPU memory budget for the whole process, GiB (0 = free memory minus a margin); startup fails clearly if "
                     "the dense core does not fit")
+        ->check(CLI::Range(0.0, 1.0e6))
         ->capture_default_str()
         ->envname("NITRO_VRAM_BUDGET");
     sub->add_flag("--cpu-moe", o.gpu.cpu_moe, "Keep every routed expert on the CPU (llama.cpp --cpu-moe)");

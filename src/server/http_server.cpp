@@ -639,6 +639,13 @@ HttpServer::HttpServer(ServerContext ctx, ServerOptions opt) : impl_(std::make_u
     impl_->svr.new_task_queue = [n] { return new ElasticThreadPool(n, 4 * n); };
     impl_->svr.set_payload_max_length(impl_->max_body_bytes());
     impl_->svr.set_tcp_nodelay(true);
+    // cpp-httplib's default socket options add SO_REUSEPORT, which lets a second server bind a
+    // port this one holds and silently take half its connections. Keep SO_REUSEADDR only (a
+    // restart can rebind a port in TIME_WAIT), so a port in use is a startup error.
+    impl_->svr.set_socket_options([](socket_t sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof yes);
+    });
     impl_->routes();
 }
 

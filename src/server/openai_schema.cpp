@@ -129,9 +129,8 @@ void parse_generation(const json& j, GenerationRequest& g, bool chat) {
     if (auto v = get_int(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
         g.sampling.seed = static_cast<uint64_t>(*v);
     // max_completion_tokens is the newer name; it wins when both are given.
-    if (auto v = get_int(j, "max_tokens", 0, std::numeric_limits<int32_t>::max())) g.max_tokens = *v;
-    if (auto v = get_int(j, "max_completion_tokens", 0, std::numeric_limits<int32_t>::max())) g.max_tokens = *v;
-    if (g.max_tokens == 0) bad_request(j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", "the token limit must be at least 1", "invalid_value");
+    if (auto v = get_int(j, "max_tokens", 1, std::numeric_limits<int32_t>::max())) g.max_tokens = *v;
+    if (auto v = get_int(j, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max())) g.max_tokens = *v;
     (void)get_int(j, "n", 1, 1);  // one choice per request
     for (const char* pen : {"frequency_penalty", "presence_penalty"})
         if (auto v = get_number(j, pen, -2.0, 2.0); v && *v != 0.0)

@@ -327,6 +327,21 @@ test('--host ::1 prints a bracketed URL; -c above the training context warns; a 
     (e) => e.status === 400 && e.code === 'context_length_exceeded' && e.param === 'prompt');
 });
 
+test('a port another server holds is a startup error (no SO_REUSEPORT sharing); --port outside 0..65535 is refused', async () => {
+  const tryServe = (args) => new Promise((resolve) => {
+    execFile(NITRO, ['serve', '-m', GPTOSS, '--host', '127.0.0.1', '-t', '1', '--no-prefault', ...args], { timeout: 30000 },
+      (err, stdout, stderr) => resolve({ code: err ? err.code : 0, stderr }));
+  });
+  const taken = await tryServe(['--port', String(open.port)]);
+  assert.notEqual(taken.code, 0, 'a second server on the same port must not start');
+  assert.match(taken.stderr, new RegExp(`cannot bind 127\\.0\\.0\\.1:${open.port}`));
+  const r = await fetch(`${open.baseURL}/v1/models`);
+  assert.equal(r.status, 200, 'the first server still answers');
+  const big = await tryServe(['--port', '99999']);
+  assert.notEqual(big.code, 0);
+  assert.match(big.stderr, /--port/);
+});
+
 // ---- Also expected: response_format ----
 
 test('response_format json_object / json_schema is a clear 400 (no constrained sampling); text is accepted', async () => {

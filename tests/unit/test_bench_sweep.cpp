@@ -437,15 +437,23 @@ TEST(BenchSweep, PeerThatFailsOrHangsGivesAClearErrorNotAHang) {
                                   dir + "/log");
         EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(), 30.0) << c.cmd;
         EXPECT_EQ(rc, 1) << c.cmd << "\n" << read_text(dir + "/log");
-        bool seen = false;
-        for (const auto& r : read_records(out))
+        bool seen = false, step_seen = false;
+        for (const auto& r : read_records(out)) {
             if (r["record"] == "run" && r["engine"] == "peer") {
                 EXPECT_EQ(r["status"], "error");
                 EXPECT_NE(r["reason"].get<std::string>().find(c.reason), std::string::npos) << r["reason"];
                 seen = true;
             }
+            if (r["record"] == "step") {  // the step fails with its peer, and says why
+                EXPECT_EQ(r["status"], "error");
+                EXPECT_NE(r["reason"].get<std::string>().find("1 of 1 peer runs failed"), std::string::npos) << r["reason"];
+                step_seen = true;
+            }
+        }
         EXPECT_TRUE(seen) << c.cmd;
+        EXPECT_TRUE(step_seen) << c.cmd;
         EXPECT_NE(read_text(dir + "/log").find("some runs failed"), std::string::npos);
+        EXPECT_NE(read_text(out + "/report.md").find("peer runs failed"), std::string::npos);
     }
 }
 
