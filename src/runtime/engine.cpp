@@ -120,6 +120,12 @@ ExpertLayerCounters ExpertCounters::total() const {
     return t;
 }
 
+void require_gpu_engine(EngineMode mode) {
+    if ((mode == EngineMode::Gpu || mode == EngineMode::Hybrid) && !gpu_engine_available())
+        fail("--mode {} needs a build with the CUDA backend (configure with -DNITRO_CUDA=ON); this nitro was built without it",
+             engine_mode_name(mode));
+}
+
 std::unique_ptr<Engine> make_engine(EngineMode mode, const Model& model, const SessionOptions& so, const GpuOptions& go) {
     if (mode == EngineMode::Cpu) return std::make_unique<CpuEngine>(model, so);
     if (mode == EngineMode::Auto) {
@@ -128,9 +134,7 @@ std::unique_ptr<Engine> make_engine(EngineMode mode, const Model& model, const S
         g.mode = EngineMode::Auto;
         return gpu_factory()(model, so, g);
     }
-    if (!gpu_engine_available())
-        fail("--mode {} needs a build with the CUDA backend (configure with -DNITRO_CUDA=ON); this nitro was built without it",
-             engine_mode_name(mode));
+    require_gpu_engine(mode);
     GpuOptions g = go;
     g.mode = mode;
     return gpu_factory()(model, so, g);

@@ -109,6 +109,9 @@ using GpuEngineFactory =
 void set_gpu_engine_factory(GpuEngineFactory f, std::function<int()> device_count);
 /// True when a GPU engine factory is installed.
 bool gpu_engine_available();
+/// Throws nitro::Error naming the missing CUDA backend when `mode` (gpu or hybrid) needs a GPU
+/// engine and this binary has none; does nothing for cpu and auto.
+void require_gpu_engine(EngineMode mode);
 /// CUDA devices usable by the GPU engine (0 without a CUDA build, a driver or a device).
 int gpu_device_count();
 

@@ -79,9 +79,7 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
     if (opt.n_slots < 1) fail("--parallel must be at least 1 (got {})", opt.n_slots);
     // Refused before the GPU engine loads the weights into VRAM (auto is checked once resolved).
     // (A build without CUDA names that first: following the --parallel advice would only meet it next.)
-    if ((opt.mode == EngineMode::Gpu || opt.mode == EngineMode::Hybrid) && !gpu_engine_available())
-        fail("--mode {} needs a build with the CUDA backend (configure with -DNITRO_CUDA=ON); this nitro was built without it",
-             engine_mode_name(opt.mode));
+    require_gpu_engine(opt.mode);
     if (opt.n_slots > 1 && (opt.mode == EngineMode::Gpu || opt.mode == EngineMode::Hybrid))
         fail("--parallel {} needs an engine that batches sequences, but --mode {} holds 1 (the GPU engine does not batch "
              "sequences yet): use --parallel 1, or --mode cpu",
