@@ -54,6 +54,7 @@ public:
     void truncate(int64_t n) override;
     std::string describe() const override;
     bool set_route_callback(std::function<void(const RouteEvent&)> cb) override;
+    bool set_route_replay(std::shared_ptr<RouteReplay> replay) override;
     const ExpertCounters* expert_counters() const override;
 
     DeviceContext& context() { return *ctx_; }

@@ -29,6 +29,7 @@ struct SweepStep {
     int64_t ctx = 0;                   ///< the depth run (capped to fit the model), tokens
     std::string note;                  ///< why ctx differs from ctx_requested ("" if it does not)
     std::string skip_reason;           ///< non-empty: the step is not run, and this says why
+    std::string routing;               ///< routing scenario (route_replay.h; set by the caller, "" = not named)
 };
 
 /// The ladder in run order: for each mode, each budget (one step without a budget for cpu, and
