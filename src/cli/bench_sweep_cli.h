@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct BenchSweepOptions {
     std::string nitro_url;                 ///< --nitro-url: an already running nitro serve
     std::string nitro_api_key;             ///< --nitro-api-key (for --nitro-url)
     double request_timeout_s = 600;        ///< --request-timeout: seconds a request (or a server start) may take
+    bool append = false;                   ///< --append: add to DIR/records.jsonl; the report covers all of it
 };
 
 /// Runs the sweep into o.out (records.jsonl, report.md, report-*.svg), printing a progress bar
@@ -54,6 +56,10 @@ std::string own_command_line();
 std::vector<std::string> split_list(const std::string& s);
 /// Progress bar with ETA on stderr (one line, redrawn); `unit` names what is counted.
 void progress(size_t done, size_t total, double elapsed_s, const std::string& what, const char* unit = "runs");
+/// Creates `dir` and opens its records.jsonl: truncated, or with `append` kept, its records read
+/// into `records` (the report covers them too). Throws nitro::Error naming the file and line of a
+/// line that is not a record, or when the folder or file cannot be written.
+std::ofstream open_records(const std::string& dir, bool append, std::vector<nlohmann::json>& records);
 /// Writes report.md and the SVG charts of `records` into `dir` and prints the report and where
 /// the files are. Throws nitro::Error if a file cannot be written.
 void write_report(const std::string& dir, const std::vector<nlohmann::json>& records);

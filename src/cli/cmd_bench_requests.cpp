@@ -140,12 +140,8 @@ int run_request_sweep(const BenchSweepOptions& o) {
         if (c.size() != 1) fail("--ctx with --requests is the context of the nitro serve the bench starts: give one value (got '{}')", o.ctx);
         ctx = parse_ctx_tokens(c[0]);
     }
-    std::error_code ec;
-    fs::create_directories(o.out, ec);
-    if (ec) fail("-o {}: cannot create the folder: {}", o.out, ec.message());
-    const std::string records_path = (fs::path(o.out) / "records.jsonl").string();
-    std::ofstream rec(records_path, std::ios::trunc);
-    if (!rec) fail("-o {}: cannot write {}", o.out, records_path);
+    std::vector<nlohmann::json> records;  // with --append, the folder's earlier records first
+    std::ofstream rec = open_records(o.out, o.append, records);
 
     Model model(o.model);
     std::vector<SweepStep> steps;
@@ -210,7 +206,6 @@ int run_request_sweep(const BenchSweepOptions& o) {
             j["routing_note"] = "nitro serve's expert choices are replayed from the trace (benchmark only: its outputs are not "
                                 "the model's); the peer routes as its model does";
     };
-    std::vector<nlohmann::json> records;
     auto emit = [&](nlohmann::json j) {
         rec << j.dump() << '\n';
         rec.flush();

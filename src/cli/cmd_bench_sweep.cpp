@@ -65,6 +65,30 @@ void progress(size_t done, size_t total, double elapsed_s, const std::string& wh
     std::fflush(stderr);
 }
 
+std::ofstream open_records(const std::string& dir, bool append, std::vector<nlohmann::json>& records) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) fail("-o {}: cannot create the folder: {}", dir, ec.message());
+    const std::string path = (fs::path(dir) / "records.jsonl").string();
+    records.clear();
+    if (append) {
+        std::ifstream in(path);
+        int line_no = 0;
+        for (std::string line; std::getline(in, line);) {
+            ++line_no;
+            if (line.empty()) continue;
+            nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+            if (j.is_discarded() || !j.is_object() || j.value("schema", std::string()) != "nitro-bench-run/1")
+                fail("--append: {}:{} is not a nitro bench record (schema nitro-bench-run/1)", path, line_no);
+            records.push_back(std::move(j));
+        }
+    }
+    std::ofstream rec(path, append ? std::ios::app : std::ios::trunc);
+    if (!rec) fail("-o {}: cannot write {}", dir, path);
+    return rec;
+}
+
 void write_report(const std::string& dir, const std::vector<nlohmann::json>& records) {
     namespace fs = std::filesystem;
     const ReportFiles rep = render_report(records);
@@ -113,12 +137,8 @@ int run_bench_sweep(const BenchSweepOptions& o) {
     for (double b : o.budgets)
         if (!(b > 0)) fail("--vram-budget {} in a sweep: budgets must be positive GiB", b);
     if (!o.peer_cmd.empty()) (void)expand_peer_command(o.peer_cmd, o.model, 1, o.n_gen, o.threads);  // bad placeholders fail now
-    std::error_code ec;
-    fs::create_directories(o.out, ec);
-    if (ec) fail("-o {}: cannot create the folder: {}", o.out, ec.message());
-    const std::string records_path = (fs::path(o.out) / "records.jsonl").string();
-    std::ofstream rec(records_path, std::ios::trunc);
-    if (!rec) fail("-o {}: cannot write {}", o.out, records_path);
+    std::vector<nlohmann::json> records;  // with --append, the folder's earlier records first
+    std::ofstream rec = open_records(o.out, o.append, records);
 
     Model model(o.model);
     const nlohmann::json mfacts = model_facts(model);
@@ -179,7 +199,6 @@ int run_bench_sweep(const BenchSweepOptions& o) {
                 file_routing(model));
         }
     };
-    std::vector<nlohmann::json> records;
     auto emit = [&](nlohmann::json j) {
         rec << j.dump() << '\n';
         rec.flush();

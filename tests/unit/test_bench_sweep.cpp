@@ -528,6 +528,27 @@ TEST(BenchSweep, RoutingScenariosAreNamedInEveryRecord) {
     EXPECT_NE(read_text(dir + "/log2").find("routes as 'zipf:0.7'"), std::string::npos) << read_text(dir + "/log2");
 }
 
+TEST(BenchSweep, AppendKeepsEarlierRecordsAndReportsThemAll) {
+    // Two sweeps into one folder (e.g. one per mode, each with its own budgets): one report.
+    const std::string dir = test::temp_dir("bench-append");
+    ASSERT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --modes cpu --ctx 16", dir + "/log"), 0);
+    ASSERT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --append --modes cpu --ctx 32", dir + "/log"), 0)
+        << read_text(dir + "/log");
+    std::vector<int64_t> ctx;
+    for (const auto& r : read_records(dir + "/out"))
+        if (r["record"] == "step") ctx.push_back(r["ctx"].get<int64_t>());
+    EXPECT_EQ(ctx, (std::vector<int64_t>{16, 32}));
+    const std::string md = read_text(dir + "/out/report.md");
+    EXPECT_NE(md.find("| cpu | model | - | ladder | 16 |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| cpu | model | - | ladder | 32 |"), std::string::npos) << md;
+    // Without --append the folder starts over; a file that is not records is refused.
+    ASSERT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --modes cpu --ctx 16", dir + "/log"), 0);
+    EXPECT_EQ(read_records(dir + "/out").size(), 2u);  // one run, one step
+    std::ofstream(dir + "/out/records.jsonl", std::ios::app) << "{\"not\": \"a record\"}\n";
+    EXPECT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --append --modes cpu --ctx 16", dir + "/log"), 1);
+    EXPECT_NE(read_text(dir + "/log").find("records.jsonl:3 is not a nitro bench record"), std::string::npos) << read_text(dir + "/log");
+}
+
 TEST(BenchSweep, SingleRunFlagsStillWorkAndSweepFlagsNeedOut) {
     const std::string dir = test::temp_dir("bench-single");
     const std::string out = test::run_command(std::string(NITRO_BINARY) + " bench -m " + kModel +
