@@ -104,10 +104,16 @@ def documents(data):
     return out
 
 
+TOKEN_CACHE = {}  # sha256 of (special, text) -> ids, kept in data/tokens-cache.json between runs
+
+
 def tokenize(nitro, model, text, special=False):
-    args = [nitro, "tokenize", "-m", model, "--json"] + (["--special"] if special else [])
-    r = subprocess.run(args, input=text.encode(), capture_output=True, check=True)
-    return json.loads(r.stdout)["ids"]
+    key = hashlib.sha256((("1" if special else "0") + text).encode()).hexdigest()
+    if key not in TOKEN_CACHE:
+        args = [nitro, "tokenize", "-m", model, "--json"] + (["--special"] if special else [])
+        r = subprocess.run(args, input=text.encode(), capture_output=True, check=True)
+        TOKEN_CACHE[key] = json.loads(r.stdout)["ids"]
+    return TOKEN_CACHE[key]
 
 
 def main():
@@ -122,6 +128,9 @@ def main():
         subprocess.run(["bash", os.path.join(HERE, "make_corpus.sh")], check=True)
     print(f"man pages: {render_man(os.path.join(data, 'man'))}", flush=True)
     docs = documents(data)
+    cache = os.path.join(data, "tokens-cache.json")
+    if os.path.exists(cache):
+        TOKEN_CACHE.update(json.load(open(cache)))
     os.makedirs(args.out, exist_ok=True)
     train, heldout, rows = [], [], []
     held = {}
@@ -136,6 +145,7 @@ def main():
         rows.append(f"{split}\t{len(ids)}\t{hashlib.sha256(text.encode()).hexdigest()}\t{name}")
         if (i + 1) % 250 == 0:
             print(f"tokenized {i + 1}/{len(docs)} documents", flush=True)
+    json.dump(TOKEN_CACHE, open(cache, "w"))
     assert max(train + heldout) < 8192
     for fname, ids in (("train.u16", train), ("heldout.u16", heldout)):
         with open(os.path.join(args.out, fname), "wb") as fo:
@@ -148,11 +158,17 @@ def main():
         fo.write(corpus_id + "\n")
 
     # Prompts: held-out documents of at least 2 x PROMPT_TOKENS tokens, in sha256(name) order.
-    def pick(prefixes, n, exclude=()):
-        c = [k for k in held if k.startswith(prefixes) and len(held[k][1]) >= 2 * PROMPT_TOKENS and k not in exclude]
+    # Prose must read as prose: at least 80% letters and spaces in its first 2000 characters (this
+    # leaves out character-set tables and option lists).
+    def prose_like(text):
+        t = text[:2000]
+        return sum(ch.isalpha() or ch == " " for ch in t) >= 0.8 * len(t)
+
+    def pick(prefixes, n, prose=False):
+        c = [k for k in held if k.startswith(prefixes) and len(held[k][1]) >= 2 * PROMPT_TOKENS and (not prose or prose_like(held[k][0]))]
         return sorted(c, key=lambda k: hashlib.sha256(k.encode()).hexdigest())[:n]
     code = pick(("py/",), 3)
-    prose = pick(("doc/", "man/", "lic/"), 5)
+    prose = pick(("doc/", "man/", "lic/"), 5, prose=True)
     prompts = []
     for k in code:
         prompts.append({"name": k, "kind": "code", "ids": held[k][1][:PROMPT_TOKENS]})
