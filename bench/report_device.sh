@@ -13,8 +13,11 @@
 #                                            OUT gets the records and the report so far
 #   bench/report_device.sh all OUT           prepare, cpu, gpu and hybrid in one call (~20 min: only
 #                                            where a call may take that long)
+# Time per call, ESTIMATED from shared/PEERS.md's rates (16 threads, A B B A): prepare ~6 min (the
+# llama.cpp build), cpu ~4 min (prefill at ~90 tok/s on both sides dominates), gpu ~3 min, hybrid
+# ~5 min (nitro bench's progress bar is left out of the log).
 # Settings (environment): THREADS (16), REPEAT (2: A B B A), N_GEN (32), CPU_CTX (512,2k),
-# GPU_CTX (4k,16k,32k), HYBRID_CTX (4k,16k), BUDGETS (6,10 GiB), ROUTING (file; e.g.
+# GPU_CTX (4k,16k,32k), HYBRID_CTX (4k,8k), BUDGETS (6,10 GiB), ROUTING (file; e.g.
 # file,replay:bench/traces/gpt-oss-20b.nmtr once the trained traces are committed).
 # Carried (git-ignored .carry/, made by the pack phase):
 #   bin.tar.xz        bin/nitro built for sm_90 (build-cuda) + the Debian shared libraries it needs
@@ -23,7 +26,7 @@ set -uo pipefail
 PHASE=${1:?phase: pack, prepare, cpu, gpu, hybrid or all}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 THREADS=${THREADS:-16} REPEAT=${REPEAT:-2} N_GEN=${N_GEN:-32}
-CPU_CTX=${CPU_CTX:-512,2k} GPU_CTX=${GPU_CTX:-4k,16k,32k} HYBRID_CTX=${HYBRID_CTX:-4k,16k} BUDGETS=${BUDGETS:-6,10}
+CPU_CTX=${CPU_CTX:-512,2k} GPU_CTX=${GPU_CTX:-4k,16k,32k} HYBRID_CTX=${HYBRID_CTX:-4k,8k} BUDGETS=${BUDGETS:-6,10}
 ROUTING=${ROUTING:-file}
 W=/tmp/nitro-dev L=/tmp/llama M=/dev/shm/g20.gguf R=/tmp/nitro-report
 LB=$L/b/bin/llama-bench
@@ -49,7 +52,7 @@ fi
 OUT=${2:?out dir}
 mkdir -p "$W" "$R"
 exec > >(tee -a "$OUT/report-device.log") 2>&1
-[ -x "$W/bin/nitro" ] || { rm -rf "$W/bin"; tar xJf "$HERE/.carry/bin.tar.xz" -C "$W"; }
+rm -rf "$W/bin"; tar xJf "$HERE/.carry/bin.tar.xz" -C "$W"  # always this call's binary (other scripts share $W)
 export LD_LIBRARY_PATH="$W/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 N="$W/bin/nitro"
 

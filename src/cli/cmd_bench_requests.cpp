@@ -168,6 +168,9 @@ int run_request_sweep(const BenchSweepOptions& o) {
                              sc.name.c_str());
             for (SweepStep& st : plan_sweep(modes, o.budgets, {ctx}, model.hp().n_ctx_train, 0)) {
                 st.routing = sc.name;
+                if (!st.note.empty())
+                    st.note = fmt::format("the server's context is capped from {} to {}: the model's n_ctx_train is {}",
+                                          st.ctx_requested, st.ctx, model.hp().n_ctx_train);
                 steps.push_back(std::move(st));
                 step_trace.push_back(sc.trace);
             }
