@@ -113,7 +113,7 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin):
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.h, self.hd).permute(2, 0, 3, 1, 4)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        q, k = rope(q, cos, sin).to(v.dtype), rope(k, cos, sin).to(v.dtype)  # cos/sin are f32: one dtype for SDPA
         if hasattr(F, "scaled_dot_product_attention"):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:  # torch < 2.0 (the CPU smoke test on a development machine)
@@ -134,8 +134,9 @@ class MoE(nn.Module):
         self.capture = None  # a list: (ids [B, T, k], weights [B, T, k]) are appended per forward
 
     def route(self, x):
-        logits = F.linear(x.float(), self.router.weight.float(),
-                          None if self.router.bias is None else self.router.bias.float())
+        with torch.autocast(device_type=x.device.type, enabled=False):  # the router in f32, as the real models run it
+            logits = F.linear(x.float(), self.router.weight.float(),
+                              None if self.router.bias is None else self.router.bias.float())
         if self.gating == "softmax_all":  # qwen3moe: softmax over all, top-k, renormalised
             probs = torch.softmax(logits, dim=-1)
             top_v, top_i = torch.topk(probs, self.k, dim=-1)
