@@ -270,6 +270,9 @@ int run_bench_sweep(const BenchSweepOptions& o) {
                     {"weight_bytes_per_token", figure(weight_bytes, "bytes/token", false)},
                 };
                 j["peak_rss_scope"] = m.peak_rss_reset ? "this run (VmHWM reset before it)" : "the process since it started";
+                if (m.process_vram_bytes > 0)
+                    f["process_vram_bytes"] = figure(static_cast<double>(m.process_vram_bytes),
+                                                     "bytes (GPU memory of the process after the run, NVML)", true);
                 if (m.expert_pairs_gpu && m.expert_pairs_cpu) {
                     const double g = static_cast<double>(*m.expert_pairs_gpu), c = static_cast<double>(*m.expert_pairs_cpu);
                     f["expert_pairs_gpu"] = figure(g, "(token, expert) pairs", true);

@@ -69,6 +69,7 @@ public:
     /// GPU memory the whole process uses now (device used minus what was used before it started,
     /// NVML; 0 when NVML is unavailable). What `--vram-budget` promises to bound.
     uint64_t process_vram() const;
+    uint64_t process_vram_bytes() const override { return process_vram(); }
 
     /// Number of single-token steps run so far (the value the ready flags take).
     uint32_t step() const { return step_; }

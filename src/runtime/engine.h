@@ -99,6 +99,8 @@ public:
     virtual bool set_route_replay(std::shared_ptr<RouteReplay> replay) { return false; }
     /// Bytes of host memory held by the K/V cache (0 when it lives on the GPU).
     virtual uint64_t kv_host_bytes() const { return 0; }
+    /// GPU memory this process uses now, bytes (NVML; 0 for the CPU engine or without NVML).
+    virtual uint64_t process_vram_bytes() const { return 0; }
     /// Expert placement counters since construction (null when the engine does not place experts).
     virtual const ExpertCounters* expert_counters() const { return nullptr; }
     /// Routed-expert work of the CPU MoE step since construction (distinct experts per layer per

@@ -82,7 +82,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     std::unique_ptr<Engine> engine = make_engine(opt.mode, model, opt.session, opt.gpu);
     Engine& session = *engine;
     if (!opt.route_replay.empty()) {
-        if (!session.set_route_replay(std::make_shared<RouteReplay>(opt.route_replay, model)))
+        if (!session.set_route_replay(std::make_shared<RouteReplay>(resolve_replay_trace(opt.route_replay), model)))
             fail("--route-replay: this engine ({}) cannot replay routing", session.describe());
         std::fprintf(stderr, "WARNING: --route-replay %s: BENCHMARK ONLY. Every expert choice comes from the trace: the "
                              "output below is NOT the model's.\n", opt.route_replay.c_str());

@@ -1,6 +1,7 @@
 #include "runtime/route_replay.h"
 
 #include "core/error.h"
+#include "runtime/default_model.h"
 #include "trace/trace_file.h"
 #include "trace/trace_jsonl.h"
 
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 namespace nitro {
@@ -38,6 +40,16 @@ double parse_zipf(const std::string& s) {
 
 }  // namespace
 
+std::string resolve_replay_trace(const std::string& trace) {
+    if (trace.empty()) fail("--routing replay: needs a trace file (replay:TRACE)");
+    std::error_code ec;
+    if (std::filesystem::exists(trace, ec) || trace.find('/') != std::string::npos) return trace;
+    std::string looked;
+    const std::string p = find_in_checkout("bench/traces/" + trace + ".nmtr", &looked);
+    if (p.empty()) fail("replay trace '{}': no such file, and no committed trace of that name (looked at: {})", trace, looked);
+    return p;
+}
+
 std::string file_routing(const Model& model) {
     const GgufMetadata& m = model.gguf().metadata();
     if (const auto s = m.get_float("nitro.synth.router_skew_zipf"); s && *s > 0) return fmt::format("zipf:{:g}", *s);
@@ -53,8 +65,7 @@ std::vector<RoutingScenario> parse_routing_scenarios(const std::string& list, co
         if (item == "file") {
             r.name = own;
         } else if (item.rfind("replay:", 0) == 0) {
-            r.trace = item.substr(7);
-            if (r.trace.empty()) fail("--routing replay: needs a trace file (replay:TRACE)");
+            r.trace = resolve_replay_trace(item.substr(7));
             RouteReplay check(r.trace, model);  // readable, valid, the model's shape: fail now, not mid-sweep
             r.name = item;
         } else if (item == "uniform" || item == "model" || parse_zipf(item) >= 0) {

@@ -32,6 +32,11 @@ namespace nitro {
 /// "model" for any other file (the trained router's own routing).
 std::string file_routing(const Model& model);
 
+/// The trace file of `replay:TRACE`: TRACE itself when it exists or names a path (has a '/'), else
+/// the committed trace bench/traces/TRACE.nmtr of the checkout (e.g. replay:gpt-oss-20b). Throws
+/// nitro::Error listing where it looked when neither exists.
+std::string resolve_replay_trace(const std::string& trace);
+
 /// One routing scenario of a sweep.
 struct RoutingScenario {
     std::string name;   ///< "model", "uniform", "zipf:S" or "replay:TRACE" (named in every record)
@@ -40,8 +45,8 @@ struct RoutingScenario {
 /// Parses --routing items against the model: "file" is the file's own routing (file_routing);
 /// "uniform", "zipf:S" and "model" must be what the file gives (they name it, they cannot change
 /// it: the router bias is in the file; `nitro synth --router-skew` makes such files); "replay:TRACE"
-/// replays that trace (checked now: it must read and match the model's n_layer, n_expert and
-/// n_expert_used). Throws nitro::Error saying which item is wrong and why.
+/// replays that trace (resolve_replay_trace; checked now: it must read and match the model's
+/// n_layer, n_expert and n_expert_used). Throws nitro::Error saying which item is wrong and why.
 std::vector<RoutingScenario> parse_routing_scenarios(const std::string& list, const Model& model);
 
 /// A router trace prepared for replay into an engine (see the top of this file).

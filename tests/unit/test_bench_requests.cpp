@@ -330,7 +330,9 @@ TEST(BenchRequests, ReplayAgainstNitroServeHasTheRecordsAndHandComputedRates) {
         ASSERT_EQ(r["status"], "ok") << r.dump();
         const bool is_peer = r["engine"] == "peer";
         order.push_back(r["engine"]);
-        if (!is_peer) EXPECT_EQ(r["server"].value("started_by_bench", false), true) << r["server"];
+        if (!is_peer) {
+            EXPECT_EQ(r["server"].value("started_by_bench", false), true) << r["server"];
+        }
         const auto& q = r["requests"];
         ASSERT_EQ(q.size(), 3u);
         const int max_tokens[3] = {6, 9, 4};
@@ -356,7 +358,9 @@ TEST(BenchRequests, ReplayAgainstNitroServeHasTheRecordsAndHandComputedRates) {
         EXPECT_EQ(f["requests"]["value"], 3);
         EXPECT_EQ(f["decode_tokens"]["value"], 16);
         EXPECT_NEAR(f["decode_tok_s"]["value"].get<double>(), run_tok / run_sec, 1e-9 * run_tok / run_sec);
-        if (!is_peer) EXPECT_GT(f["server_peak_rss_bytes"]["value"].get<double>(), 0);
+        if (!is_peer) {
+            EXPECT_GT(f["server_peak_rss_bytes"]["value"].get<double>(), 0);
+        }
         tok[is_peer] += run_tok;
         sec[is_peer] += run_sec;
     }

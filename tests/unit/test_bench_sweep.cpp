@@ -278,7 +278,9 @@ TEST(BenchSweep, ReportRendersTableAndWellFormedSvg) {
     // Several routings: the series say which; the hit-rate chart has one line per mode, routing and
     // context (budgets on x): the uniform 4k line at 4 and 8 GiB is 12.5 % then 25 %.
     for (const auto& [name, svg] : rep.svgs) {
-        if (name == "report-decode.svg") EXPECT_NE(svg.find("hybrid 8 GiB, replay:t.nmtr"), std::string::npos) << svg;
+        if (name == "report-decode.svg") {
+            EXPECT_NE(svg.find("hybrid 8 GiB, replay:t.nmtr"), std::string::npos) << svg;
+        }
         if (name != "report-hit-rate.svg") continue;
         EXPECT_NE(svg.find("hybrid, uniform, ctx 4k: 4 GiB, 12.5"), std::string::npos) << svg;
         EXPECT_NE(svg.find("hybrid, uniform, ctx 4k: 8 GiB, 25"), std::string::npos) << svg;

@@ -179,6 +179,9 @@ TEST(RouteReplay, ScenarioNamesComeFromTheFile) {
     EXPECT_NE(test::error_of([&] { parse_routing_scenarios("zipf", u); }).find("expected file, uniform"), std::string::npos);
     EXPECT_NE(test::error_of([&] { parse_routing_scenarios("file,uniform", u); }).find("given twice"), std::string::npos);
     EXPECT_NE(test::error_of([&] { parse_routing_scenarios("replay:", u); }).find("needs a trace"), std::string::npos);
+    // A bare name is a committed trace of the checkout, bench/traces/NAME.nmtr.
+    EXPECT_NE(test::error_of([&] { parse_routing_scenarios("replay:no-such-trace", u); }).find("bench/traces/no-such-trace.nmtr"),
+              std::string::npos);
     // A replay scenario checks its trace against the model at once.
     const Trace t = random_trace(u, 1, 3, 2, false, 3);
     write_trace(dir + "/t.nmtr", t);
