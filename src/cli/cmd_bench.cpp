@@ -142,6 +142,8 @@ Action add_bench(CLI::App& app) {
     sub->add_flag("--append", o->sweep.append,
                   "Sweep: add the runs to DIR/records.jsonl instead of replacing it; the report covers every record "
                   "there (e.g. one sweep per mode with its own budgets, one report)");
+    sub->add_flag("--render-only", o->sweep.render_only,
+                  "Sweep: run nothing; write the report of DIR/records.jsonl as it is (-m is not opened)");
     sub->add_option("--request-timeout", o->sweep.request_timeout_s,
                     "Sweep with --requests: seconds a request, or the start of a nitro serve, may take")
         ->capture_default_str();
@@ -169,7 +171,8 @@ Action add_bench(CLI::App& app) {
             return run_bench_sweep(s);
         }
         if (!o->vram_budgets.empty() || o->sweep.repeat != 1 || !o->sweep.peer_cmd.empty() || !o->sweep.requests.empty() ||
-            !o->sweep.peer_url.empty() || !o->sweep.nitro_url.empty() || o->sweep.routing != "file" || o->sweep.append)
+            !o->sweep.peer_url.empty() || !o->sweep.nitro_url.empty() || o->sweep.routing != "file" || o->sweep.append ||
+            o->sweep.render_only)
             fail("--vram-budget, --repeat, --peer-cmd, --routing, --requests, --peer-url and --nitro-url belong to the sweep: "
                  "give -o DIR");
         const PageFaults f_load0 = page_faults();
