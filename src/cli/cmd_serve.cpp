@@ -211,6 +211,13 @@ Action add_serve(CLI::App& app) {
                     "HTTP threads kept ready; when all are busy more start, up to 4x this many connections at once "
                     "(extra threads stop after 10 s idle)")
         ->capture_default_str();
+    sub->add_option("--reasoning-budget", o->http.reasoning_budget,
+                    "Tokens of reasoning (gpt-oss analysis channel, Qwen3 <think>) a request with a JSON response_format "
+                    "may take before its answer, unless it sends reasoning_budget_tokens: -1 = unlimited, 0 = none "
+                    "(the answer comes first)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30))
+        ->envname("NITRO_REASONING_BUDGET");
     sub->add_option("--chat-date", o->http.chat_date, "Date the gpt-oss template prints, YYYY-MM-DD (default: today)")->envname("NITRO_CHAT_DATE");
     sub->add_option("--trace", o->trace_path, "Capture routing (expert ids and weights per token and layer) of every request to this trace file; seq = request number");
     sub->add_flag("--debug-scripted-output", o->http.allow_scripted_output,

@@ -35,7 +35,7 @@ constexpr const char* kSupportedList =
     throw SchemaError(fmt::format("'{}' (at {}) is not supported{}: this server cannot enforce it while sampling, and ignoring it "
                                   "would not guarantee output that validates. Supported: {}.",
                                   keyword, path, why.empty() ? "" : " " + why, kSupportedList),
-                      keyword, path);
+                      keyword, path, true);
 }
 
 [[noreturn]] void invalid(const std::string& keyword, const std::string& path, const std::string& message) {
@@ -96,7 +96,7 @@ public:
 private:
     uint32_t add(Node n, const std::string& path) {
         if (g_.nodes.size() >= kMaxSchemaNodes)
-            throw SchemaError(fmt::format("the schema is too large: more than {} parts (at {})", kMaxSchemaNodes, path), "", path);
+            throw SchemaError(fmt::format("the schema is too large: more than {} parts (at {})", kMaxSchemaNodes, path), "", path, true);
         return g_.add_node(std::move(n));
     }
 
@@ -111,7 +111,7 @@ private:
         if (literal_bytes_ > kMaxLiteralBytes)
             throw SchemaError(fmt::format("the schema's enum values and property names are too large: more than {} bytes (at {})",
                                           kMaxLiteralBytes, path),
-                              "", path);
+                              "", path, true);
         return g_.add_trie(strings);
     }
 
@@ -432,7 +432,7 @@ private:
                 std::sort(flat.begin(), flat.end());
                 flat.erase(std::unique(flat.begin(), flat.end()), flat.end());
                 if (flat.size() > 4096)
-                    throw SchemaError("the schema is too large: an anyOf with more than 4096 alternatives once $refs are followed", "anyOf", "#");
+                    throw SchemaError("the schema is too large: an anyOf with more than 4096 alternatives once $refs are followed", "anyOf", "#", true);
                 g_.nodes[n].alts = std::move(flat);
                 done[n] = 1;
             }

@@ -31,10 +31,11 @@ namespace nitro::grammar {
 /// keyword and its JSON pointer in the schema ("#/properties/when").
 class SchemaError : public Error {
 public:
-    SchemaError(const std::string& message, std::string keyword, std::string path)
-        : Error(message), keyword(std::move(keyword)), path(std::move(path)) {}
+    SchemaError(const std::string& message, std::string keyword, std::string path, bool unsupported = false)
+        : Error(message), keyword(std::move(keyword)), path(std::move(path)), unsupported(unsupported) {}
     std::string keyword;  ///< the offending keyword ("" when it is the schema as a whole)
     std::string path;     ///< JSON pointer of the schema holding it
+    bool unsupported;     ///< a valid schema this server cannot enforce (else: not a valid or satisfiable schema)
 };
 
 /// Limits on what one schema may compile to.

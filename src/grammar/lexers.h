@@ -56,7 +56,7 @@ inline bool str_begins_char(uint8_t ev) { return ev == STR_START || ev == STR_CH
 
 // ---- Whitespace between tokens -----------------------------------------------------------------
 
-inline constexpr int kMaxIndent = 40;
+inline constexpr int kMaxIndent = 20;
 
 /// The gap state after byte `b` in gap state `ws` (0 = nothing yet), or -1 if `b` is not allowed
 /// whitespace there (or not whitespace).

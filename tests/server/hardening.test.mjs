@@ -342,19 +342,6 @@ test('a port another server holds is a startup error (no SO_REUSEPORT sharing); 
   assert.match(big.stderr, /--port/);
 });
 
-// ---- Also expected: response_format ----
-
-test('response_format json_object / json_schema is a clear 400 (no constrained sampling); text is accepted', async () => {
-  const client = new OpenAI({ baseURL: `${open.baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
-  const base = { model: MODEL, messages: [{ role: 'user', content: 'x' }], max_tokens: 1 };
-  for (const rf of [{ type: 'json_object' }, { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } }]) {
-    await assert.rejects(client.chat.completions.create({ ...base, response_format: rf }),
-      (e) => e.status === 400 && e.param === 'response_format' && e.code === 'unsupported_parameter' && /grammar-constrained/.test(e.message), rf.type);
-  }
-  const ok = await client.chat.completions.create({ ...base, response_format: { type: 'text' } });
-  assert.equal(ok.usage.completion_tokens, 1);
-});
-
 test('SIGTERM during a long stream stops the server at once (the running job is cancelled at its next step)', async () => {
   const s = await startServer(GPTOSS, ['-c', '65536', '--no-prefault']);
   const client = new OpenAI({ baseURL: `${s.baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });

@@ -4,6 +4,7 @@
 // must be refused with a SchemaError naming them.
 #include "grammar/automaton.h"
 #include "grammar/json_schema.h"
+#include "grammar/lexers.h"
 #include "grammar/response_constraint.h"
 
 #include <gtest/gtest.h>
@@ -123,9 +124,9 @@ TEST(GrammarAutomaton, WhitespaceIsBounded) {
                                       {"{} \n", 3},
                                       {"  {}", 1},
                                   });
-    const std::string indent40(40, ' ');
-    expect_valid("json_object", {"{\n" + indent40 + "\"a\":1}", "{\n\n" + indent40 + "}"});
-    expect_refused("json_object", {{"{\n" + indent40 + " ", 42}});
+    const std::string indent(kMaxIndent, ' ');  // 20, llama.cpp's bound
+    expect_valid("json_object", {"{\n" + indent + "\"a\":1}", "{\n\n" + indent + "}"});
+    expect_refused("json_object", {{"{\n" + indent + " ", 2 + kMaxIndent}});
     // Numbers too: 16 integer digits, 16 fraction digits, 3 exponent digits.
     expect_valid("json_object", {"{\"a\":1234567890123456}", "{\"a\":0.1234567890123456}", "{\"a\":1e123}"});
     expect_refused("json_object", {{"{\"a\":12345678901234567}", 21}, {"{\"a\":0.12345678901234567}", 23}, {"{\"a\":1e1234}", 10}});
