@@ -19,11 +19,13 @@ struct BenchSweepOptions {
     double peer_timeout_s = 600;           ///< --peer-timeout, seconds per peer run
     double read_probe_mib = 1024;          ///< --read-probe, MiB for the DRAM read-bandwidth probe
     int gpu_device = 0;
+    bool overwrite = false;                ///< --overwrite: replace an earlier sweep's records in `out`
 };
 
 /// Runs the sweep into o.out (records.jsonl, report.md, report-*.svg), printing a progress bar
 /// with ETA on stderr. Returns 0, or 1 when any run failed (a peer command that failed or timed
-/// out, a nitro run that threw after its engine was made). Throws nitro::Error for bad options.
+/// out, a nitro run that threw after its engine was made). Throws nitro::Error for bad options,
+/// and when o.out already holds an earlier sweep's records.jsonl and o.overwrite is not set.
 int run_bench_sweep(const BenchSweepOptions& o);
 
 }  // namespace nitro::cli

@@ -93,6 +93,10 @@ int run_bench_sweep(const BenchSweepOptions& o) {
         if (!(b > 0)) fail("--vram-budget {} in a sweep: budgets must be positive GiB", b);
     if (!o.peer_cmd.empty()) (void)expand_peer_command(o.peer_cmd, o.model, 1, o.n_gen, o.threads);  // bad placeholders fail now
     std::error_code ec;
+    if (const fs::path old = fs::path(o.out) / "records.jsonl"; !o.overwrite && fs::file_size(old, ec) > 0 && !ec)
+        fail("-o {}: {} holds the records of an earlier sweep; choose another folder, or pass --overwrite to replace them",
+             o.out, old.string());
+    ec.clear();
     fs::create_directories(o.out, ec);
     if (ec) fail("-o {}: cannot create the folder: {}", o.out, ec.message());
     const std::string records_path = (fs::path(o.out) / "records.jsonl").string();

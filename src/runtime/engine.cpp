@@ -1,5 +1,7 @@
 #include "runtime/engine.h"
 
+#include "core/text.h"
+
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -31,7 +33,9 @@ public:
     void eval_batch(const SeqBatch& b, std::vector<float>& logits) override { s_.eval_batch(b, logits); }
     int64_t seq_n_past(int seq) const override { return s_.seq_n_past(seq); }
     void seq_truncate(int seq, int64_t n) override { s_.seq_truncate(seq, n); }
-    std::string describe() const override { return fmt::format("cpu ({} threads, {} kernels)", const_cast<Session&>(s_).pool().size(), cpu::kernel_isa()); }
+    std::string describe() const override {
+        return fmt::format("cpu ({}, {} kernels)", count_noun(const_cast<Session&>(s_).pool().size(), "thread"), cpu::kernel_isa());
+    }
     uint64_t kv_host_bytes() const override { return s_.kv_cache().bytes(); }
     const MoeWork* moe_work() const override { return &s_.moe_work(); }
     bool set_route_callback(std::function<void(const RouteEvent&)> cb) override {

@@ -383,6 +383,23 @@ TEST(BenchSweep, RecordsOnTheEmbeddedModelHaveTheSchema) {
         EXPECT_EQ(xml_problem(read_text(dir + "/out/" + svg)), "") << svg;
 }
 
+TEST(BenchSweep, AnEarlierSweepIsNotOverwrittenWithoutOverwrite) {
+    const std::string dir = test::temp_dir("bench-again");
+    std::filesystem::create_directories(dir + "/out");
+    {
+        std::ofstream f(dir + "/out/records.jsonl");
+        f << "{\"schema\":\"nitro-bench-run/1\",\"record\":\"step\"}\n";
+    }
+    const std::string sweep = kBench + " -m " + kModel + " -o " + dir + "/out --modes cpu --ctx 32";
+    EXPECT_NE(run_status(sweep, dir + "/log"), 0);
+    const std::string log = read_text(dir + "/log");
+    EXPECT_NE(log.find("holds the records of an earlier sweep"), std::string::npos) << log;
+    EXPECT_NE(log.find("--overwrite"), std::string::npos) << log;
+    EXPECT_EQ(read_text(dir + "/out/records.jsonl"), "{\"schema\":\"nitro-bench-run/1\",\"record\":\"step\"}\n") << "left as it was";
+    ASSERT_EQ(run_status(sweep + " --overwrite", dir + "/log2"), 0) << read_text(dir + "/log2");
+    EXPECT_GE(read_records(dir + "/out").size(), 2u);
+}
+
 TEST(BenchSweep, RatioAgainstAPeerComesFromThePairs) {
     const std::string dir = test::temp_dir("bench-peer");
     {
