@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <random>
 
 namespace nitro::grammar {
@@ -213,6 +214,71 @@ TEST(GrammarMask, SamplerDrawsFromTheAllowedTokensOnly) {
     p.min_p = 0.5f;  // min-p after masking: token 0 has 0.135 of token 2's probability
     Sampler mp(p);
     for (int i = 0; i < 100; ++i) EXPECT_EQ(mp.sample(logits, &allowed), 2);
+}
+
+/// Random walks: tokens drawn uniformly from each mask (the masked sampler on flat logits) until
+/// the end-of-generation token; returns the text of every walk that ended within `max_steps`.
+std::vector<std::string> random_walks(const Tokenizer& tok, const std::string& schema, int walks, int max_steps) {
+    auto vi = std::make_shared<VocabIndex>(tok.vocab());
+    const std::vector<float> flat(static_cast<size_t>(tok.vocab().size()), 0.0f);
+    std::vector<std::string> out;
+    TokenBits m;
+    for (int w = 0; w < walks; ++w) {
+        ResponseConstraint rc(vi, grammar_for(tok, Envelope::RAW, schema), -1);
+        SamplerParams p;
+        p.temperature = 1;
+        p.top_k = 0;
+        p.seed = static_cast<uint64_t>(w);
+        Sampler s(p);
+        std::string text;
+        for (int i = 0; i < max_steps && !rc.automaton().done(); ++i) {
+            rc.allowed_tokens(m);
+            const int32_t id = s.sample(flat, &m);
+            EXPECT_GE(id, 0);
+            if (id < 0) break;
+            rc.accept(id);
+            if (vi->is_text_token(id)) text += vi->bytes(id);
+        }
+        if (rc.automaton().done()) out.push_back(text);
+    }
+    return out;
+}
+
+TEST(GrammarMask, RandomWalksAreJsonThatNlohmannParsesAndTheSchemaHolds) {
+    const Tokenizer& tok = embedded_tokenizer();
+    const std::vector<std::string> persons = random_walks(tok, kPerson, 25, 3000);
+    EXPECT_GE(persons.size(), 20u) << "walks must end: every string, array and number of kPerson is bounded";
+    for (const std::string& t : persons) {
+        // nlohmann's parser is the independent judge of JSON; the schema is checked by hand.
+        const auto v = nlohmann::json::parse(t, nullptr, false);
+        ASSERT_FALSE(v.is_discarded()) << t;
+        ASSERT_TRUE(v.is_object()) << t;
+        for (const auto& [k, x] : v.items()) EXPECT_TRUE(k == "name" || k == "age" || k == "role" || k == "tags") << k;
+        ASSERT_TRUE(v.contains("name") && v["name"].is_string()) << t;
+        EXPECT_LE(v["name"].get<std::string>().size(), 12u * 4) << t;  // 12 characters, at most 4 bytes each
+        if (v.contains("age")) EXPECT_TRUE(v["age"].is_number_integer()) << t;
+        if (v.contains("role")) EXPECT_TRUE(v["role"] == "admin" || v["role"] == "user") << t;
+        ASSERT_TRUE(v.contains("tags") && v["tags"].is_array()) << t;
+        EXPECT_LE(v["tags"].size(), 3u) << t;
+        for (const auto& x : v["tags"]) EXPECT_TRUE(x.is_string()) << t;
+    }
+    const char* tree = R"({"$defs":{"n":{"type":"object","properties":{"v":{"enum":[1,2]},"kids":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"required":["v","kids"]}},"$ref":"#/$defs/n"})";
+    std::function<void(const nlohmann::json&)> check_tree = [&](const nlohmann::json& n) {
+        ASSERT_TRUE(n.is_object());
+        ASSERT_EQ(n.size(), 2u) << n.dump();
+        EXPECT_TRUE(n["v"] == 1 || n["v"] == 2);
+        ASSERT_TRUE(n["kids"].is_array());
+        EXPECT_LE(n["kids"].size(), 2u);
+        for (const auto& k : n["kids"]) check_tree(k);
+    };
+    int trees = 0;
+    for (const std::string& t : random_walks(tok, tree, 15, 3000)) {
+        const auto v = nlohmann::json::parse(t, nullptr, false);
+        ASSERT_FALSE(v.is_discarded()) << t;
+        check_tree(v);
+        ++trees;
+    }
+    EXPECT_GT(trees, 0);
 }
 
 TEST(GrammarMask, TimePerTokenOnTheGptOssVocabulary) {
