@@ -113,7 +113,7 @@ void add_response_program(Grammar& g, uint32_t root, const Vocab& vocab, const R
 }
 
 ResponseConstraint::ResponseConstraint(std::shared_ptr<const VocabIndex> vocab, std::shared_ptr<const Grammar> g, int64_t reasoning_budget)
-    : vocab_(std::move(vocab)), a_(std::move(g), reasoning_budget == 0), budget_(reasoning_budget) {
+    : vocab_(std::move(vocab)), specials_(g->specials()), a_(std::move(g), reasoning_budget == 0), budget_(reasoning_budget) {
     if (budget_ == 0 && a_.in_reasoning()) a_.set_gate_flags(kGateSpent | kGateForced);
 }
 
@@ -125,7 +125,10 @@ void ResponseConstraint::allowed_tokens(std::vector<uint64_t>& allowed) {
 void ResponseConstraint::accept(int32_t id) {
     if (id < 0 || id >= vocab_->n_vocab()) fail("token {} is outside the vocabulary", id);
     const bool was_reasoning = a_.in_reasoning();
-    const bool ok = vocab_->is_text_token(id) ? a_.accept_bytes(vocab_->bytes(id)) : a_.accept_special(id);
+    // A token the program names is taken whole (even if the vocabulary also gives it bytes, as an
+    // end-of-generation token of type NORMAL would); any other by its bytes.
+    const bool named = std::binary_search(specials_.begin(), specials_.end(), id) && a_.accept_special(id);
+    const bool ok = named || (vocab_->is_text_token(id) && a_.accept_bytes(vocab_->bytes(id)));
     if (!ok) fail("token {} is not allowed by the response format at this point", id);
     if (was_reasoning && a_.in_reasoning()) {
         ++reasoning_tokens_;

@@ -64,6 +64,7 @@ public:
 
 private:
     std::shared_ptr<const VocabIndex> vocab_;
+    std::vector<int32_t> specials_;  ///< the control tokens the program names (sorted)
     Automaton a_;
     int64_t budget_;
     int64_t reasoning_tokens_ = 0;

@@ -52,10 +52,10 @@ std::shared_ptr<Grammar> grammar_for(const Tokenizer& tok, Envelope env, const s
 }
 
 /// The mask by definition: each token tried alone.
-TokenBits brute_force(const Automaton& a, const VocabIndex& v, const Vocab& vocab) {
+TokenBits brute_force(const Automaton& a, const VocabIndex& v) {
     TokenBits m(v.n_words(), 0);
     for (int32_t id = 0; id < v.n_vocab(); ++id) {
-        const bool ok = v.is_text_token(id) ? a.allows_bytes(v.bytes(id)) : vocab.is_control(id) && a.allows_special(id);
+        const bool ok = (v.is_text_token(id) && a.allows_bytes(v.bytes(id))) || a.allows_special(id);
         if (ok) set_bit(m, id);
     }
     return m;
@@ -79,7 +79,7 @@ void check_reply(const Tokenizer& tok, std::shared_ptr<Grammar> g, const std::st
         rc.allowed_tokens(mask);
         const bool check = check_positions.empty() || std::find(check_positions.begin(), check_positions.end(), i) != check_positions.end();
         if (check) {
-            const TokenBits bf = brute_force(rc.automaton(), v, tok.vocab());
+            const TokenBits bf = brute_force(rc.automaton(), v);
             for (int32_t id = 0; id < v.n_vocab(); ++id)
                 ASSERT_EQ(test_bit(mask, id), test_bit(bf, id))
                     << "position " << i << ", token " << id << " '" << v.bytes(id) << "' (mask says " << test_bit(mask, id) << ")";
