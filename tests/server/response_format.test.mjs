@@ -112,22 +112,23 @@ test('every chat answer parses and validates: 4 schemas x greedy/sampled x strea
   assert.ok(seconds / masks < 0.005, `grammar time per token ${(1000 * seconds / masks).toFixed(3)} ms`);
 });
 
-test('json_object: greedy answers are JSON objects; sampled ones are objects or, cut by max_tokens, a prefix of one', async () => {
+test('json_object: every complete answer is a JSON object, every cut one a prefix of one; greedy streamed = not streamed', async () => {
+  // json_object bounds nothing (a string may go on), so a small code model does not always close
+  // its value within max_tokens; the bounded schemas above are where "every answer validates" is
+  // guaranteed. Here: whatever ends is an object, whatever is cut fails JSON.parse only at its end.
   const req = (sampling, stream) => client.chat.completions.create({
     model: 'tiny-moe-pystd', messages: MESSAGES, max_tokens: 300, reasoning_budget_tokens: 0, ...sampling,
     response_format: { type: 'json_object' }, ...(stream ? { stream: true } : {}),
   });
-  for (const stream of [false, true]) {
-    const r = stream ? await collectChatStream(await req({ temperature: 0 }, true)) : await req({ temperature: 0 }, false);
-    const content = stream ? r.content : r.choices[0].message.content;
-    const finish = stream ? r.finish : r.choices[0].finish_reason;
-    assert.equal(finish, 'stop');
-    const v = JSON.parse(content);
-    assert.ok(v !== null && typeof v === 'object' && !Array.isArray(v), `an object: ${content}`);
-  }
+  const answers = [];
+  const greedy = await req({ temperature: 0 }, false);
+  const greedyStream = await collectChatStream(await req({ temperature: 0 }, true));
+  assert.equal(greedyStream.content, greedy.choices[0].message.content, 'streamed = not streamed');
+  assert.equal(greedyStream.finish, greedy.choices[0].finish_reason);
+  answers.push(['greedy', greedy]);
+  for (let seed = 1; seed <= 6; seed++) answers.push([`seed ${seed}`, await req({ temperature: 0.8, seed }, false)]);
   let complete = 0;
-  for (let seed = 1; seed <= 6; seed++) {
-    const r = await req({ temperature: 0.8, seed }, false);
+  for (const [what, r] of answers) {
     const content = r.choices[0].message.content;
     let v;
     try {
@@ -135,15 +136,15 @@ test('json_object: greedy answers are JSON objects; sampled ones are objects or,
     } catch (e) {
       // Only a cut answer may fail, and only by running out of input, not at a wrong byte
       // (V8 names the position where the input ran out: its length in UTF-16 units).
-      assert.equal(r.choices[0].finish_reason, 'length', `seed ${seed}: ${e.message}: ${content}`);
-      assert.ok(/end of JSON input/.test(e.message) || e.message.endsWith(`position ${content.length}`), `seed ${seed}: ${e.message}`);
+      assert.equal(r.choices[0].finish_reason, 'length', `${what}: ${e.message}: ${content}`);
+      assert.ok(/end of JSON input/.test(e.message) || e.message.endsWith(`position ${content.length}`), `${what}: ${e.message}`);
       assert.match(content.trimStart(), /^\{/);
       continue;
     }
-    assert.ok(v !== null && typeof v === 'object' && !Array.isArray(v), `seed ${seed}: an object: ${content}`);
+    assert.ok(v !== null && typeof v === 'object' && !Array.isArray(v), `${what}: an object: ${content}`);
     complete++;
   }
-  assert.ok(complete >= 1, 'at least one sampled answer completed');
+  assert.ok(complete >= 1, `${complete} of ${answers.length} answers completed`);
 });
 
 test('/v1/completions takes response_format too: the whole output is the value', async () => {
