@@ -445,10 +445,11 @@ TEST(BenchSweep, PeerThatFailsOrHangsGivesAClearErrorNotAHang) {
         const char* cmd;
         const char* reason;
     };
+    int n = 0;
     for (const Case& c : {Case{"echo broken >&2; exit 1", "exited with status 1: broken"},
                           Case{"sleep 60", "timed out after 1 s"}, Case{"echo not json", "no JSON"}}) {
         const auto t = std::chrono::steady_clock::now();
-        const std::string out = dir + "/out";
+        const std::string out = dir + "/out" + std::to_string(n++);  // a fresh folder: an earlier sweep's is refused
         const int rc = run_status(kBench + " -m " + kModel + " -o " + out + " --modes cpu --ctx 16 --peer-timeout 1 --peer-cmd '" +
                                       c.cmd + "'",
                                   dir + "/log");
