@@ -1,6 +1,5 @@
 #include "grammar/token_mask.h"
 
-#include <bit>
 
 namespace nitro::grammar {
 
@@ -48,17 +47,18 @@ void compute_token_mask(const Automaton& a, const VocabIndex& v, TokenBits& mask
             const Node& n = g.nodes[f.node];
             const VocabIndex::LoopTable& t = v.string_loop(f.lex);
             ++st.bulk_loops;
-            if (n.max_length == kUnbounded) {
+            const uint32_t room = n.max_length - f.a;  // characters the string may still begin
+            if (n.max_length == kUnbounded || (room >= t.max_chars && t.max_chars < 255)) {
                 or_bits(mask, t.stay);
             } else {
-                const uint32_t room = n.max_length - f.a;
-                for (size_t w = 0; w < t.stay.size(); ++w) {
-                    for (uint64_t bits = t.stay[w]; bits; bits &= bits - 1) {
-                        const int32_t id = static_cast<int32_t>(w * 64 + static_cast<size_t>(std::countr_zero(bits)));
+                // Tokens of fewer than kCharBuckets characters by bucket; the long ones one by one
+                // (a saturated count, 255 or more, is walked).
+                or_bits(mask, t.within[std::min<size_t>(room, VocabIndex::kCharBuckets - 1)]);
+                if (room >= VocabIndex::kCharBuckets)
+                    for (int32_t id : t.long_stay) {
                         const uint8_t ch = t.chars[static_cast<size_t>(id)];
                         if (ch == 255 ? walk(a, c, v.bytes(id), cur, next) : ch <= room) set_bit(mask, id);
                     }
-                }
             }
             walk_leavers(c, t.leave);
             continue;

@@ -91,6 +91,15 @@ const VocabIndex::LoopTable& VocabIndex::string_loop(uint8_t state) const {
             t->chars[static_cast<size_t>(id)] = static_cast<uint8_t>(std::min(chars, 255u));
         }
     }
+    t->within.assign(kCharBuckets, TokenBits(n_words(), 0));
+    for (int32_t id : tokens_) {
+        if (!test_bit(t->stay, id)) continue;
+        const uint32_t c = t->chars[static_cast<size_t>(id)];
+        t->max_chars = std::max(t->max_chars, c);
+        if (c >= kCharBuckets) t->long_stay.push_back(id);
+        else
+            for (size_t k = c; k < kCharBuckets; ++k) set_bit(t->within[k], id);
+    }
     slot = std::move(t);
     return *slot;
 }

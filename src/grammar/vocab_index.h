@@ -55,10 +55,16 @@ public:
     bool is_text_token(int32_t id) const { return test_bit(text_mask_, id); }
     std::string_view bytes(int32_t id) const;
 
+    /// Staying tokens are bucketed by how many characters they begin, for strings with maxLength.
+    static constexpr size_t kCharBuckets = 16;
     struct LoopTable {
         TokenBits stay;                ///< tokens all of whose bytes stay inside the loop
         std::vector<uint8_t> chars;    ///< [n_vocab] characters each staying token begins (255 = 255 or more)
         std::vector<int32_t> leave;    ///< tokens whose bytes end the loop (then something else must follow)
+        // String loops only:
+        std::vector<TokenBits> within;  ///< [kCharBuckets] staying tokens that begin at most k characters
+        std::vector<int32_t> long_stay; ///< staying tokens that begin kCharBuckets or more characters
+        uint32_t max_chars = 0;         ///< the most characters a staying token begins (255: 255 or more)
     };
     /// The loop of a JSON string body in string-lexer state `state` (lexers.h StrState).
     const LoopTable& string_loop(uint8_t state) const;
