@@ -108,10 +108,12 @@ Action add_bench(CLI::App& app) {
     sub->add_option("-o,--out", o->sweep.out,
                     "Run the benchmark protocol into this folder (records.jsonl, report.md, report-*.svg; docs/bench.md) "
                     "instead of the single run");
-    sub->add_flag("--overwrite", o->sweep.overwrite, "Sweep: replace the records of an earlier sweep in the -o folder (refused without it)");
     sub->add_option("--modes", o->sweep.modes, "Sweep: engine modes, comma-separated (cpu, gpu, hybrid, auto)")
         ->capture_default_str();
-    sub->add_option("--ctx", o->sweep.ctx, "Sweep: context depths, comma-separated tokens (4k = 4096)")->capture_default_str();
+    CLI::Option* ctx_opt = sub->add_option("--ctx", o->sweep.ctx,
+                                           "Sweep: context depths, comma-separated tokens (4k = 4096); with --requests one "
+                                           "value, the context of the nitro serve it starts (default 8k there)")
+                               ->capture_default_str();
     sub->add_option("--vram-budget", o->vram_budgets, "Sweep: VRAM budgets of the gpu/hybrid steps, GiB, comma-separated "
                                                       "(default: free memory minus a margin)");
     sub->add_option("--repeat", o->sweep.repeat, "Sweep: runs per step (mirrored with the peer: A B B A ...)")
@@ -124,12 +126,40 @@ Action add_bench(CLI::App& app) {
     sub->add_option("--read-probe", o->sweep.read_probe_mib, "Sweep: MiB the DRAM read-bandwidth probe reads")
         ->capture_default_str();
     sub->add_option("--gpu", o->sweep.gpu_device, "Sweep: CUDA device index")->capture_default_str();
-    return [o]() {
+    sub->add_option("--routing", o->sweep.routing,
+                    "Sweep: routing scenarios, comma-separated: file (the file's own: uniform or zipf:S for nitro synth "
+                    "files, model otherwise), uniform, zipf:S, model (must be the file's), replay:TRACE (BENCHMARK ONLY: "
+                    "expert choices replayed from a router trace; outputs are not the model's)")
+        ->capture_default_str();
+    sub->add_option("--requests", o->sweep.requests,
+                    "Sweep: replay these saved OpenAI request bodies (JSON Lines: chat/completions or completions bodies, "
+                    "or {\"body\", \"url\", \"conversation\"} lines) against nitro serve, streamed, instead of the ladder");
+    sub->add_option("--peer-url", o->sweep.peer_url,
+                    "Sweep with --requests: an OpenAI-compatible peer server (http://HOST:PORT, e.g. llama-server) that "
+                    "gets the same requests, mirrored (A B B A)");
+    sub->add_option("--peer-model", o->sweep.peer_model, "Sweep with --peer-url: the \"model\" field sent to the peer (default: none)");
+    sub->add_option("--peer-api-key", o->sweep.peer_api_key, "Sweep with --peer-url: API key sent to the peer (Bearer)");
+    sub->add_option("--nitro-url", o->sweep.nitro_url,
+                    "Sweep with --requests: replay against this already running nitro serve instead of starting one per "
+                    "mode and budget");
+    sub->add_option("--nitro-api-key", o->sweep.nitro_api_key, "Sweep with --nitro-url: its API key (Bearer)");
+    CLI::Option* append = sub->add_flag("--append", o->sweep.append,
+                                        "Sweep: add the runs to DIR/records.jsonl instead of replacing it; the report covers "
+                                        "every record there (e.g. one sweep per mode with its own budgets, one report)");
+    sub->add_flag("--overwrite", o->sweep.overwrite,
+                  "Sweep: replace the records of an earlier sweep in DIR (a folder holding records is refused without "
+                  "--append or --overwrite)")
+        ->excludes(append);
+    sub->add_option("--request-timeout", o->sweep.request_timeout_s,
+                    "Sweep with --requests: seconds a request, or the start of a nitro serve, may take")
+        ->capture_default_str();
+    return [o, ctx_opt]() {
         apply_memory_flags(o->mem);
         cpu::set_prefetch_bytes(o->prefetch_bytes);
         const int threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         if (!o->sweep.out.empty()) {
             BenchSweepOptions s = o->sweep;
+            s.ctx_given = ctx_opt->count() > 0;
             s.model = o->model;
             s.threads = threads;
             s.n_gen = o->n_gen;
@@ -146,8 +176,11 @@ Action add_bench(CLI::App& app) {
             }
             return run_bench_sweep(s);
         }
-        if (!o->vram_budgets.empty() || o->sweep.repeat != 1 || !o->sweep.peer_cmd.empty())
-            fail("--vram-budget, --repeat and --peer-cmd belong to the sweep: give -o DIR");
+        if (!o->vram_budgets.empty() || o->sweep.repeat != 1 || !o->sweep.peer_cmd.empty() || !o->sweep.requests.empty() ||
+            !o->sweep.peer_url.empty() || !o->sweep.nitro_url.empty() || o->sweep.routing != "file" || o->sweep.append ||
+            o->sweep.overwrite)
+            fail("--vram-budget, --repeat, --peer-cmd, --routing, --requests, --peer-url, --nitro-url, --append and --overwrite "
+                 "belong to the sweep: give -o DIR");
         const PageFaults f_load0 = page_faults();
         const auto t_load = std::chrono::steady_clock::now();
         Model model(o->model);

@@ -8,6 +8,7 @@
 #include "runtime/bench.h"
 #include "runtime/bench_report.h"
 #include "runtime/bench_sweep.h"
+#include "runtime/route_replay.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,15 +18,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
 
 namespace nitro::cli {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-/// The exact command line of this process (/proc/self/cmdline), arguments shell-quoted where needed.
 std::string own_command_line() {
     std::ifstream f("/proc/self/cmdline", std::ios::binary);
     std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -47,7 +45,7 @@ std::string own_command_line() {
     return r;
 }
 
-std::vector<std::string> split(const std::string& s) {
+std::vector<std::string> split_list(const std::string& s) {
     std::vector<std::string> r;
     std::stringstream ss(s);
     for (std::string item; std::getline(ss, item, ',');)
@@ -55,22 +53,71 @@ std::vector<std::string> split(const std::string& s) {
     return r;
 }
 
-/// Progress bar with ETA on stderr (one line, redrawn).
-void progress(size_t done, size_t total, double elapsed_s, const std::string& what) {
+void progress(size_t done, size_t total, double elapsed_s, const std::string& what, const char* unit) {
     const int W = 30;
     const int filled = total ? static_cast<int>(W * done / total) : W;
     std::string eta = "-";
     if (done > 0 && done < total) eta = fmt::format("{:.0f} s", elapsed_s / static_cast<double>(done) * static_cast<double>(total - done));
     else if (done == total) eta = "0 s";
-    std::fprintf(stderr, "\r[%s%s] %zu/%zu runs, %.0f s elapsed, ETA %s  %-40.40s", std::string(filled, '#').c_str(),
-                 std::string(W - filled, '.').c_str(), done, total, elapsed_s, eta.c_str(), what.c_str());
+    std::fprintf(stderr, "\r[%s%s] %zu/%zu %s, %.0f s elapsed, ETA %s  %-40.40s", std::string(filled, '#').c_str(),
+                 std::string(W - filled, '.').c_str(), done, total, unit, elapsed_s, eta.c_str(), what.c_str());
     if (done == total) std::fprintf(stderr, "\n");
     std::fflush(stderr);
 }
 
+std::ofstream open_records(const std::string& dir, bool append, bool overwrite, std::vector<nlohmann::json>& records) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (const fs::path old = fs::path(dir) / "records.jsonl"; !append && !overwrite && fs::file_size(old, ec) > 0 && !ec)
+        fail("-o {}: {} holds the records of an earlier sweep; choose another folder, or pass --append to add to them or "
+             "--overwrite to replace them",
+             dir, old.string());
+    ec.clear();
+    fs::create_directories(dir, ec);
+    if (ec) fail("-o {}: cannot create the folder: {}", dir, ec.message());
+    const std::string path = (fs::path(dir) / "records.jsonl").string();
+    records.clear();
+    if (append) {
+        std::ifstream in(path);
+        int line_no = 0;
+        for (std::string line; std::getline(in, line);) {
+            ++line_no;
+            if (line.empty()) continue;
+            nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+            if (j.is_discarded() || !j.is_object() || j.value("schema", std::string()) != "nitro-bench-run/1")
+                fail("--append: {}:{} is not a nitro bench record (schema nitro-bench-run/1)", path, line_no);
+            records.push_back(std::move(j));
+        }
+    }
+    std::ofstream rec(path, append ? std::ios::app : std::ios::trunc);
+    if (!rec) fail("-o {}: cannot write {}", dir, path);
+    return rec;
+}
+
+void write_report(const std::string& dir, const std::vector<nlohmann::json>& records) {
+    namespace fs = std::filesystem;
+    const ReportFiles rep = render_report(records);
+    auto write = [&](const std::string& name, const std::string& text) {
+        const std::string p = (fs::path(dir) / name).string();
+        std::ofstream f(p, std::ios::trunc);
+        f << text;
+        if (!f) fail("-o {}: cannot write {}", dir, p);
+    };
+    write("report.md", rep.markdown);
+    for (const auto& [name, svg] : rep.svgs) write(name, svg);
+    std::printf("%s\n", rep.markdown.c_str());
+    std::printf("records: %s; report: %s\n", (fs::path(dir) / "records.jsonl").string().c_str(),
+                (fs::path(dir) / "report.md").string().c_str());
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
 struct StepAgg {
     std::vector<RateSample> prompt, decode, peer_prompt, peer_decode;
     std::vector<double> ttft_ms;
+    uint64_t gpu_pairs = 0, cpu_pairs = 0;  // expert selections per device, over the runs that counted them
     std::string status = "ok", reason;  // skipped (engine could not be made) or error
     int runs = 0, peer_runs = 0, peer_errors = 0;
     std::string peer_reason;  // the first failed peer run's message
@@ -80,28 +127,23 @@ struct StepAgg {
 
 int run_bench_sweep(const BenchSweepOptions& o) {
     namespace fs = std::filesystem;
+    if (!o.requests.empty()) return run_request_sweep(o);
+    if (!o.peer_url.empty() || !o.nitro_url.empty())
+        fail("--peer-url and --nitro-url replay requests: give --requests FILE.jsonl (the ladder's peer is --peer-cmd)");
     if (o.repeat < 1) fail("--repeat must be at least 1 (got {})", o.repeat);
     if (o.n_gen < 1) fail("-n/--n-gen must be at least 1 in a sweep (got {})", o.n_gen);
     if (o.peer_timeout_s <= 0) fail("--peer-timeout must be positive seconds (got {})", o.peer_timeout_s);
     std::vector<EngineMode> modes;
-    for (const std::string& m : split(o.modes)) modes.push_back(parse_engine_mode(m));
+    for (const std::string& m : split_list(o.modes)) modes.push_back(parse_engine_mode(m));
     if (modes.empty()) fail("--modes is empty (expected e.g. cpu,gpu,hybrid)");
     std::vector<int64_t> ctxs;
-    for (const std::string& c : split(o.ctx)) ctxs.push_back(parse_ctx_tokens(c));
+    for (const std::string& c : split_list(o.ctx)) ctxs.push_back(parse_ctx_tokens(c));
     if (ctxs.empty()) fail("--ctx is empty (expected e.g. 4k,16k,32k)");
     for (double b : o.budgets)
         if (!(b > 0)) fail("--vram-budget {} in a sweep: budgets must be positive GiB", b);
     if (!o.peer_cmd.empty()) (void)expand_peer_command(o.peer_cmd, o.model, 1, o.n_gen, o.threads);  // bad placeholders fail now
-    std::error_code ec;
-    if (const fs::path old = fs::path(o.out) / "records.jsonl"; !o.overwrite && fs::file_size(old, ec) > 0 && !ec)
-        fail("-o {}: {} holds the records of an earlier sweep; choose another folder, or pass --overwrite to replace them",
-             o.out, old.string());
-    ec.clear();
-    fs::create_directories(o.out, ec);
-    if (ec) fail("-o {}: cannot create the folder: {}", o.out, ec.message());
-    const std::string records_path = (fs::path(o.out) / "records.jsonl").string();
-    std::ofstream rec(records_path, std::ios::trunc);
-    if (!rec) fail("-o {}: cannot write {}", o.out, records_path);
+    std::vector<nlohmann::json> records;  // with --append, the folder's earlier records first
+    std::ofstream rec = open_records(o.out, o.append, o.overwrite, records);
 
     Model model(o.model);
     const nlohmann::json mfacts = model_facts(model);
@@ -112,7 +154,23 @@ int run_bench_sweep(const BenchSweepOptions& o) {
         machine["dram_read_gb_s"] = figure(bw / 1e9, "GB/s", true);
         machine["dram_read_probe_bytes"] = static_cast<int64_t>(o.read_probe_mib * 1024 * 1024);
     }
-    const std::vector<SweepStep> steps = plan_sweep(modes, o.budgets, ctxs, model.hp().n_ctx_train, o.n_gen);
+    // Routing scenarios (outermost): the file's own routing, or a trace replayed into the router.
+    const std::vector<RoutingScenario> scenarios = parse_routing_scenarios(o.routing, model);
+    std::map<std::string, std::shared_ptr<const RouteReplay>> replays;  // scenario name -> the trace, never advanced
+    std::vector<SweepStep> steps;
+    for (const RoutingScenario& sc : scenarios) {
+        if (!sc.trace.empty()) {
+            replays[sc.name] = std::make_shared<const RouteReplay>(sc.trace, model);
+            std::fprintf(stderr,
+                         "WARNING: --routing %s: BENCHMARK ONLY. The engine takes every expert choice from the trace, so "
+                         "its outputs are not the model's; the peer routes as the file does (%s).\n",
+                         sc.name.c_str(), file_routing(model).c_str());
+        }
+        for (SweepStep& st : plan_sweep(modes, o.budgets, ctxs, model.hp().n_ctx_train, o.n_gen)) {
+            st.routing = sc.name;
+            steps.push_back(std::move(st));
+        }
+    }
     const std::vector<SweepRun> order = mirrored_order(steps, o.repeat, !o.peer_cmd.empty());
     const PhaseTimes wb = decode_weight_bytes(model);
     double weight_bytes = 0;
@@ -124,7 +182,8 @@ int run_bench_sweep(const BenchSweepOptions& o) {
                                  {"machine", machine},
                                  {"threads", o.threads},
                                  {"n_gen", o.n_gen},
-                                 {"repeat", o.repeat}};
+                                 {"repeat", o.repeat},
+                                 {"workload", "ladder"}};
     auto step_fields = [&](nlohmann::json& j, size_t i) {
         const SweepStep& s = steps[i];
         j["step"] = i;
@@ -133,8 +192,18 @@ int run_bench_sweep(const BenchSweepOptions& o) {
         j["ctx"] = s.ctx;
         j["ctx_requested"] = s.ctx_requested;
         j["note"] = s.note;
+        j["routing"] = s.routing;
+        if (const auto r = replays.find(s.routing); r != replays.end()) {
+            j["routing_trace"] = {{"path", r->second->name()},
+                                  {"prefill_tokens", r->second->prefill_tokens()},
+                                  {"decode_tokens", r->second->decode_tokens()}};
+            j["routing_note"] = fmt::format(
+                "nitro's expert choices are replayed from the trace (benchmark only: its outputs are not the model's); a "
+                "peer routes as the file does ({}): llama.cpp places whole layers, which read the same bytes whatever the "
+                "routing, so its figure on the same file stands as the baseline",
+                file_routing(model));
+        }
     };
-    std::vector<nlohmann::json> records;
     auto emit = [&](nlohmann::json j) {
         rec << j.dump() << '\n';
         rec.flush();
@@ -166,8 +235,13 @@ int run_bench_sweep(const BenchSweepOptions& o) {
             go.progress = false;
             go.vram_budget_gib = s.budget_gib.value_or(0);
             std::unique_ptr<Engine> engine;
+            std::shared_ptr<RouteReplay> replay;  // a fresh copy per run: every run replays from the trace's start
             try {
                 engine = make_engine(s.mode, model, so, go);
+                if (const auto r = replays.find(s.routing); r != replays.end()) {
+                    replay = std::make_shared<RouteReplay>(*r->second);
+                    if (!engine->set_route_replay(replay)) fail("this engine ({}) cannot replay routing", engine->describe());
+                }
             } catch (const Error& e) {
                 a.status = "skipped";
                 a.reason = e.what();
@@ -185,6 +259,8 @@ int run_bench_sweep(const BenchSweepOptions& o) {
                 j["status"] = "ok";
                 j["reason"] = "";
                 j["engine_description"] = engine->describe();
+                if (replay)
+                    j["routing_replayed_tokens"] = {{"prefill", replay->prefill_replayed()}, {"decode", replay->decode_replayed()}};
                 nlohmann::json f = {
                     {"prompt_tokens", figure(static_cast<double>(m.prompt_tokens), "tokens", true)},
                     {"prompt_seconds", figure(m.prompt_seconds, "s", true)},
@@ -199,11 +275,16 @@ int run_bench_sweep(const BenchSweepOptions& o) {
                     {"weight_bytes_per_token", figure(weight_bytes, "bytes/token", false)},
                 };
                 j["peak_rss_scope"] = m.peak_rss_reset ? "this run (VmHWM reset before it)" : "the process since it started";
+                if (m.process_vram_bytes > 0)
+                    f["process_vram_bytes"] = figure(static_cast<double>(m.process_vram_bytes),
+                                                     "bytes (GPU memory of the process after the run, NVML)", true);
                 if (m.expert_pairs_gpu && m.expert_pairs_cpu) {
                     const double g = static_cast<double>(*m.expert_pairs_gpu), c = static_cast<double>(*m.expert_pairs_cpu);
                     f["expert_pairs_gpu"] = figure(g, "(token, expert) pairs", true);
                     f["expert_pairs_cpu"] = figure(c, "(token, expert) pairs", true);
                     f["expert_hit_rate"] = figure(g + c > 0 ? g / (g + c) : 0.0, "fraction on the GPU", false);
+                    a.gpu_pairs += *m.expert_pairs_gpu;
+                    a.cpu_pairs += *m.expert_pairs_cpu;
                 } else {
                     j["expert_split"] = "not counted by this engine (GPU-all engines do not count expert selections)";
                 }
@@ -288,6 +369,9 @@ int run_bench_sweep(const BenchSweepOptions& o) {
             double t = 0;
             for (double v : a.ttft_ms) t += v;
             f["ttft_ms"] = figure(t / static_cast<double>(a.ttft_ms.size()), "ms", false);
+            if (a.gpu_pairs + a.cpu_pairs > 0)
+                f["expert_hit_rate"] = figure(static_cast<double>(a.gpu_pairs) / static_cast<double>(a.gpu_pairs + a.cpu_pairs),
+                                              "fraction on the GPU", false);
         }
         if (a.peer_runs > 0) {
             f["peer_prompt_tok_s"] = figure(weighted_rate(a.peer_prompt), "tok/s", false);
@@ -300,17 +384,7 @@ int run_bench_sweep(const BenchSweepOptions& o) {
         j["figures"] = f;
         emit(std::move(j));
     }
-    const ReportFiles rep = render_report(records);
-    auto write = [&](const std::string& name, const std::string& text) {
-        const std::string p = (fs::path(o.out) / name).string();
-        std::ofstream f(p, std::ios::trunc);
-        f << text;
-        if (!f) fail("-o {}: cannot write {}", o.out, p);
-    };
-    write("report.md", rep.markdown);
-    for (const auto& [name, svg] : rep.svgs) write(name, svg);
-    std::printf("%s\n", rep.markdown.c_str());
-    std::printf("records: %s; report: %s\n", records_path.c_str(), (fs::path(o.out) / "report.md").string().c_str());
+    write_report(o.out, records);
     if (failed) std::fprintf(stderr, "nitro bench: some runs failed; their records say why (status \"error\")\n");
     return failed ? 1 : 0;
 }

@@ -39,6 +39,9 @@ Action add_run(CLI::App& app) {
     sub->add_flag("--chat", o->chat, "Wrap the prompt as one user turn in the model's chat format");
     sub->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after end-of-generation tokens");
     sub->add_option("--trace", o->trace_path, "Capture routing (expert ids and weights per token and layer) to this trace file");
+    sub->add_option("--route-replay", o->route_replay,
+                    "BENCHMARK ONLY: take every expert choice from this router trace (docs/bench.md); the output is then "
+                    "not the model's");
     sub->add_flag("--json", *json, "Print one JSON object instead of text");
     sub->add_option("--n-probs", o->n_probs, "With --json: the K most likely tokens (p at temperature 1) for every generated step");
     sub->add_flag("--echo", o->echo, "With --json --n-probs: also the top-K after every prompt position (prompt_probs)");

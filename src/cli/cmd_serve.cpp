@@ -43,6 +43,7 @@ struct ServeOptions {
     server::ServerOptions http;
     SessionOptions session;
     std::string trace_path;
+    std::string route_replay;
     int parallel = 1;
     bool ctx_given = false;  ///< -c was given (else the default is capped to the model's context without a warning)
     bool no_prefault = false;
@@ -116,6 +117,7 @@ int serve(const ServeOptions& opts) {
     so.session = o.session;
     so.end_of_generation = end_of_generation_tokens(model, tok);
     so.trace_path = o.trace_path;
+    so.route_replay = o.route_replay;
     so.mode = engine_mode(o.engine);
     so.gpu = o.engine.gpu;
     so.n_slots = o.parallel;
@@ -158,6 +160,9 @@ int serve(const ServeOptions& opts) {
                                          : "one request at a time");
     std::fprintf(stderr, "requests   body up to %g MiB, JSON nesting up to %d levels\n", o.http.max_body_mib, kMaxJsonDepth);
     if (!o.trace_path.empty()) std::fprintf(stderr, "trace      routing of every request -> %s\n", o.trace_path.c_str());
+    if (!o.route_replay.empty())
+        std::fprintf(stderr, "WARNING    --route-replay %s: BENCHMARK ONLY. Every expert choice comes from the trace: the "
+                             "answers are NOT the model's\n", o.route_replay.c_str());
     if (o.http.allow_scripted_output) std::fprintf(stderr, "WARNING    --debug-scripted-output: requests may dictate the output (test only)\n");
     if (!o.http.api_key.empty()) std::fprintf(stderr, "auth       API key required (Authorization: Bearer ...)\n");
     if (o.http.api_key.empty())
@@ -242,6 +247,9 @@ Action add_serve(CLI::App& app) {
     sub->add_option("--chat-date", o->http.chat_date, "Date the gpt-oss template prints, YYYY-MM-DD (default: today; checked at startup)")
         ->envname("NITRO_CHAT_DATE");
     sub->add_option("--trace", o->trace_path, "Capture routing (expert ids and weights per token and layer) of every request to this trace file; seq = request number");
+    sub->add_option("--route-replay", o->route_replay,
+                    "BENCHMARK ONLY: take every expert choice from this router trace (docs/bench.md, nitro bench --routing "
+                    "replay:TRACE); the answers are then not the model's");
     sub->add_flag("--debug-scripted-output", o->http.allow_scripted_output,
                   "TEST ONLY: accept the request field debug_scripted_output (text the server emits instead of sampling)");
     add_engine_options(sub, o->engine);

@@ -9,6 +9,7 @@
 #include "cuda/ops.h"
 #include "cuda/slot_copier.h"
 #include "runtime/forward.h"
+#include "runtime/route_replay.h"
 
 #include <fmt/format.h>
 
@@ -150,6 +151,11 @@ struct GpuSession::Impl {
     cpu::MoeScratch cpu_scratch;
     std::function<void(const RouteEvent&)> on_route;
     ExpertCounters counters;
+    // Benchmark-only routing replay (runtime/route_replay.h): eval() fills h_replay with the
+    // replay's router logits [n_layer, rows, X] before it launches a chunk; route() copies layer
+    // il's rows over the router's own logits (a memcpy node in the decode graph).
+    std::shared_ptr<RouteReplay> replay;
+    float* h_replay = nullptr;
 
     // the chunk being run
     std::span<const int32_t> tokens;
@@ -268,6 +274,9 @@ struct GpuSession::Impl {
     void route(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
         matmul(s, D.gate_inp, h, c.n, E, router, X, nullptr, false, gemm.cublas ? &gemm : nullptr);
+        if (replay)
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(router, h_replay + il * c.n * X, static_cast<size_t>(c.n * X) * 4,
+                                             cudaMemcpyHostToDevice, s));
         RouterHostOut ho;
         if (single && host_router()) {
             ho.ids = D.rd_ids;
@@ -790,6 +799,18 @@ bool GpuSession::set_route_callback(std::function<void(const RouteEvent&)> cb) {
     return true;
 }
 
+bool GpuSession::set_route_replay(std::shared_ptr<RouteReplay> replay) {
+    Impl& m = *m_;
+    if (replay && !m.h_replay) {
+        void* dev = nullptr;
+        m.h_replay = static_cast<float*>(
+            ctx_->host_mapped(static_cast<size_t>(m.spec.n_layer * m.spec.n_ubatch * m.X) * 4, &dev));
+    }
+    m.replay = std::move(replay);
+    m.drop_graph();  // a captured decode graph has (or lacks) the replay's copies
+    return true;
+}
+
 std::string GpuSession::describe() const {
     const Plan& p = m_->plan;
     std::string s = fmt::format("{}: {}, {:.2f} GiB in use", m_->hybrid ? "hybrid" : "gpu", ctx_->describe(),
@@ -798,6 +819,7 @@ std::string GpuSession::describe() const {
         s += fmt::format(", {} of {} experts resident, CPU {} threads ({} kernels)", p.n_resident(), p.n_experts(),
                          m_->pool->size(), cpu::kernel_isa());
     if (launches_per_token_ > 0) s += fmt::format(", {} launches per decode step (CUDA graph)", launches_per_token_);
+    if (m_->replay) s += fmt::format(", routing replayed from {} (outputs are not the model's)", m_->replay->name());
     return s;
 }
 
@@ -844,6 +866,10 @@ void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vec
         m.single = k == 1 && !all_logits && m.use_graphs;
         m.begin_cache_step(k);  // residency of this step: the slot tables' host mirror
         const size_t table_bytes = m.layers.size() * static_cast<size_t>(m.X) * 4;
+        if (m.replay) {  // the replayed router logits of every layer, before the chunk is launched
+            m.replay->next_chunk(k);
+            for (int il = 0; il < static_cast<int>(m.layers.size()); ++il) m.replay->fill_logits(il, m.h_replay + il * k * m.X);
+        }
         if (m.single) {
             // A decode step: one CUDA graph; in hybrid placement the CPU computes its experts
             // here, layer by layer, as the GPU's router results arrive.

@@ -54,6 +54,7 @@ public:
     void truncate(int64_t n) override;
     std::string describe() const override;
     bool set_route_callback(std::function<void(const RouteEvent&)> cb) override;
+    bool set_route_replay(std::shared_ptr<RouteReplay> replay) override;
     const ExpertCounters* expert_counters() const override;
     const ExpertCache* expert_cache() const override;
 
@@ -69,6 +70,7 @@ public:
     /// GPU memory the whole process uses now (device used minus what was used before it started,
     /// NVML; 0 when NVML is unavailable). What `--vram-budget` promises to bound.
     uint64_t process_vram() const;
+    uint64_t process_vram_bytes() const override { return process_vram(); }
 
     /// The bytes of VRAM slot `slot` of layer `layer` (gate, up and down slices, the layout of
     /// cpu::moe_ffn's copy-on-compute), read back from the device: for tests and diagnostics.

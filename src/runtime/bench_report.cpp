@@ -23,11 +23,19 @@ std::string cell(double v, const char* f = "{:.2f}") {
     return std::isnan(v) ? std::string("-") : fmt::format(fmt::runtime(f), v);
 }
 
-std::string series_name(const nlohmann::json& r) {
+std::string series_name(const nlohmann::json& r, bool with_routing) {
     std::string s = r.value("mode", std::string("?"));
     if (r.contains("vram_budget_gib") && r["vram_budget_gib"].is_number())
         s += fmt::format(" {:g} GiB", r["vram_budget_gib"].get<double>());
+    if (with_routing) s += ", " + r.value("routing", std::string("?"));
     return s;
+}
+
+/// "ladder", or "requests (N)" for a request-replay step.
+std::string workload(const nlohmann::json& r) {
+    if (r.value("workload", std::string("ladder")) != "requests") return "ladder";
+    const int64_t n = r.contains("requests_file") ? r["requests_file"].value("requests", int64_t{0}) : 0;
+    return fmt::format("requests ({})", n);
 }
 
 std::string md_escape(std::string s) {
@@ -63,7 +71,7 @@ std::string xml_escape(const std::string& s) {
 }
 
 std::string svg_line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
-                           const std::vector<ChartSeries>& series) {
+                           const std::vector<ChartSeries>& series, const std::string& x_unit) {
     const double W = 720, H = 420, L = 70, R = 180, T = 40, B = 60;
     double x0 = INFINITY, x1 = -INFINITY, y1 = 0;
     for (const auto& s : series)
@@ -118,8 +126,8 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
             o += "\"/>\n";
         }
         for (const auto& [x, y] : pts)
-            o += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"><title>{}: {} tokens, {:.3g}</title></circle>\n",
-                             px(x), py(y), c, xml_escape(series[i].name), static_cast<int64_t>(x), y);
+            o += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"><title>{}: {:g} {}, {:.3g}</title></circle>\n",
+                             px(x), py(y), c, xml_escape(series[i].name), x, xml_escape(x_unit), y);
         const double ly = T + 10 + 18.0 * static_cast<double>(i);
         o += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>"
                          "<text x=\"{4}\" y=\"{5:.1f}\">{6}</text>\n",
@@ -134,9 +142,16 @@ ReportFiles render_report(const std::vector<nlohmann::json>& records) {
     std::vector<const nlohmann::json*> steps;
     for (const auto& r : records)
         if (r.value("record", std::string()) == "step") steps.push_back(&r);
-    bool peer = false;
-    for (const auto* s : steps)
+    bool peer = false, peer_ttft = false, requests = false;
+    std::vector<std::string> routings;
+    for (const auto* s : steps) {
         if (!std::isnan(fig(*s, "ratio_decode_tok_s")) || !std::isnan(fig(*s, "ratio_prompt_tok_s"))) peer = true;
+        if (!std::isnan(fig(*s, "peer_ttft_ms"))) peer_ttft = true;
+        if (s->value("workload", std::string()) == "requests") requests = true;
+        const std::string r = s->value("routing", std::string());
+        if (std::find(routings.begin(), routings.end(), r) == routings.end()) routings.push_back(r);
+    }
+    const bool many_routings = routings.size() > 1;
     std::string& m = rep.markdown;
     m += "# nitro bench report\n\n";
     if (!records.empty() && records.front().contains("model")) {
@@ -150,14 +165,23 @@ ReportFiles render_report(const std::vector<nlohmann::json>& records) {
         }
         m += "\n\n";
     }
-    m += "Each step prefills a prompt of `context` tokens (the KV cache then holds that many positions) and decodes "
+    m += "A `ladder` step prefills a prompt of `context` tokens (the KV cache then holds that many positions) and decodes "
          "the generated tokens at that depth. MEASURED: read from a clock or a counter in the runs; CALCULATED: "
          "derived from measured figures (rates over several runs are total tokens / total seconds; ratios are "
-         "nitro / peer from the mirrored runs of the step).\n\n";
-    m += "| mode | VRAM budget | context | runs | prompt tok/s (CALCULATED) | decode tok/s (CALCULATED) | TTFT ms (CALCULATED, mean) |";
+         "nitro / peer from the mirrored runs of the step).";
+    if (requests)
+        m += " A `requests` step replays the saved requests one at a time against a nitro serve of `context` tokens: "
+             "TTFT is the mean time to the first streamed text, decode tok/s the timed tokens (completion tokens - 1) "
+             "over the timed seconds (first to last streamed text) of all requests, prompt tok/s the prompt tokens not "
+             "served from a cache over the summed TTFTs.";
+    m += " The routing column names the routing scenario (`replay:TRACE`: expert choices replayed from a trace, a "
+         "benchmark-only mode whose outputs are not the model's; a peer routes as the file does).\n\n";
+    m += "| mode | routing | VRAM budget | workload | context | runs | prompt tok/s (CALCULATED) | decode tok/s (CALCULATED) | TTFT ms (CALCULATED, mean) |";
     if (peer) m += " peer prompt tok/s (CALCULATED) | peer decode tok/s (CALCULATED) | ratio prompt (CALCULATED) | ratio decode (CALCULATED) |";
-    m += " status |\n|---|---|---:|---:|---:|---:|---:|";
+    if (peer_ttft) m += " peer TTFT ms (CALCULATED, mean) |";
+    m += " status |\n|---|---|---|---|---:|---:|---:|---:|---:|";
     if (peer) m += "---:|---:|---:|---:|";
+    if (peer_ttft) m += "---:|";
     m += "---|\n";
     for (const auto* s : steps) {
         const std::string budget = (*s).contains("vram_budget_gib") && (*s)["vram_budget_gib"].is_number()
@@ -166,12 +190,14 @@ ReportFiles render_report(const std::vector<nlohmann::json>& records) {
         std::string status = s->value("status", std::string("?"));
         if (!s->value("reason", std::string()).empty()) status += ": " + s->value("reason", std::string());
         if (!s->value("note", std::string()).empty()) status += " (" + s->value("note", std::string()) + ")";
-        m += fmt::format("| {} | {} | {} | {} | {} | {} | {} |", s->value("mode", std::string("?")), budget,
-                         s->value("ctx", int64_t{0}), s->value("runs", 0), cell(fig(*s, "prompt_tok_s")),
-                         cell(fig(*s, "decode_tok_s")), cell(fig(*s, "ttft_ms"), "{:.1f}"));
+        m += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |", s->value("mode", std::string("?")),
+                         md_escape(s->value("routing", std::string("-"))), budget, workload(*s), s->value("ctx", int64_t{0}),
+                         s->value("runs", 0), cell(fig(*s, "prompt_tok_s")), cell(fig(*s, "decode_tok_s")),
+                         cell(fig(*s, "ttft_ms"), "{:.1f}"));
         if (peer)
             m += fmt::format(" {} | {} | {} | {} |", cell(fig(*s, "peer_prompt_tok_s")), cell(fig(*s, "peer_decode_tok_s")),
                              cell(fig(*s, "ratio_prompt_tok_s"), "{:.3f}"), cell(fig(*s, "ratio_decode_tok_s"), "{:.3f}"));
+        if (peer_ttft) m += fmt::format(" {} |", cell(fig(*s, "peer_ttft_ms"), "{:.1f}"));
         m += fmt::format(" {} |\n", md_escape(status));
     }
     // Charts: one line per mode and budget.
@@ -181,7 +207,7 @@ ReportFiles render_report(const std::vector<nlohmann::json>& records) {
         for (const auto* s : steps) {
             const double v = fig(*s, key);
             if (std::isnan(v)) continue;
-            const std::string n = series_name(*s);
+            const std::string n = series_name(*s, many_routings);
             if (!by.count(n)) order.push_back(n), by[n].name = n;
             by[n].points.emplace_back(static_cast<double>(s->value("ctx", int64_t{0})), v);
         }
@@ -196,6 +222,26 @@ ReportFiles render_report(const std::vector<nlohmann::json>& records) {
     if (peer) {
         chart("ratio_decode_tok_s", "decode ratio nitro / peer vs context, CALCULATED", "ratio", "report-ratio.svg");
         chart("ratio_prompt_tok_s", "prompt ratio nitro / peer vs context, CALCULATED", "ratio", "report-ratio-prompt.svg");
+    }
+    // Hit rate vs budget: one line per mode, routing and context, over the steps with a budget.
+    {
+        std::map<std::string, ChartSeries> by;
+        std::vector<std::string> order;
+        for (const auto* s : steps) {
+            const double v = fig(*s, "expert_hit_rate");
+            if (std::isnan(v) || !(*s).contains("vram_budget_gib") || !(*s)["vram_budget_gib"].is_number()) continue;
+            const std::string n = fmt::format("{}, {}, ctx {}", s->value("mode", std::string("?")),
+                                              s->value("routing", std::string("?")), ctx_label(static_cast<double>(s->value("ctx", int64_t{0}))));
+            if (!by.count(n)) order.push_back(n), by[n].name = n;
+            by[n].points.emplace_back((*s)["vram_budget_gib"].get<double>(), 100.0 * v);
+        }
+        if (!order.empty()) {
+            std::vector<ChartSeries> ss;
+            for (const auto& n : order) ss.push_back(by[n]);
+            const char* title = "expert hit rate vs VRAM budget, CALCULATED (GPU selections / all)";
+            rep.svgs.emplace_back("report-hit-rate.svg", svg_line_chart(title, "VRAM budget (GiB, log2 axis)", "% on the GPU", ss, "GiB"));
+            m += fmt::format("\n![{0}]({1})\n", title, "report-hit-rate.svg");
+        }
     }
     return rep;
 }

@@ -162,6 +162,7 @@ StepMeasurement measure_step(Engine& engine, const Model& model, int64_t depth, 
     m.minor_faults = df.minor;
     m.major_faults = df.major;
     m.peak_rss_bytes = status_kib_bytes("VmHWM:");
+    m.process_vram_bytes = engine.process_vram_bytes();
     if (const ExpertCounters* ec = engine.expert_counters()) {
         // GPU-all engines leave the counters at zero: then nothing was counted, not "no hits".
         const uint64_t g = ec->total().gpu_pairs - gpu0, c = ec->total().cpu_pairs - cpu0;

@@ -29,6 +29,7 @@ struct SweepStep {
     int64_t ctx = 0;                   ///< the depth run (capped to fit the model), tokens
     std::string note;                  ///< why ctx differs from ctx_requested ("" if it does not)
     std::string skip_reason;           ///< non-empty: the step is not run, and this says why
+    std::string routing;               ///< routing scenario (route_replay.h; set by the caller, "" = not named)
 };
 
 /// The ladder in run order: for each mode, each budget (one step without a budget for cpu, and
@@ -68,6 +69,10 @@ struct StepMeasurement {
     double decode_seconds = 0;  ///< wall time of all decode steps
     int64_t minor_faults = 0, major_faults = 0;
     int64_t peak_rss_bytes = 0;  ///< VmHWM of the process after the run (reset before it where the kernel allows)
+    /// GPU memory of the process after the run (Engine::process_vram_bytes; 0: no GPU engine or no
+    /// NVML). The GPU engine allocates its memory when it is made, so this is the run's peak but for
+    /// memory the CUDA libraries take and free within a step.
+    uint64_t process_vram_bytes = 0;
     bool peak_rss_reset = false; ///< true when the peak was reset at the start of the run
     /// (token, expert) selections computed by each device; empty when the engine does not count
     /// them (GPU-all leaves its placement counters at zero).

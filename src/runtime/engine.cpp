@@ -1,8 +1,8 @@
 #include "runtime/engine.h"
 
-#include "core/text.h"
-
 #include "core/error.h"
+#include "core/text.h"
+#include "runtime/route_replay.h"
 
 #include <fmt/format.h>
 
@@ -34,12 +34,18 @@ public:
     int64_t seq_n_past(int seq) const override { return s_.seq_n_past(seq); }
     void seq_truncate(int seq, int64_t n) override { s_.seq_truncate(seq, n); }
     std::string describe() const override {
-        return fmt::format("cpu ({}, {} kernels)", count_noun(const_cast<Session&>(s_).pool().size(), "thread"), cpu::kernel_isa());
+        std::string d = fmt::format("cpu ({}, {} kernels)", count_noun(const_cast<Session&>(s_).pool().size(), "thread"), cpu::kernel_isa());
+        if (s_.route_replay) d += fmt::format(", routing replayed from {} (outputs are not the model's)", s_.route_replay->name());
+        return d;
     }
     uint64_t kv_host_bytes() const override { return s_.kv_cache().bytes(); }
     const MoeWork* moe_work() const override { return &s_.moe_work(); }
     bool set_route_callback(std::function<void(const RouteEvent&)> cb) override {
         s_.on_route = std::move(cb);
+        return true;
+    }
+    bool set_route_replay(std::shared_ptr<RouteReplay> replay) override {
+        s_.route_replay = std::move(replay);
         return true;
     }
 

@@ -22,6 +22,8 @@
 
 namespace nitro {
 
+class RouteReplay;
+
 /// Where the model runs (--mode): the CPU reference; the GPU with every expert resident (fails if
 /// the budget cannot hold them); hybrid (the dense core and the experts that fit on the GPU, the
 /// other experts computed by the CPU at the same time); auto: gpu when everything fits the
@@ -100,8 +102,14 @@ public:
     /// Installs a callback for every (token, layer) routing decision once it is final (router
     /// traces). Returns false if this engine cannot report routing.
     virtual bool set_route_callback(std::function<void(const RouteEvent&)> cb) { return false; }
+    /// BENCHMARK ONLY: takes every expert choice from `replay` (runtime/route_replay.h) instead of
+    /// the router, from the next eval on (null: the router again); the outputs are then not the
+    /// model's. Returns false if this engine cannot replay routing.
+    virtual bool set_route_replay(std::shared_ptr<RouteReplay> replay) { return false; }
     /// Bytes of host memory held by the K/V cache (0 when it lives on the GPU).
     virtual uint64_t kv_host_bytes() const { return 0; }
+    /// GPU memory this process uses now, bytes (NVML; 0 for the CPU engine or without NVML).
+    virtual uint64_t process_vram_bytes() const { return 0; }
     /// Expert placement counters since construction (null when the engine does not place experts).
     virtual const ExpertCounters* expert_counters() const { return nullptr; }
     /// The expert cache of an engine with adaptive residency (the hybrid), else null.

@@ -259,7 +259,9 @@ ExpertCache::LayerStep ExpertCache::access(int layer, std::span<const int32_t> i
         for (ExpertId e : L.protect) L.count[e] = 0;
     }
     // The budget: what is left of the window's rate, and the staging buffers left in this step.
-    const int64_t window = clock_ / opt_.refresh_every;
+    // Windows are staggered by layer (layer l's start l tokens later, modulo the window), so each
+    // token only some layers get a fresh budget and the staging buffers are shared out evenly.
+    const int64_t window = (clock_ + layer) / opt_.refresh_every;
     if (window != L.window) {
         L.window = window;
         L.used = 0;

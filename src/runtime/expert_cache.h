@@ -33,7 +33,8 @@
 //     most selected experts (ties: lower id); its other experts are protected from eviction but
 //     gain no recency, so a long prompt cannot flush the decode working set.
 //   - The rate limit: at most max(1, round(admit_per_token x refresh_every)) admissions per layer
-//     in each window of refresh_every tokens (a chunk advances the token clock by its n tokens);
+//     in each window of refresh_every tokens (a chunk advances the token clock by its n tokens;
+//     layer l's windows start l tokens later, so the layers' budgets renew on different tokens);
 //     refresh_every = 0 freezes residency (no admission ever: bit-exact A/B runs).
 #pragma once
 
@@ -51,10 +52,12 @@ namespace nitro {
 
 /// The adaptive-residency options (`nitro run/serve --mode hybrid`, `nitro sim`): docs/hybrid.md.
 struct ResidencyOptions {
+    // Defaults chosen by simulation on the trained routing traces at the shapes of gpt-oss-20b,
+    // gpt-oss-120b and qwen3-30b-a3b (bench/traces/, docs/hybrid.md "Choosing the defaults").
     /// Eviction among adaptive slots: lru | lfu | lru-freq | freq-decay[:HALF_LIFE_TOKENS].
-    std::string policy = "lru";
+    std::string policy = "freq-decay:256";
     /// Share of each layer's slots that are static (the plan's first residents), in [0, 1].
-    double static_share = 0.5;
+    double static_share = 0.25;
     /// Window of the rate limit, tokens; 0 = frozen residency (no admissions).
     int refresh_every = 4;
     /// Admissions per layer per token (the window's budget is max(1, round(A x refresh_every))).
@@ -64,7 +67,7 @@ struct ResidencyOptions {
     double prefill_weight = 1.0;
     /// Pinned staging buffers (one expert each): the most admissions one step can start.
     /// < 0 = unlimited (the simulator's idealised model).
-    int staging_buffers = 8;
+    int staging_buffers = 16;
 
     bool frozen() const { return refresh_every == 0; }
     /// Admissions per layer per window, 0 when frozen.

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "runtime/default_model.h"
+#include "runtime/route_replay.h"
 #include "runtime/route_trace.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
@@ -80,6 +81,12 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
 
     std::unique_ptr<Engine> engine = make_engine(opt.mode, model, opt.session, opt.gpu);
     Engine& session = *engine;
+    if (!opt.route_replay.empty()) {
+        if (!session.set_route_replay(std::make_shared<RouteReplay>(resolve_replay_trace(opt.route_replay), model)))
+            fail("--route-replay: this engine ({}) cannot replay routing", session.describe());
+        std::fprintf(stderr, "WARNING: --route-replay %s: BENCHMARK ONLY. Every expert choice comes from the trace: the "
+                             "output below is NOT the model's.\n", opt.route_replay.c_str());
+    }
     std::unique_ptr<TraceWriter> trace;
     std::function<void(const RouteEvent&)> write_route;
     if (!opt.trace_path.empty()) {

@@ -29,6 +29,9 @@ struct GenerateOptions {
     int n_probs = 0;
     bool echo = false;
     std::string trace_path;  ///< capture the router's decisions to this trace file (docs/trace-format.md)
+    /// BENCHMARK ONLY: replay the expert choices of this router trace (runtime/route_replay.h);
+    /// the output is then not the model's. "" = the model's router.
+    std::string route_replay;
 };
 
 struct Timings {

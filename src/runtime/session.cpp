@@ -4,6 +4,7 @@
 #include "core/fp16.h"
 #include "cpu/moe.h"
 #include "runtime/forward.h"
+#include "runtime/route_replay.h"
 
 #include <algorithm>
 #include <chrono>
@@ -319,6 +320,10 @@ void Session::route(int il, const ChunkArgs& c) {
     s.router.resize(static_cast<size_t>(n * X));
     cpu::quantize_acts(*pool_, s.h.data(), n, E, L.gate_inp->type, s.acts);
     cpu::matmul(*pool_, cpu::weight_view(*L.gate_inp), s.acts, s.router.data());
+    if (route_replay) {  // benchmark-only: the trace's choices, through the same top-k below
+        if (il == 0) route_replay->next_chunk(row_prefill_);
+        route_replay->fill_logits(il, s.router.data());
+    }
     s.sel.resize(static_cast<size_t>(n * K));
     s.sel_w.resize(static_cast<size_t>(n * K));
     s.margin.resize(static_cast<size_t>(n));

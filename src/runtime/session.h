@@ -30,6 +30,8 @@
 
 namespace nitro {
 
+class RouteReplay;
+
 struct SessionOptions {
     int64_t n_ctx = 4096;    ///< context length, tokens (capped at the model's training context)
     int64_t n_ubatch = 512;  ///< prompt tokens per forward chunk
@@ -132,6 +134,9 @@ public:
 
     /// Called for every (token, layer) with the final routing, if set.
     std::function<void(const RouteEvent&)> on_route;
+    /// BENCHMARK ONLY (runtime/route_replay.h): when set, every forward chunk takes its expert
+    /// choices from the replay (the router's logits are computed, then replaced); null: the router.
+    std::shared_ptr<RouteReplay> route_replay;
 
 private:
     struct Scratch;

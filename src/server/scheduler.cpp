@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "runtime/model.h"
+#include "runtime/route_replay.h"
 #include "runtime/route_trace.h"
 #include "trace/model_header.h"
 #include "trace/trace_file.h"
@@ -89,6 +90,9 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
     so.n_seq = opt.n_slots;
     session_ = make_engine(opt.mode, model, so, opt.gpu);
     check_slots(*session_, opt.n_slots);
+    if (!opt.route_replay.empty() &&
+        !session_->set_route_replay(std::make_shared<RouteReplay>(resolve_replay_trace(opt.route_replay), model)))
+        fail("--route-replay: this engine ({}) cannot replay routing", session_->describe());
     n_ctx_ = session_->n_ctx();
     // A sliding-window layer keeps a ring of window + n_ubatch - 1 positions (kv_cache.h), so a
     // truncation that drops more than n_ubatch - 1 positions would leave the keep-prefix's last

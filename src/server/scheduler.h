@@ -109,6 +109,7 @@ struct SchedulerOptions {
     GpuOptions gpu;                          ///< --gpu, --vram-budget (GPU mode)
     std::vector<int32_t> end_of_generation;  ///< tokens that end generation
     std::string trace_path;                  ///< capture routing of every job to this trace file ("" = off)
+    std::string route_replay;                ///< BENCHMARK ONLY: expert choices from this trace (route_replay.h)
     int n_slots = 1;                         ///< --parallel: jobs run at once, one engine sequence each
 };
 

@@ -227,34 +227,41 @@ TEST(BenchSweep, CommandWithTimeoutReportsExitAndKillsOnTimeout) {
 
 // ---- the report ----
 
-nlohmann::json step_record(const char* mode, nlohmann::json budget, int64_t ctx, double pp, double tg, double ratio) {
+nlohmann::json step_record(const char* mode, nlohmann::json budget, int64_t ctx, double pp, double tg, double ratio,
+                           const char* routing = "uniform", double hit_rate = -1) {
     nlohmann::json f = {{"prompt_tok_s", figure(pp, "tok/s", false)}, {"decode_tok_s", figure(tg, "tok/s", false)},
                         {"ttft_ms", figure(12.5, "ms", false)}};
+    if (hit_rate >= 0) f["expert_hit_rate"] = figure(hit_rate, "fraction on the GPU", false);
     if (ratio > 0) {
         f["peer_prompt_tok_s"] = figure(pp / ratio, "tok/s", false);
         f["peer_decode_tok_s"] = figure(tg / ratio, "tok/s", false);
         f["ratio_prompt_tok_s"] = figure(ratio, "nitro / peer", false);
         f["ratio_decode_tok_s"] = figure(ratio, "nitro / peer", false);
     }
-    return {{"record", "step"}, {"mode", mode},   {"vram_budget_gib", budget}, {"ctx", ctx}, {"runs", 2},
-            {"status", "ok"},   {"reason", ""},  {"note", ""},                {"figures", f}};
+    return {{"record", "step"}, {"mode", mode}, {"vram_budget_gib", budget}, {"ctx", ctx},     {"runs", 2},
+            {"status", "ok"},   {"reason", ""}, {"note", ""},             {"routing", routing}, {"workload", "ladder"},
+            {"figures", f}};
 }
 
 TEST(BenchSweep, ReportRendersTableAndWellFormedSvg) {
     std::vector<nlohmann::json> recs = {step_record("cpu", nullptr, 4096, 100, 20, 1.25),
                                         step_record("cpu", nullptr, 16384, 80, 15, 1.5),
-                                        step_record("hybrid", 8, 4096, 300, 40, 2.0),
-                                        step_record("hybrid", 8, 16384, 250, 35, 2.5)};
+                                        step_record("hybrid", 8, 4096, 300, 40, 2.0, "uniform", 0.25),
+                                        step_record("hybrid", 8, 16384, 250, 35, 2.5, "uniform", 0.25),
+                                        step_record("hybrid", 4, 4096, 200, 30, 1.5, "uniform", 0.125),
+                                        step_record("hybrid", 8, 4096, 320, 45, 2.2, "replay:t.nmtr", 0.5),
+                                        step_record("hybrid", 4, 4096, 220, 33, 1.6, "replay:t.nmtr", 0.3)};
     nlohmann::json skipped = {{"record", "step"}, {"mode", "gpu"}, {"vram_budget_gib", 4}, {"ctx", 4096}, {"runs", 0},
                               {"status", "skipped"}, {"reason", "needs <CUDA> & a | GPU"}, {"note", ""},
                               {"figures", nlohmann::json::object()}};
     recs.push_back(skipped);
     recs.push_back({{"record", "run"}, {"mode", "cpu"}});  // ignored by the report
     const ReportFiles rep = render_report(recs);
-    EXPECT_NE(rep.markdown.find("| cpu | - | 4096 | 2 | 100.00 | 20.00 | 12.5 | 80.00 | 16.00 | 1.250 | 1.250 | ok |"),
+    EXPECT_NE(rep.markdown.find("| cpu | uniform | - | ladder | 4096 | 2 | 100.00 | 20.00 | 12.5 | 80.00 | 16.00 | 1.250 | 1.250 | ok |"),
               std::string::npos)
         << rep.markdown;
-    EXPECT_NE(rep.markdown.find("| hybrid | 8 GiB | 16384 |"), std::string::npos);
+    EXPECT_NE(rep.markdown.find("| hybrid | uniform | 8 GiB | ladder | 16384 |"), std::string::npos);
+    EXPECT_NE(rep.markdown.find("| hybrid | replay:t.nmtr | 4 GiB | ladder | 4096 | 2 | 220.00 |"), std::string::npos);
     EXPECT_NE(rep.markdown.find("skipped: needs <CUDA> & a \\| GPU"), std::string::npos) << rep.markdown;
     EXPECT_NE(rep.markdown.find("prompt tok/s (CALCULATED)"), std::string::npos);
     EXPECT_NE(rep.markdown.find("ratio decode (CALCULATED)"), std::string::npos);
@@ -266,7 +273,19 @@ TEST(BenchSweep, ReportRendersTableAndWellFormedSvg) {
         EXPECT_NE(svg.find("<polyline"), std::string::npos) << name;  // two points per series: a line
         EXPECT_NE(rep.markdown.find("](" + name + ")"), std::string::npos) << name;
     }
-    EXPECT_EQ(names, (std::set<std::string>{"report-prompt.svg", "report-decode.svg", "report-ratio.svg", "report-ratio-prompt.svg"}));
+    EXPECT_EQ(names, (std::set<std::string>{"report-prompt.svg", "report-decode.svg", "report-ratio.svg", "report-ratio-prompt.svg",
+                                            "report-hit-rate.svg"}));
+    // Several routings: the series say which; the hit-rate chart has one line per mode, routing and
+    // context (budgets on x): the uniform 4k line at 4 and 8 GiB is 12.5 % then 25 %.
+    for (const auto& [name, svg] : rep.svgs) {
+        if (name == "report-decode.svg") {
+            EXPECT_NE(svg.find("hybrid 8 GiB, replay:t.nmtr"), std::string::npos) << svg;
+        }
+        if (name != "report-hit-rate.svg") continue;
+        EXPECT_NE(svg.find("hybrid, uniform, ctx 4k: 4 GiB, 12.5"), std::string::npos) << svg;
+        EXPECT_NE(svg.find("hybrid, uniform, ctx 4k: 8 GiB, 25"), std::string::npos) << svg;
+        EXPECT_NE(svg.find("hybrid, replay:t.nmtr, ctx 4k: 8 GiB, 50"), std::string::npos) << svg;
+    }
     // Without a peer, no ratio chart; names with markup are escaped in the SVG.
     const ReportFiles solo = render_report({step_record("c<&>\"'", nullptr, 64, 10, 2, 0)});
     ASSERT_EQ(solo.svgs.size(), 2u);
@@ -378,7 +397,7 @@ TEST(BenchSweep, RecordsOnTheEmbeddedModelHaveTheSchema) {
     EXPECT_TRUE(dup);
     EXPECT_TRUE(gpu_reason);
     const std::string md = read_text(dir + "/out/report.md");
-    EXPECT_NE(md.find("| cpu | - | 1020 |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| cpu | model | - | ladder | 1020 |"), std::string::npos) << md;
     for (const char* svg : {"report-prompt.svg", "report-decode.svg"})
         EXPECT_EQ(xml_problem(read_text(dir + "/out/" + svg)), "") << svg;
 }
@@ -395,6 +414,7 @@ TEST(BenchSweep, AnEarlierSweepIsNotOverwrittenWithoutOverwrite) {
     const std::string log = read_text(dir + "/log");
     EXPECT_NE(log.find("holds the records of an earlier sweep"), std::string::npos) << log;
     EXPECT_NE(log.find("--overwrite"), std::string::npos) << log;
+    EXPECT_NE(log.find("--append"), std::string::npos) << log;
     EXPECT_EQ(read_text(dir + "/out/records.jsonl"), "{\"schema\":\"nitro-bench-run/1\",\"record\":\"step\"}\n") << "left as it was";
     ASSERT_EQ(run_status(sweep + " --overwrite", dir + "/log2"), 0) << read_text(dir + "/log2");
     EXPECT_GE(read_records(dir + "/out").size(), 2u);
@@ -486,6 +506,69 @@ TEST(BenchSweep, RunsOnASynthesizedModel) {
         if (r["record"] == "run" && r["status"] == "ok") ++ok;
     }
     EXPECT_EQ(ok, 2);
+}
+
+TEST(BenchSweep, RoutingScenariosAreNamedInEveryRecord) {
+    // A nitro synth file routes as it was made (uniform, or zipf:S from --router-skew); replay:TRACE
+    // adds a scenario whose runs take their experts from the trace (benchmark only, said loudly).
+    const std::string dir = test::temp_dir("bench-routing");
+    test::run_command(std::string(NITRO_BINARY) + " synth --arch gpt-oss --preset tiny --router-skew zipf:0.7 -o " + dir +
+                      "/z.gguf 2>&1");
+    test::run_command(std::string(NITRO_BINARY) + " trace synth -m " + dir + "/z.gguf -o " + dir +
+                      "/t.nmtr --sequences 2 --prompt 8 --decode 8 2>&1");
+    const int rc = run_status(kBench + " -m " + dir + "/z.gguf -o " + dir + "/out --modes cpu --ctx 16 --routing file,replay:" + dir +
+                                  "/t.nmtr",
+                              dir + "/log");
+    ASSERT_EQ(rc, 0) << read_text(dir + "/log");
+    EXPECT_NE(read_text(dir + "/log").find("BENCHMARK ONLY"), std::string::npos);
+    std::set<std::string> seen;
+    for (const auto& r : read_records(dir + "/out")) {
+        ASSERT_TRUE(r.contains("routing")) << r.dump();
+        seen.insert(r["routing"].get<std::string>() + "/" + r["record"].get<std::string>());
+        EXPECT_EQ(r["workload"], "ladder");
+        if (r["routing"] == "zipf:0.7") {
+            EXPECT_FALSE(r.contains("routing_trace"));
+            continue;
+        }
+        EXPECT_EQ(r["routing"], "replay:" + dir + "/t.nmtr");
+        EXPECT_EQ(r["routing_trace"]["prefill_tokens"], 16);  // 2 sequences x 8 prompt tokens
+        EXPECT_EQ(r["routing_trace"]["decode_tokens"], 16);
+        EXPECT_NE(r["routing_note"].get<std::string>().find("not the model's"), std::string::npos);
+        if (r["record"] == "run") {
+            EXPECT_NE(r["engine_description"].get<std::string>().find("routing replayed from"), std::string::npos);
+            EXPECT_EQ(r["routing_replayed_tokens"]["prefill"], 16);  // the 16-token prompt
+            EXPECT_EQ(r["routing_replayed_tokens"]["decode"], 4);    // -n 4
+        }
+    }
+    EXPECT_EQ(seen, (std::set<std::string>{"zipf:0.7/run", "zipf:0.7/step", "replay:" + dir + "/t.nmtr/run",
+                                           "replay:" + dir + "/t.nmtr/step"}));
+    EXPECT_NE(read_text(dir + "/out/report.md").find("| cpu | replay:" + dir + "/t.nmtr | - | ladder | 16 |"), std::string::npos);
+    // A scenario the file does not give is refused before anything runs.
+    EXPECT_EQ(run_status(kBench + " -m " + dir + "/z.gguf -o " + dir + "/out2 --modes cpu --ctx 16 --routing uniform", dir + "/log2"),
+              1);
+    EXPECT_NE(read_text(dir + "/log2").find("routes as 'zipf:0.7'"), std::string::npos) << read_text(dir + "/log2");
+}
+
+TEST(BenchSweep, AppendKeepsEarlierRecordsAndReportsThemAll) {
+    // Two sweeps into one folder (e.g. one per mode, each with its own budgets): one report.
+    const std::string dir = test::temp_dir("bench-append");
+    ASSERT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --modes cpu --ctx 16", dir + "/log"), 0);
+    ASSERT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --append --modes cpu --ctx 32", dir + "/log"), 0)
+        << read_text(dir + "/log");
+    std::vector<int64_t> ctx;
+    for (const auto& r : read_records(dir + "/out"))
+        if (r["record"] == "step") ctx.push_back(r["ctx"].get<int64_t>());
+    EXPECT_EQ(ctx, (std::vector<int64_t>{16, 32}));
+    const std::string md = read_text(dir + "/out/report.md");
+    EXPECT_NE(md.find("| cpu | model | - | ladder | 16 |"), std::string::npos) << md;
+    EXPECT_NE(md.find("| cpu | model | - | ladder | 32 |"), std::string::npos) << md;
+    // With --overwrite the folder starts over (without it, or --append, it is refused: another test);
+    // a file that is not records is refused.
+    ASSERT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --overwrite --modes cpu --ctx 16", dir + "/log"), 0);
+    EXPECT_EQ(read_records(dir + "/out").size(), 2u);  // one run, one step
+    std::ofstream(dir + "/out/records.jsonl", std::ios::app) << "{\"not\": \"a record\"}\n";
+    EXPECT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --append --modes cpu --ctx 16", dir + "/log"), 1);
+    EXPECT_NE(read_text(dir + "/log").find("records.jsonl:3 is not a nitro bench record"), std::string::npos) << read_text(dir + "/log");
 }
 
 TEST(BenchSweep, SingleRunFlagsStillWorkAndSweepFlagsNeedOut) {
