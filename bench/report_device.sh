@@ -16,6 +16,8 @@
 # Time per call, ESTIMATED from shared/PEERS.md's rates (16 threads, A B B A): prepare ~6 min (the
 # llama.cpp build), cpu ~4 min (prefill at ~90 tok/s on both sides dominates), gpu ~3 min, hybrid
 # ~5 min (nitro bench's progress bar is left out of the log).
+# If the machine was given back between calls, /tmp/nitro-report starts empty: each call's OUT has
+# its records.jsonl, so concatenate them and `nitro bench -m X -o DIR --render-only` for one report.
 # Settings (environment): THREADS (16), REPEAT (2: A B B A), N_GEN (32), CPU_CTX (512,2k),
 # GPU_CTX (4k,16k,32k), HYBRID_CTX (4k,8k), BUDGETS (6,10 GiB), ROUTING (file; e.g.
 # file,replay:bench/traces/gpt-oss-20b.nmtr once the trained traces are committed).

@@ -36,6 +36,7 @@ struct BenchSweepOptions {
     double request_timeout_s = 600;        ///< --request-timeout: seconds a request (or a server start) may take
     bool append = false;                   ///< --append: add to DIR/records.jsonl; the report covers all of it
     bool overwrite = false;                ///< --overwrite: replace an earlier sweep's records in `out` (else refused)
+    bool render_only = false;              ///< --render-only: only write the report of DIR/records.jsonl
 };
 
 /// Runs the sweep into o.out (records.jsonl, report.md, report-*.svg), printing a progress bar

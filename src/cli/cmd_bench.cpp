@@ -150,6 +150,8 @@ Action add_bench(CLI::App& app) {
                   "Sweep: replace the records of an earlier sweep in DIR (a folder holding records is refused without "
                   "--append or --overwrite)")
         ->excludes(append);
+    sub->add_flag("--render-only", o->sweep.render_only,
+                  "Sweep: run nothing; write the report of DIR/records.jsonl as it is (-m is not opened)");
     sub->add_option("--request-timeout", o->sweep.request_timeout_s,
                     "Sweep with --requests: seconds a request, or the start of a nitro serve, may take")
         ->capture_default_str();
@@ -178,9 +180,9 @@ Action add_bench(CLI::App& app) {
         }
         if (!o->vram_budgets.empty() || o->sweep.repeat != 1 || !o->sweep.peer_cmd.empty() || !o->sweep.requests.empty() ||
             !o->sweep.peer_url.empty() || !o->sweep.nitro_url.empty() || o->sweep.routing != "file" || o->sweep.append ||
-            o->sweep.overwrite)
-            fail("--vram-budget, --repeat, --peer-cmd, --routing, --requests, --peer-url, --nitro-url, --append and --overwrite "
-                 "belong to the sweep: give -o DIR");
+            o->sweep.overwrite || o->sweep.render_only)
+            fail("--vram-budget, --repeat, --peer-cmd, --routing, --requests, --peer-url, --nitro-url, --append, --overwrite "
+                 "and --render-only belong to the sweep: give -o DIR");
         const PageFaults f_load0 = page_faults();
         const auto t_load = std::chrono::steady_clock::now();
         Model model(o->model);

@@ -127,6 +127,13 @@ struct StepAgg {
 
 int run_bench_sweep(const BenchSweepOptions& o) {
     namespace fs = std::filesystem;
+    if (o.render_only) {  // the report of records already there (e.g. concatenated from several machines' runs)
+        std::vector<nlohmann::json> records;
+        if (!fs::is_regular_file(fs::path(o.out) / "records.jsonl")) fail("--render-only: {}/records.jsonl does not exist", o.out);
+        (void)open_records(o.out, true, records);  // reads (and checks) every record; writes nothing
+        write_report(o.out, records);
+        return 0;
+    }
     if (!o.requests.empty()) return run_request_sweep(o);
     if (!o.peer_url.empty() || !o.nitro_url.empty())
         fail("--peer-url and --nitro-url replay requests: give --requests FILE.jsonl (the ladder's peer is --peer-cmd)");

@@ -562,6 +562,11 @@ TEST(BenchSweep, AppendKeepsEarlierRecordsAndReportsThemAll) {
     const std::string md = read_text(dir + "/out/report.md");
     EXPECT_NE(md.find("| cpu | model | - | ladder | 16 |"), std::string::npos) << md;
     EXPECT_NE(md.find("| cpu | model | - | ladder | 32 |"), std::string::npos) << md;
+    // --render-only writes the report of the records as they are, running nothing.
+    std::filesystem::remove(dir + "/out/report.md");
+    ASSERT_EQ(run_status(std::string(NITRO_BINARY) + " bench -m /nonexistent.gguf -o " + dir + "/out --render-only", dir + "/log"), 0)
+        << read_text(dir + "/log");
+    EXPECT_EQ(read_text(dir + "/out/report.md"), md);
     // With --overwrite the folder starts over (without it, or --append, it is refused: another test);
     // a file that is not records is refused.
     ASSERT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --overwrite --modes cpu --ctx 16", dir + "/log"), 0);

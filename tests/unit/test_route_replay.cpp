@@ -193,6 +193,30 @@ TEST(RouteReplay, ScenarioNamesComeFromTheFile) {
               std::string::npos);
 }
 
+TEST(RouteReplay, CommittedTracesHaveTheRealRoutingShapes) {
+    // bench/traces/NAME.nmtr, found by replay:NAME: the routing shapes of the models they stand for,
+    // every layer of every token (what a replay needs), prefill and decode tokens.
+    struct Shape {
+        const char* name;
+        uint32_t n_layer, n_expert, k;
+    };
+    for (const Shape& sh : {Shape{"gpt-oss-20b", 24, 32, 4}, Shape{"gpt-oss-120b", 36, 128, 4}, Shape{"qwen3-30b-a3b", 48, 128, 8}}) {
+        const std::string path = resolve_replay_trace(sh.name);
+        EXPECT_NE(path.find("bench/traces/" + std::string(sh.name) + ".nmtr"), std::string::npos) << path;
+        const Trace t = read_trace(path);
+        EXPECT_EQ(t.header.n_layer, sh.n_layer) << sh.name;
+        EXPECT_EQ(t.header.n_expert, sh.n_expert) << sh.name;
+        EXPECT_EQ(t.header.n_expert_used, sh.k) << sh.name;
+        size_t n_steps = 0;
+        (void)t.step_index(&n_steps);
+        EXPECT_EQ(t.size(), n_steps * sh.n_layer) << sh.name << ": a token lacks layers";
+        size_t decode = 0;
+        for (auto p : t.phase) decode += p == TracePhase::Decode;
+        EXPECT_EQ(decode, 8u * 256 * sh.n_layer) << sh.name;  // 8 prompts x 256 sampled tokens
+        EXPECT_GT(t.size(), decode) << sh.name;              // and prompt tokens
+    }
+}
+
 TEST(RouteReplay, RunCapturesTheReplayedTraceWithTrace) {
     // nitro run --route-replay T --trace C: the routing captured in C is T's, token for token.
     const std::string dir = test::temp_dir("replay-run");

@@ -86,8 +86,8 @@ def write_readme(args, meta, rows):
              "`train_traces.py`) at the routing shapes of real models, captured over 8 held-out prompts "
              "(3 code, 3 prose, 2 chat-like; 256 tokens each) and 256 sampled tokens per prompt. Used by "
              "`nitro bench --routing replay:bench/traces/MODEL.nmtr` (docs/bench.md). These are NOT the real "
-             "models' routing: the models are narrow (a few hundred million parameters at most) and trained for about "
-             "a minute; they have the real n_layer, n_expert, top-k and gating, and the temporal locality a trained "
+             "models' routing: the models are narrow (a few hundred million parameters at most) and trained for under "
+             "a minute each (table); they have the real n_layer, n_expert, top-k and gating, and the temporal locality a trained "
              "router gives.", "",
              f"Imported with `tools/train/import_traces.py` (prompt tokens kept per prompt: {args.prefill_keep}; router "
              f"weights {'kept' if args.weights else 'dropped: a replay weights the experts equally'}). Corpus id "
@@ -111,14 +111,29 @@ def write_readme(args, meta, rows):
             lines.append(f"| {pol} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Router statistics (per layer, from the trace)", "",
-              "| model | top-10% share, mean (min-max over layers) | next token repeats the first choice | top-2 overlap with the next token |",
-              "|---|---|---:|---:|"]
+              "Shares: of a layer's selections, those of its most selected 10/20/30% of experts (uniform routing: "
+              "10/20/30%); entropy of the selection distribution / ln(n_expert) (uniform: 1). Real gpt-oss-120b's top "
+              "10% take 31-51% of a layer's selections (docs: DESIGN notes, the F51 trace).", "",
+              "| model | top-10% share, mean (min-max over layers) | top-20% | top-30% | entropy | next token repeats the first choice | top-2 overlap with the next token |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    caveats = []
     for name, L, X, K, m, info, sim, size in rows:
         lay = sim["router"]["layers"]
         share = [l["top10_share"] for l in lay]
         mean = sim["router"]["mean"]
         lines.append(f"| {name} | {pct(sum(share) / len(share))} ({pct(min(share))}-{pct(max(share))}) | "
+                     f"{pct(mean['top20_share'])} | {pct(mean['top30_share'])} | {mean['entropy_normalised']:.3f} | "
                      f"{pct(mean['same_first_rate'])} | {pct(mean['top2_overlap_rate'])} |")
+        if mean["top30_share"] > 0.7:
+            caveats.append(f"- **{name}**: its router concentrates on few experts (the top 30% take "
+                           f"{pct(mean['top30_share'])} of the selections, entropy {mean['entropy_normalised']:.2f}) after "
+                           f"{m.get('steps')} training steps (held-out loss {m.get('heldout_loss')} nats: barely trained; "
+                           "the load-balancing loss had little time to act). Its hit rates are likely higher than a "
+                           "well-trained router gives: read them as optimistic.")
+    if caveats:
+        lines += ["", "## Caveats", ""] + caveats
+    lines += ["", f"Device run: torch {meta.get('torch')}, experts via {meta.get('experts_matmul')}, deadline "
+              f"{meta['args'].get('deadline')} s, {meta.get('total_s')} s in all (traces.json of the run)."]
     open(os.path.join(args.out, "README.md"), "w").write("\n".join(lines) + "\n")
 
 

@@ -151,14 +151,17 @@ class MoE(nn.Module):
         B, T, d = x.shape
         x2 = x.reshape(-1, d)
         top_i, w, probs = self.route(x2)
-        if self.capture is not None:
-            self.capture.append((top_i.view(B, T, self.k).to(torch.int16).cpu(), w.view(B, T, self.k).float().cpu()))
+        if self.capture is not None:  # kept on the device: a copy to the host here would stall the queue every layer
+            self.capture.append((top_i.view(B, T, self.k).to(torch.int16), w.view(B, T, self.k).float()))
         flat = top_i.reshape(-1)
         order = torch.argsort(flat, stable=True)
         tok = order // self.k
-        cnt = torch.bincount(flat, minlength=self.E)
+        # Tokens per expert without a host synchronisation (torch.bincount reads its input's maximum
+        # back to the host to size its output: a stall per layer, most of a step's time at 48 layers).
+        cnt = torch.zeros(self.E, device=x.device, dtype=torch.float32).scatter_add_(
+            0, flat, torch.ones(flat.shape, device=x.device, dtype=torch.float32))
         offs = torch.cumsum(cnt, 0).to(torch.int32)
-        counts = None if GROUPED_MM else cnt.tolist()
+        counts = None if GROUPED_MM else [int(c) for c in cnt.tolist()]
         dt = torch.bfloat16 if torch.is_autocast_enabled() else x.dtype
         xs = x2[tok].to(dt)
         gu = expert_matmul(xs, self.gate_up.to(dt), counts, offs)
@@ -167,7 +170,7 @@ class MoE(nn.Module):
         y = y.float() * w.reshape(-1)[order, None]
         out = torch.zeros(x2.shape[0], d, device=x.device, dtype=torch.float32).index_add_(0, tok, y)
         if stats is not None:  # Switch transformer balance loss: E * sum_e f_e * P_e
-            stats.append(self.E * ((cnt.float() / flat.numel()) * probs.mean(0)).sum())
+            stats.append(self.E * ((cnt / flat.numel()) * probs.mean(0)).sum())
         return out.to(x.dtype).view(B, T, d)
 
 
@@ -294,7 +297,7 @@ def capture(model, prompts, dev, args):
     model.set_capture(True)
     with torch.autocast(**ac):
         logits = model(ids)
-    prefill = [model.blocks[l].moe.capture[0] for l in range(L)]  # per layer: ([P, T0, k], [P, T0, k])
+    prefill = [tuple(t.cpu() for t in model.blocks[l].moe.capture[0]) for l in range(L)]  # per layer: ([P, T0, k], [P, T0, k])
     dec_ids, dec_w = [[] for _ in range(L)], [[] for _ in range(L)]
     for _ in range(args.decode):
         lg = logits[:, -1, :].float() / args.temperature
@@ -306,10 +309,10 @@ def capture(model, prompts, dev, args):
             logits = model(ids)
         for l in range(L):
             a, w = model.blocks[l].moe.capture[0]
-            dec_ids[l].append(a[:, -1:, :])
-            dec_w[l].append(w[:, -1:, :])
+            dec_ids[l].append(a[:, -1:, :].clone())  # the last position only (a view would keep the whole step)
+            dec_w[l].append(w[:, -1:, :].clone())
     model.set_capture(False)
-    decode = [(torch.cat(dec_ids[l], 1), torch.cat(dec_w[l], 1)) for l in range(L)]
+    decode = [(torch.cat(dec_ids[l], 1).cpu(), torch.cat(dec_w[l], 1).cpu()) for l in range(L)]
     return prefill, decode, ids[:, T0:].cpu().tolist()
 
 
@@ -342,7 +345,7 @@ def main():
     ap.add_argument("--data", required=True, help="train.u16, heldout.u16, prompts.json (make_trace_corpus.py)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--deadline", type=float, default=300.0, help="seconds for the whole run, training and capture")
-    ap.add_argument("--capture-reserve", type=float, default=25.0, help="seconds kept per model for its capture")
+    ap.add_argument("--capture-reserve", type=float, default=30.0, help="seconds kept per model for its capture")
     ap.add_argument("--only", default="", help="train only this model (name)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=512)
@@ -381,8 +384,11 @@ def main():
            "tokens": {"train": int(len(train_np)), "heldout": int(len(heldout))},
            "prompts": [{"name": p["name"], "kind": p["kind"], "tokens": len(p["ids"])} for p in prompts], "models": {}}
     for i, c in enumerate(models):
-        left = args.deadline - (time.time() - t_start)
-        budget = 4.0 if args.tiny else max(20.0, (left - args.capture_reserve * (len(models) - i)) / (len(models) - i))
+        # The training time left, shared in proportion to n_layer (a step costs about that much), after
+        # the capture time kept for this model and the ones after it.
+        left = args.deadline - (time.time() - t_start) - args.capture_reserve * (len(models) - i)
+        share = c["n_layer"] / sum(m["n_layer"] for m in models[i:])
+        budget = 4.0 if args.tiny else max(20.0, left * share)
         print(f"== {c['name']}: {c['n_layer']} x {c['n_expert']}, top-{c['k']}, {c['gating']}; training for {budget:.0f} s", flush=True)
         model, info = train(c, train_t, heldout, dev, budget, args, log)
         t0 = time.time()
