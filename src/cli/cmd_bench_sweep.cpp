@@ -130,7 +130,7 @@ int run_bench_sweep(const BenchSweepOptions& o) {
     if (o.render_only) {  // the report of records already there (e.g. concatenated from several machines' runs)
         std::vector<nlohmann::json> records;
         if (!fs::is_regular_file(fs::path(o.out) / "records.jsonl")) fail("--render-only: {}/records.jsonl does not exist", o.out);
-        (void)open_records(o.out, true, records);  // reads (and checks) every record; writes nothing
+        (void)open_records(o.out, true, false, records);  // reads (and checks) every record; writes nothing
         write_report(o.out, records);
         return 0;
     }
