@@ -35,12 +35,15 @@ struct BenchSweepOptions {
     std::string nitro_api_key;             ///< --nitro-api-key (for --nitro-url)
     double request_timeout_s = 600;        ///< --request-timeout: seconds a request (or a server start) may take
     bool append = false;                   ///< --append: add to DIR/records.jsonl; the report covers all of it
+    bool overwrite = false;                ///< --overwrite: replace an earlier sweep's records in `out` (else refused)
     bool render_only = false;              ///< --render-only: only write the report of DIR/records.jsonl
 };
 
 /// Runs the sweep into o.out (records.jsonl, report.md, report-*.svg), printing a progress bar
 /// with ETA on stderr. Returns 0, or 1 when any run failed (a peer command that failed or timed
-/// out, a nitro run that threw after its engine was made). Throws nitro::Error for bad options.
+/// out, a nitro run that threw after its engine was made). Throws nitro::Error for bad options,
+/// and when o.out already holds an earlier sweep's records.jsonl and neither o.append nor
+/// o.overwrite is set.
 int run_bench_sweep(const BenchSweepOptions& o);
 
 /// The request-replay sweep (--requests): one step per mode and budget, each a `nitro serve`
@@ -57,10 +60,11 @@ std::string own_command_line();
 std::vector<std::string> split_list(const std::string& s);
 /// Progress bar with ETA on stderr (one line, redrawn); `unit` names what is counted.
 void progress(size_t done, size_t total, double elapsed_s, const std::string& what, const char* unit = "runs");
-/// Creates `dir` and opens its records.jsonl: truncated, or with `append` kept, its records read
-/// into `records` (the report covers them too). Throws nitro::Error naming the file and line of a
-/// line that is not a record, or when the folder or file cannot be written.
-std::ofstream open_records(const std::string& dir, bool append, std::vector<nlohmann::json>& records);
+/// Creates `dir` and opens its records.jsonl: with `append` kept, its records read into `records`
+/// (the report covers them too); with `overwrite` truncated. Throws nitro::Error when it already
+/// holds records and neither is set (an earlier sweep is never replaced unasked), naming the file
+/// and line of a line that is not a record, or when the folder or file cannot be written.
+std::ofstream open_records(const std::string& dir, bool append, bool overwrite, std::vector<nlohmann::json>& records);
 /// Writes report.md and the SVG charts of `records` into `dir` and prints the report and where
 /// the files are. Throws nitro::Error if a file cannot be written.
 void write_report(const std::string& dir, const std::vector<nlohmann::json>& records);

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/memory_options.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "runtime/bench.h"
 
 #include <fmt/format.h>
@@ -79,7 +80,10 @@ Action add_bench(CLI::App& app) {
     sub->add_flag("--cpu", o->cpu, "Benchmark the CPU engine (the default)");
     sub->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens")->capture_default_str();
     sub->add_option("-n,--n-gen", o->n_gen, "Generated tokens")->capture_default_str();
-    sub->add_option("-t,--threads", o->threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
+    sub->add_option("-t,--threads", o->threads, "CPU threads (0 = all)")
+        ->check(CLI::Range(0, 65536))
+        ->capture_default_str()
+        ->envname("NITRO_THREADS");
     sub->add_option("--kernels", o->kernels,
                     "Expert kernel table: weight types (comma-separated, e.g. mxfp4,q4_k), model (the model's expert "
                     "types), all (every quantized block type; F16, BF16 and F32 by name) or none")
@@ -139,9 +143,13 @@ Action add_bench(CLI::App& app) {
                     "Sweep with --requests: replay against this already running nitro serve instead of starting one per "
                     "mode and budget");
     sub->add_option("--nitro-api-key", o->sweep.nitro_api_key, "Sweep with --nitro-url: its API key (Bearer)");
-    sub->add_flag("--append", o->sweep.append,
-                  "Sweep: add the runs to DIR/records.jsonl instead of replacing it; the report covers every record "
-                  "there (e.g. one sweep per mode with its own budgets, one report)");
+    CLI::Option* append = sub->add_flag("--append", o->sweep.append,
+                                        "Sweep: add the runs to DIR/records.jsonl instead of replacing it; the report covers "
+                                        "every record there (e.g. one sweep per mode with its own budgets, one report)");
+    sub->add_flag("--overwrite", o->sweep.overwrite,
+                  "Sweep: replace the records of an earlier sweep in DIR (a folder holding records is refused without "
+                  "--append or --overwrite)")
+        ->excludes(append);
     sub->add_flag("--render-only", o->sweep.render_only,
                   "Sweep: run nothing; write the report of DIR/records.jsonl as it is (-m is not opened)");
     sub->add_option("--request-timeout", o->sweep.request_timeout_s,
@@ -172,9 +180,9 @@ Action add_bench(CLI::App& app) {
         }
         if (!o->vram_budgets.empty() || o->sweep.repeat != 1 || !o->sweep.peer_cmd.empty() || !o->sweep.requests.empty() ||
             !o->sweep.peer_url.empty() || !o->sweep.nitro_url.empty() || o->sweep.routing != "file" || o->sweep.append ||
-            o->sweep.render_only)
-            fail("--vram-budget, --repeat, --peer-cmd, --routing, --requests, --peer-url and --nitro-url belong to the sweep: "
-                 "give -o DIR");
+            o->sweep.overwrite || o->sweep.render_only)
+            fail("--vram-budget, --repeat, --peer-cmd, --routing, --requests, --peer-url, --nitro-url, --append, --overwrite "
+                 "and --render-only belong to the sweep: give -o DIR");
         const PageFaults f_load0 = page_faults();
         const auto t_load = std::chrono::steady_clock::now();
         Model model(o->model);
@@ -261,13 +269,13 @@ Action add_bench(CLI::App& app) {
             std::puts(j.dump(2).c_str());
             return 0;
         }
-        std::printf("model            %s (%d threads, kernels %s, prefetch %lld B ahead)\n", o->model.c_str(), threads,
+        std::printf("model            %s (%s, kernels %s, prefetch %lld B ahead)\n", o->model.c_str(), count_noun(threads, "thread").c_str(),
                     cpu::kernel_isa(), static_cast<long long>(cpu::prefetch_bytes()));
         std::printf("model memory     %s, %s, huge pages %s; loaded in %.2f s (%lld minor / %lld major page faults)\n",
                     mf.copied() ? "copied into anonymous memory (--no-mmap)" : "file mapping", mf.locked() ? "locked" : "not locked",
                     huge_pages_name(model_map_options().huge_pages), load_s, static_cast<long long>(f_load.minor),
                     static_cast<long long>(f_load.major));
-        std::printf("memory read      %8.2f GB/s   MEASURED (%d threads, 1 GiB buffer)\n", bw / 1e9, threads);
+        std::printf("memory read      %8.2f GB/s   MEASURED (%s, 1 GiB buffer)\n", bw / 1e9, count_noun(threads, "thread").c_str());
         for (const auto& [n, b] : gemv)
             std::printf("expert products  %8.2f GB/s   MEASURED (%.1f%% of read bandwidth; %d token%s per step, %s of experts per step, %.2f ms)\n",
                         b.gb_s, 100.0 * b.gb_s * 1e9 / bw, n, n == 1 ? "" : "s", format_bytes(static_cast<uint64_t>(b.bytes_per_token)).c_str(),

@@ -141,7 +141,7 @@ int run_request_sweep(const BenchSweepOptions& o) {
         ctx = parse_ctx_tokens(c[0]);
     }
     std::vector<nlohmann::json> records;  // with --append, the folder's earlier records first
-    std::ofstream rec = open_records(o.out, o.append, records);
+    std::ofstream rec = open_records(o.out, o.append, o.overwrite, records);
 
     Model model(o.model);
     std::vector<SweepStep> steps;

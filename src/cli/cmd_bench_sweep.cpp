@@ -65,9 +65,14 @@ void progress(size_t done, size_t total, double elapsed_s, const std::string& wh
     std::fflush(stderr);
 }
 
-std::ofstream open_records(const std::string& dir, bool append, std::vector<nlohmann::json>& records) {
+std::ofstream open_records(const std::string& dir, bool append, bool overwrite, std::vector<nlohmann::json>& records) {
     namespace fs = std::filesystem;
     std::error_code ec;
+    if (const fs::path old = fs::path(dir) / "records.jsonl"; !append && !overwrite && fs::file_size(old, ec) > 0 && !ec)
+        fail("-o {}: {} holds the records of an earlier sweep; choose another folder, or pass --append to add to them or "
+             "--overwrite to replace them",
+             dir, old.string());
+    ec.clear();
     fs::create_directories(dir, ec);
     if (ec) fail("-o {}: cannot create the folder: {}", dir, ec.message());
     const std::string path = (fs::path(dir) / "records.jsonl").string();
@@ -125,7 +130,7 @@ int run_bench_sweep(const BenchSweepOptions& o) {
     if (o.render_only) {  // the report of records already there (e.g. concatenated from several machines' runs)
         std::vector<nlohmann::json> records;
         if (!fs::is_regular_file(fs::path(o.out) / "records.jsonl")) fail("--render-only: {}/records.jsonl does not exist", o.out);
-        (void)open_records(o.out, true, records);  // reads (and checks) every record; writes nothing
+        (void)open_records(o.out, true, false, records);  // reads (and checks) every record; writes nothing
         write_report(o.out, records);
         return 0;
     }
@@ -145,7 +150,7 @@ int run_bench_sweep(const BenchSweepOptions& o) {
         if (!(b > 0)) fail("--vram-budget {} in a sweep: budgets must be positive GiB", b);
     if (!o.peer_cmd.empty()) (void)expand_peer_command(o.peer_cmd, o.model, 1, o.n_gen, o.threads);  // bad placeholders fail now
     std::vector<nlohmann::json> records;  // with --append, the folder's earlier records first
-    std::ofstream rec = open_records(o.out, o.append, records);
+    std::ofstream rec = open_records(o.out, o.append, o.overwrite, records);
 
     Model model(o.model);
     const nlohmann::json mfacts = model_facts(model);

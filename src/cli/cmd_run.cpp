@@ -28,7 +28,10 @@ Action add_run(CLI::App& app) {
     sub->add_option("--top-p", o->sampling.top_p, "Top-p (1 = off)")->capture_default_str();
     sub->add_option("--min-p", o->sampling.min_p, "Min-p (0 = off)")->capture_default_str();
     sub->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
-    sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
+    sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")
+        ->check(CLI::Range(0, 65536))
+        ->capture_default_str()
+        ->envname("NITRO_THREADS");
     sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str();
     sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk")->capture_default_str();
     add_engine_options(sub, *eng);

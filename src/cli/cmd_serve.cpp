@@ -45,6 +45,7 @@ struct ServeOptions {
     std::string trace_path;
     std::string route_replay;
     int parallel = 1;
+    bool ctx_given = false;  ///< -c was given (else the default is capped to the model's context without a warning)
     bool no_prefault = false;
     EngineCli engine;
 };
@@ -84,6 +85,13 @@ void prefault_weights(const Model& model) {
 
 int serve(const ServeOptions& opts) {
     ServeOptions o = opts;
+    if (!o.http.chat_date.empty()) {
+        try {
+            o.http.chat_date = chat_date_from_iso(o.http.chat_date);
+        } catch (const Error& e) {
+            fail("--chat-date: {}", e.what());
+        }
+    }
     if (o.model.empty()) o.model = default_model_path();  // the embedded model, as `nitro run`
     // SIGINT/SIGTERM are taken by a dedicated thread (below); every other thread inherits the mask.
     sigset_t sigs;
@@ -114,7 +122,7 @@ int serve(const ServeOptions& opts) {
     so.gpu = o.engine.gpu;
     so.n_slots = o.parallel;
     server::Scheduler scheduler(model, so, metrics);
-    if (o.session.n_ctx > scheduler.n_ctx())
+    if (o.ctx_given && o.session.n_ctx > scheduler.n_ctx())
         std::fprintf(stderr, "warning: -c %lld is above the model's training context; using %lld tokens\n",
                      static_cast<long long>(o.session.n_ctx), static_cast<long long>(scheduler.n_ctx()));
 
@@ -202,9 +210,21 @@ Action add_serve(CLI::App& app) {
     sub->add_option("--max-body-size", o->http.max_body_mib, "Largest request body accepted, MiB (larger ones get 413)")
         ->capture_default_str()
         ->envname("NITRO_MAX_BODY_SIZE");
-    sub->add_option("--alias", o->http.model_id, "Model name clients use (default: the file name without .gguf)");
-    sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str()->envname("NITRO_CTX_SIZE");
-    sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")->capture_default_str()->envname("NITRO_THREADS");
+    sub->add_option("--alias", o->http.model_id, "Model name clients use (default: the file name without .gguf)")
+        ->check([](const std::string& s) -> std::string {
+            if (s.empty()) return "the model name must not be empty";
+            for (unsigned char c : s)
+                if (c < 0x20 || c == 0x7f) return "the model name must not hold control characters";
+            return "";
+        });
+    CLI::Option* ctx_opt = sub->add_option("-c,--ctx-size", o->session.n_ctx,
+                                           "Context length, tokens (capped at the model's training context; a -c above it warns)")
+                               ->capture_default_str()
+                               ->envname("NITRO_CTX_SIZE");
+    sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")
+        ->check(CLI::Range(0, 65536))
+        ->capture_default_str()
+        ->envname("NITRO_THREADS");
     sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk (cancellation is checked between chunks)")->capture_default_str();
     sub->add_option("--parallel", o->parallel,
                     "Requests served at once (slots), each with its own K/V cache of -c tokens; their decode steps run "
@@ -213,10 +233,19 @@ Action add_serve(CLI::App& app) {
         ->check(CLI::Range(1, 256))
         ->envname("NITRO_PARALLEL");
     sub->add_option("--http-threads", o->http.http_threads,
-                    "HTTP threads kept ready; when all are busy more start, up to 4x this many connections at once "
-                    "(extra threads stop after 10 s idle)")
+                    "HTTP threads kept ready (at least 2); when all are busy more start, up to 4x this many connections "
+                    "at once (extra threads stop after 10 s idle)")
+        ->check(CLI::Range(2, 4096))
         ->capture_default_str();
-    sub->add_option("--chat-date", o->http.chat_date, "Date the gpt-oss template prints, YYYY-MM-DD (default: today)")->envname("NITRO_CHAT_DATE");
+    sub->add_option("--reasoning-budget", o->http.reasoning_budget,
+                    "Tokens of reasoning (gpt-oss analysis channel, Qwen3 <think>) a request with a JSON response_format "
+                    "may take before its answer, unless it sends reasoning_budget_tokens: -1 = unlimited, 0 = none "
+                    "(the answer comes first)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30))
+        ->envname("NITRO_REASONING_BUDGET");
+    sub->add_option("--chat-date", o->http.chat_date, "Date the gpt-oss template prints, YYYY-MM-DD (default: today; checked at startup)")
+        ->envname("NITRO_CHAT_DATE");
     sub->add_option("--trace", o->trace_path, "Capture routing (expert ids and weights per token and layer) of every request to this trace file; seq = request number");
     sub->add_option("--route-replay", o->route_replay,
                     "BENCHMARK ONLY: take every expert choice from this router trace (docs/bench.md, nitro bench --routing "
@@ -227,7 +256,8 @@ Action add_serve(CLI::App& app) {
     sub->add_flag("--no-prefault", o->no_prefault, "Do not read the weights at startup (pages load on first use)");
     auto mem = std::make_shared<MemoryFlags>();
     add_memory_flags(sub, *mem);
-    return [o, mem]() {
+    return [o, mem, ctx_opt]() {
+        o->ctx_given = ctx_opt->count() > 0;
         apply_memory_flags(*mem);
         return serve(*o);
     };

@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include "core/error.h"
+#include "core/text.h"
 #include "runtime/route_replay.h"
 
 #include <fmt/format.h>
@@ -33,7 +34,7 @@ public:
     int64_t seq_n_past(int seq) const override { return s_.seq_n_past(seq); }
     void seq_truncate(int seq, int64_t n) override { s_.seq_truncate(seq, n); }
     std::string describe() const override {
-        std::string d = fmt::format("cpu ({} threads, {} kernels)", const_cast<Session&>(s_).pool().size(), cpu::kernel_isa());
+        std::string d = fmt::format("cpu ({}, {} kernels)", count_noun(const_cast<Session&>(s_).pool().size(), "thread"), cpu::kernel_isa());
         if (s_.route_replay) d += fmt::format(", routing replayed from {} (outputs are not the model's)", s_.route_replay->name());
         return d;
     }

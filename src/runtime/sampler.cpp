@@ -1,6 +1,7 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 namespace nitro {
@@ -9,6 +10,17 @@ int32_t argmax(std::span<const float> logits) {
     int32_t best = 0;
     for (size_t i = 1; i < logits.size(); ++i)
         if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+    return best;
+}
+
+int32_t argmax_allowed(std::span<const float> logits, const std::vector<uint64_t>& allowed) {
+    int32_t best = -1;
+    for (size_t w = 0; w < allowed.size(); ++w)
+        for (uint64_t bits = allowed[w]; bits; bits &= bits - 1) {
+            const size_t i = w * 64 + static_cast<size_t>(std::countr_zero(bits));
+            if (i >= logits.size()) break;
+            if (best < 0 || logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+        }
     return best;
 }
 
@@ -28,10 +40,20 @@ std::vector<TokenProb> top_probs(std::span<const float> logits, int k) {
 
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {}
 
-int32_t Sampler::sample(std::span<const float> logits) {
-    if (p_.temperature <= 0.0f) return argmax(logits);
-    cand_.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {static_cast<int32_t>(i), logits[i]};
+int32_t Sampler::sample(std::span<const float> logits, const std::vector<uint64_t>* allowed) {
+    if (p_.temperature <= 0.0f) return allowed ? argmax_allowed(logits, *allowed) : argmax(logits);
+    if (allowed) {
+        cand_.clear();
+        for (size_t w = 0; w < allowed->size(); ++w)
+            for (uint64_t bits = (*allowed)[w]; bits; bits &= bits - 1) {
+                const size_t i = w * 64 + static_cast<size_t>(std::countr_zero(bits));
+                if (i < logits.size()) cand_.push_back({static_cast<int32_t>(i), logits[i]});
+            }
+        if (cand_.empty()) return -1;
+    } else {
+        cand_.resize(logits.size());
+        for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {static_cast<int32_t>(i), logits[i]};
+    }
     auto by_logit = [](const TokenProb& a, const TokenProb& b) { return a.p > b.p || (a.p == b.p && a.id < b.id); };
     size_t n = cand_.size();
     if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {

@@ -27,7 +27,11 @@ class Sampler {
 public:
     explicit Sampler(const SamplerParams& p);
     /// Picks the next token from logits [n_vocab]. Same seed and logits: same choices.
-    int32_t sample(std::span<const float> logits);
+    /// `allowed` (grammar-constrained sampling, TokenConstraint): a bitset [ceil(n_vocab / 64)]
+    /// of the tokens that may be drawn; the others are removed before any other step (as if their
+    /// logit were -inf), so top-k, top-p, min-p and temperature apply to the allowed tokens.
+    /// Returns -1 when `allowed` allows none.
+    int32_t sample(std::span<const float> logits, const std::vector<uint64_t>* allowed = nullptr);
 
 private:
     SamplerParams p_;
@@ -37,6 +41,9 @@ private:
 
 /// Index of the largest logit (ties: lowest id).
 int32_t argmax(std::span<const float> logits);
+/// Index of the largest logit among the tokens set in `allowed` (a bitset as in Sampler::sample;
+/// ties: lowest id), or -1 when none is.
+int32_t argmax_allowed(std::span<const float> logits, const std::vector<uint64_t>& allowed);
 /// The k most probable tokens under softmax(logits) at temperature 1, most probable first.
 std::vector<TokenProb> top_probs(std::span<const float> logits, int k);
 

@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include "core/error.h"
+#include "grammar/response_constraint.h"
 #include "server/chat_completion.h"
 #include "server/completion.h"
 #include "server/http_guard.h"
@@ -269,7 +270,24 @@ struct HttpServer::Impl {
     httplib::Server svr;
     int64_t created = 0;
 
+    std::once_flag vocab_once;
+    std::shared_ptr<const grammar::VocabIndex> vocab_index;  ///< built at the first response_format request
+
     size_t max_body_bytes() const { return static_cast<size_t>(opt.max_body_mib * 1024.0 * 1024.0); }
+
+    /// The constraint of a JSON response_format: the request's compiled value inside the output
+    /// envelope `go` (chat format or raw), with its reasoning budget.
+    std::unique_ptr<TokenConstraint> make_constraint(const GenerationRequest& g, grammar::ResponseGrammarOptions go) {
+        const ResponseFormat& rf = g.response_format;
+        go.end_of_generation = ctx.scheduler->end_of_generation();
+        try {
+            grammar::add_response_program(*rf.grammar, rf.root, ctx.tokenizer->vocab(), go);
+        } catch (const Error& e) {
+            bad_request("response_format", e.what(), "unsupported_parameter");
+        }
+        std::call_once(vocab_once, [&] { vocab_index = std::make_shared<grammar::VocabIndex>(ctx.tokenizer->vocab()); });
+        return std::make_unique<grammar::ResponseConstraint>(vocab_index, rf.grammar, g.reasoning_budget.value_or(opt.reasoning_budget));
+    }
 
     void check_model(const std::string& requested) const {
         if (requested.empty() || requested == opt.model_id || requested == std::filesystem::path(ctx.model->path()).filename().string())
@@ -492,6 +510,13 @@ struct HttpServer::Impl {
         job->sampling = r.gen.sampling;
         job->max_tokens = r.gen.max_tokens;
         job->top_logprobs = r.gen.logprobs ? r.gen.top_logprobs : -1;
+        if (r.gen.response_format.json()) {
+            grammar::ResponseGrammarOptions go;
+            go.envelope = *ctx.chat_format == ChatFormat::HARMONY ? grammar::Envelope::HARMONY : grammar::Envelope::CHATML;
+            go.reasoning_open = p.parse.reasoning_open;
+            job->constraint = make_constraint(r.gen, go);
+            cfg.parse.plain_content = true;  // the answer is the JSON value, whatever text its strings hold
+        }
         apply_script(r.gen, *job);
         auto state = std::make_shared<RequestState>(std::make_unique<ChatResponseBuilder>(*ctx.tokenizer, cfg));
         run_job(req, res, fd, job, state, r.gen.stream);
@@ -519,6 +544,7 @@ struct HttpServer::Impl {
         job->max_tokens = r.gen.max_tokens < 0 ? 16 : r.gen.max_tokens;  // OpenAI's default for completions
         job->ignore_eos = r.gen.ignore_eos;
         job->top_logprobs = r.gen.logprobs ? r.gen.top_logprobs : -1;
+        if (r.gen.response_format.json()) job->constraint = make_constraint(r.gen, grammar::ResponseGrammarOptions{});
         apply_script(r.gen, *job);
         auto state = std::make_shared<RequestState>(std::make_unique<CompletionResponseBuilder>(*ctx.tokenizer, cfg));
         run_job(req, res, fd, job, state, r.gen.stream);

@@ -35,6 +35,9 @@ struct ServerOptions {
     std::string chat_date;    ///< gpt-oss template date, YYYY-MM-DD ("" = today)
     int http_threads = 32;    ///< HTTP threads kept ready; up to 4x as many start under load
     double max_body_mib = 16; ///< request bodies above this many MiB are answered 413
+    /// Tokens of reasoning a JSON response_format request may take before its answer, unless it
+    /// says (reasoning_budget_tokens): -1 unlimited, 0 none (llama.cpp's --reasoning-budget).
+    int64_t reasoning_budget = -1;
     /// Host names accepted without an API key besides IP addresses, localhost and `host`
     /// ("*": any; see http_guard.h on DNS rebinding).
     std::vector<std::string> allowed_hosts;

@@ -42,6 +42,10 @@ std::string Metrics::render() const {
            dus > 0 ? static_cast<double>(decode_steps.load()) * 1e6 / dus : 0.0);
     family(out, "nitro_last_prompt_tokens_per_second", "gauge", "Prompt throughput of the last finished request, tokens/s.", last_prompt_tok_s.load());
     family(out, "nitro_last_decode_tokens_per_second", "gauge", "Decode throughput of the last finished request, tokens/s.", last_decode_tok_s.load());
+    family(out, "nitro_grammar_masks_total", "counter", "Tokens sampled under a response_format grammar.", grammar_masks.load());
+    family(out, "nitro_grammar_mask_seconds_total", "counter",
+           "Time computing response_format token masks and advancing the grammar (sampling not included), seconds.",
+           grammar_mask_us.load() / 1e6);
     family(out, "nitro_queue_length", "gauge", "Requests waiting for the model.", queue_length.load());
     family(out, "nitro_requests_active", "gauge", "Requests being processed by the model.", active.load());
     std::lock_guard<std::mutex> lk(mu_);

@@ -30,6 +30,9 @@ public:
     // Time, microseconds (exported in seconds).
     std::atomic<uint64_t> prompt_us{0}, decode_us{0};
     std::atomic<uint64_t> decode_steps{0};         ///< decode forward passes (tokens after the first)
+    /// Grammar-constrained sampling (response_format): tokens sampled under a mask, and the time
+    /// spent making the masks and advancing the grammar (not the sampling), microseconds.
+    std::atomic<uint64_t> grammar_masks{0}, grammar_mask_us{0};
     // Gauges.
     std::atomic<int64_t> queue_length{0};
     std::atomic<int64_t> active{0};

@@ -1,5 +1,6 @@
 #include "server/openai_schema.h"
 
+#include "grammar/json_schema.h"
 #include "tokenizer/chat.h"
 
 #include <fmt/format.h>
@@ -116,6 +117,43 @@ void check_tool_name(const std::string& name, const std::string& param) {
                     "invalid_value");
 }
 
+/// OpenAI's response_format, with the schema compiled (SchemaError -> 400 naming the keyword).
+ResponseFormat parse_response_format(const json& rf) {
+    ResponseFormat out;
+    if (!rf.is_object()) wrong_type("response_format", rf, "an object");
+    auto type = get_string(rf, "type");
+    if (!type) bad_request("response_format.type", "'response_format.type' is required ('text', 'json_object' or 'json_schema')", "missing_required_parameter");
+    if (*type == "text") return out;
+    out.grammar = std::make_shared<grammar::Grammar>();
+    if (*type == "json_object") {
+        out.type = ResponseFormat::Type::JSON_OBJECT;
+        out.root = grammar::kAnyObject;
+        return out;
+    }
+    if (*type != "json_schema")
+        bad_request("response_format.type", fmt::format("'response_format.type' must be 'text', 'json_object' or 'json_schema', got '{}'", *type), "invalid_value");
+    out.type = ResponseFormat::Type::JSON_SCHEMA;
+    const json* js = opt_field(rf, "json_schema");
+    if (!js) bad_request("response_format.json_schema", "Missing required parameter: 'response_format.json_schema'.", "missing_required_parameter");
+    if (!js->is_object()) wrong_type("response_format.json_schema", *js, "an object");
+    auto name = get_string(*js, "name");
+    if (!name) bad_request("response_format.json_schema.name", "Missing required parameter: 'response_format.json_schema.name'.", "missing_required_parameter");
+    check_tool_name(*name, "response_format.json_schema.name");
+    out.name = *name;
+    (void)get_bool(*js, "strict");  // the schema is always enforced; strict changes nothing here
+    (void)get_string(*js, "description");
+    const json* schema = opt_field(*js, "schema");
+    if (schema && !schema->is_object() && !schema->is_boolean()) wrong_type("response_format.json_schema.schema", *schema, "an object");
+    try {
+        // No schema: any JSON value.
+        out.root = schema ? grammar::compile_json_schema(*schema, *out.grammar) : grammar::kAnyValue;
+    } catch (const grammar::SchemaError& e) {
+        bad_request("response_format.json_schema.schema", std::string("response_format.json_schema.schema: ") + e.what(),
+                    e.unsupported ? "unsupported_schema" : "invalid_schema");
+    }
+    return out;
+}
+
 void parse_generation(const json& j, GenerationRequest& g, bool chat) {
     // OpenAI's defaults: temperature 1, no top-k, a fresh seed per request unless one is given.
     g.sampling.temperature = 1.0f;
@@ -156,6 +194,17 @@ void parse_generation(const json& j, GenerationRequest& g, bool chat) {
         g.ignore_eos = *v;
     }
     if (auto v = get_string(j, "debug_scripted_output")) g.scripted_output = *v;
+    if (const json* rf = opt_field(j, "response_format")) g.response_format = parse_response_format(*rf);
+    for (const char* key : {"reasoning_budget_tokens", "thinking_budget_tokens"})
+        if (auto v = get_int(j, key, -1, std::numeric_limits<int32_t>::max())) {
+            if (!g.response_format.json())
+                bad_request(key, fmt::format("'{}' is enforced together with a JSON response_format only (json_object or json_schema)", key),
+                            "unsupported_parameter");
+            g.reasoning_budget = *v;
+        }
+    if (g.ignore_eos && g.response_format.json())
+        bad_request("ignore_eos", "'ignore_eos' cannot be combined with a JSON response_format: the output ends when the value is complete",
+                    "invalid_value");
     if (auto v = get_bool(j, "stream")) g.stream = *v;
     if (const json* so = opt_field(j, "stream_options")) {
         if (!so->is_object()) wrong_type("stream_options", *so, "an object");
@@ -324,20 +373,10 @@ ChatRequest parse_chat_request(const std::string& body) {
         if (!k->is_object()) wrong_type("chat_template_kwargs", *k, "an object");
         r.chat_template_kwargs = *k;
     }
-    if (const json* rf = opt_field(j, "response_format")) {
-        if (!rf->is_object()) wrong_type("response_format", *rf, "an object");
-        auto type = get_string(*rf, "type");
-        if (!type || (*type != "text" && *type != "json_object" && *type != "json_schema"))
-            bad_request("response_format.type", "'response_format.type' must be 'text', 'json_object' or 'json_schema'", "invalid_value");
-        // Without grammar-constrained sampling nothing would hold the model to JSON; saying so
-        // beats answering 200 with text that a client then fails to parse.
-        if (*type != "text")
-            bad_request("response_format",
-                        fmt::format("'response_format' of type '{}' is not supported: this server has no grammar-constrained "
-                                    "sampling, so it cannot guarantee JSON output. Leave response_format out (or use "
-                                    "'text') and validate the output yourself.", *type),
-                        "unsupported_parameter");
-    }
+    if (r.gen.response_format.json() && (r.tool_choice == ToolChoice::REQUIRED || r.tool_choice == ToolChoice::NAMED))
+        bad_request("tool_choice", "'tool_choice' 'required' or a named function cannot be combined with a JSON response_format: the "
+                                   "reply is the JSON answer, and no tool call is produced with it",
+                    "invalid_value");
     return r;
 }
 

@@ -9,11 +9,13 @@
 // `metadata`, ...), as OpenAI-compatible servers commonly do.
 #pragma once
 
+#include "grammar/grammar.h"
 #include "runtime/sampler.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -43,6 +45,18 @@ public:
 /// 400 invalid_request_error naming `param`.
 [[noreturn]] void bad_request(const std::string& param, const std::string& message, const std::string& code = "");
 
+/// response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+/// "json_schema": {"name", "schema", "strict", "description"}}. JSON formats are enforced by
+/// grammar-constrained sampling (src/grammar): the schema is compiled while the request is parsed,
+/// so an unsupported keyword is a 400 before anything is queued.
+struct ResponseFormat {
+    enum class Type { TEXT, JSON_OBJECT, JSON_SCHEMA } type = Type::TEXT;
+    std::string name;                                ///< json_schema.name
+    std::shared_ptr<grammar::Grammar> grammar;       ///< the value's nodes (no program yet); null for TEXT
+    uint32_t root = 0;                               ///< the value's node in `grammar`
+    bool json() const { return type != Type::TEXT; }
+};
+
 /// Generation parameters shared by /v1/chat/completions and /v1/completions.
 struct GenerationRequest {
     std::string model;              ///< "" when the client did not name one
@@ -56,6 +70,11 @@ struct GenerationRequest {
     /// Extension "ignore_eos" (as llama.cpp's server; /v1/completions only): keep generating
     /// after end-of-generation tokens, up to max_tokens (benchmarks with a fixed output length).
     bool ignore_eos = false;
+    ResponseFormat response_format;
+    /// Extension "reasoning_budget_tokens" (alias "thinking_budget_tokens", as llama.cpp's server):
+    /// tokens of reasoning allowed before the answer (-1 unlimited, 0 none); unset: the server's
+    /// --reasoning-budget. Enforced with response_format only.
+    std::optional<int64_t> reasoning_budget;
     /// Test-only extension "debug_scripted_output": model output text (special tokens parsed) the
     /// server emits instead of sampling; refused unless the server runs with --debug-scripted-output.
     std::optional<std::string> scripted_output;

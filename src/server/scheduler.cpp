@@ -52,6 +52,7 @@ struct Scheduler::Slot {
     // The running job (null: the slot is free).
     std::shared_ptr<Job> job;
     std::unique_ptr<Sampler> sampler;
+    std::vector<uint64_t> allowed;  ///< the job's constraint's token mask (bitset over the vocabulary)
     std::vector<float> logits;    ///< [n_vocab] of the last evaluated token
     bool fresh = false;           ///< logits not sampled yet
     int32_t pending = -1;         ///< sampled token that the next batch evaluates (-1: none)
@@ -352,8 +353,27 @@ bool Scheduler::emit(Slot& slot) {
     std::span<const float> logits(slot.logits.data(), static_cast<size_t>(model_.n_vocab()));
     TokenStep s;
     const size_t k = static_cast<size_t>(slot.stats.n_generated);
-    if (job.scripted.empty()) s.id = slot.sampler->sample(logits);
-    else s.id = k < job.scripted.size() ? job.scripted[k] : (opt_.end_of_generation.empty() ? 0 : opt_.end_of_generation[0]);
+    if (!job.scripted.empty()) {
+        s.id = k < job.scripted.size() ? job.scripted[k] : (opt_.end_of_generation.empty() ? 0 : opt_.end_of_generation[0]);
+    } else if (job.constraint) {
+        double us = 0;
+        try {
+            auto t0 = Clock::now();
+            job.constraint->allowed_tokens(slot.allowed);
+            us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+            s.id = slot.sampler->sample(logits, &slot.allowed);
+            if (s.id < 0) throw Error("the response format allows no token at this point (this is a bug in the grammar engine)");
+            t0 = Clock::now();
+            job.constraint->accept(s.id);
+            us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        } catch (const std::exception& e) {
+            return finish(slot, FinishCause::ERROR, e.what()), false;
+        }
+        metrics_.grammar_masks++;
+        metrics_.grammar_mask_us += static_cast<uint64_t>(us);
+    } else {
+        s.id = slot.sampler->sample(logits);
+    }
     if (job.top_logprobs >= 0) fill_logprobs(logits, job.top_logprobs, s);
     s.end_of_generation = !job.ignore_eos && std::find(opt_.end_of_generation.begin(), opt_.end_of_generation.end(), s.id) !=
                                                  opt_.end_of_generation.end();

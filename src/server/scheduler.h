@@ -16,6 +16,10 @@
 // used least recently), keeps that prefix (Engine::seq_truncate) and evaluates only the rest;
 // the number reused is reported to the job's sink and in /metrics.
 //
+// Constrained jobs (Job::constraint): the worker asks the job's constraint for the allowed tokens
+// before sampling its slot and gives it the token after, so each slot's grammar state is its own;
+// the time this takes is in /metrics (nitro_grammar_mask_seconds_total).
+//
 // Cancellation: a queued job is removed from the queue at once; a running job stops at the next
 // step (the next prompt chunk or the next token) and frees its slot; the other slots go on.
 #pragma once
@@ -23,6 +27,7 @@
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
+#include "runtime/token_constraint.h"
 #include "server/metrics.h"
 
 #include <atomic>
@@ -87,6 +92,9 @@ struct Job {
     /// Test-only (`nitro serve --debug-scripted-output`): the tokens to emit instead of sampling,
     /// then an end-of-generation token. The model still evaluates every token it emits.
     std::vector<int32_t> scripted;
+    /// Grammar-constrained sampling (response_format): each sampled token comes from the tokens it
+    /// allows, and is then given to it. Null: unconstrained. Not applied to `scripted` output.
+    std::unique_ptr<TokenConstraint> constraint;
     std::shared_ptr<TokenSink> sink;
     std::atomic<bool> cancelled{false};
 
@@ -126,6 +134,8 @@ public:
     void stop();
 
     int64_t n_ctx() const { return n_ctx_; }
+    /// The tokens that end a generation (SchedulerOptions::end_of_generation).
+    const std::vector<int32_t>& end_of_generation() const { return opt_.end_of_generation; }
     /// Slots (jobs run at once).
     int n_slots() const { return static_cast<int>(slots_.size()); }
     /// Bytes of the engine's K/V cache (all slots).

@@ -79,6 +79,10 @@ void apply_delta(ParsedMessage& m, const ChatDelta& d);
 struct ChatParseOptions {
     /// ChatML: the prompt already opened a <think> block, so output starts inside reasoning.
     bool reasoning_open = false;
+    /// ChatML: after the reasoning block everything is content, tags included (a response_format
+    /// answer: its JSON strings may hold "<tool_call>" or "</think>" text, and no tool call can
+    /// follow). Harmony needs no such option: its answer is a message body.
+    bool plain_content = false;
 };
 
 /// The incremental parser of one format. Feed text (valid UTF-8, from normal tokens) and

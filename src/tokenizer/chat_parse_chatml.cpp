@@ -143,7 +143,7 @@ std::string_view member_text(std::string_view s, std::string_view key) {
 
 class ChatmlParser final : public ChatOutputParser {
 public:
-    explicit ChatmlParser(const ChatParseOptions& opt) {
+    explicit ChatmlParser(const ChatParseOptions& opt) : plain_content_(opt.plain_content) {
         if (opt.reasoning_open) state_ = State::THINK;
     }
 
@@ -228,6 +228,11 @@ private:
                     if (after_tool_) {
                         if (!drop_leading(is_space)) return;
                         after_tool_ = false;
+                    }
+                    if (plain_content_) {
+                        content(buf_);
+                        buf_.clear();
+                        return;
                     }
                     const TagHit hit = first_tag(buf_);
                     if (hit.at != std::string::npos) {
@@ -321,6 +326,7 @@ private:
     }
 
     State state_ = State::START;
+    bool plain_content_ = false;
     std::string buf_;
     bool reasoning_started_ = false;
     bool content_begin_ = false;

@@ -342,17 +342,40 @@ test('a port another server holds is a startup error (no SO_REUSEPORT sharing); 
   assert.match(big.stderr, /--port/);
 });
 
-// ---- Also expected: response_format ----
-
-test('response_format json_object / json_schema is a clear 400 (no constrained sampling); text is accepted', async () => {
-  const client = new OpenAI({ baseURL: `${open.baseURL}/v1`, apiKey: 'unused', maxRetries: 0 });
-  const base = { model: MODEL, messages: [{ role: 'user', content: 'x' }], max_tokens: 1 };
-  for (const rf of [{ type: 'json_object' }, { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } }]) {
-    await assert.rejects(client.chat.completions.create({ ...base, response_format: rf }),
-      (e) => e.status === 400 && e.param === 'response_format' && e.code === 'unsupported_parameter' && /grammar-constrained/.test(e.message), rf.type);
+test('bad startup options are refused naming the option: --chat-date, --http-threads 0, -t -1, --alias \'\'', async () => {
+  const tryServe = (args) => new Promise((resolve) => {
+    execFile(NITRO, ['serve', '-m', GPTOSS, '--host', '127.0.0.1', '--port', '0', '--no-prefault', ...args], { timeout: 30000 },
+      (err, stdout, stderr) => resolve({ code: err ? err.code : 0, stderr }));
+  });
+  for (const [args, re] of [
+    [['--chat-date', '2025-13-01'], /--chat-date: chat date '2025-13-01' has no such month or day/],
+    [['--chat-date', 'yesterday'], /--chat-date: chat date 'yesterday' is not an ISO-8601 date/],
+    [['--http-threads', '0'], /--http-threads/],
+    [['-t', '-1'], /--threads/],
+    [['--alias', ''], /--alias.*must not be empty/],
+  ]) {
+    const r = await tryServe(args);
+    assert.notEqual(r.code, 0, `${args.join(' ')} must not start a server`);
+    assert.match(r.stderr, re, args.join(' '));
+    assert.doesNotMatch(r.stderr, /listening on/);
   }
-  const ok = await client.chat.completions.create({ ...base, response_format: { type: 'text' } });
-  assert.equal(ok.usage.completion_tokens, 1);
+});
+
+test('without -c the context is the model\'s own when it is shorter than 4096, with no warning; an explicit -c above it warns', async () => {
+  const EMBEDDED = new URL('../../models/tiny-moe-pystd.gguf', import.meta.url).pathname;
+  const plain = await startServer(EMBEDDED, ['--no-prefault']);
+  try {
+    assert.doesNotMatch(plain.log(), /warning/);
+    assert.equal((await (await fetch(`${plain.baseURL}/v1/models`)).json()).data[0].meta.n_ctx, 1024);
+  } finally {
+    assert.equal(await plain.stop(), 0);
+  }
+  const big = await startServer(EMBEDDED, ['--no-prefault', '-c', '4096']);
+  try {
+    assert.match(big.log(), /warning: -c 4096 is above the model's training context; using 1024 tokens/);
+  } finally {
+    assert.equal(await big.stop(), 0);
+  }
 });
 
 test('SIGTERM during a long stream stops the server at once (the running job is cancelled at its next step)', async () => {

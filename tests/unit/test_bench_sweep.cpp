@@ -402,6 +402,24 @@ TEST(BenchSweep, RecordsOnTheEmbeddedModelHaveTheSchema) {
         EXPECT_EQ(xml_problem(read_text(dir + "/out/" + svg)), "") << svg;
 }
 
+TEST(BenchSweep, AnEarlierSweepIsNotOverwrittenWithoutOverwrite) {
+    const std::string dir = test::temp_dir("bench-again");
+    std::filesystem::create_directories(dir + "/out");
+    {
+        std::ofstream f(dir + "/out/records.jsonl");
+        f << "{\"schema\":\"nitro-bench-run/1\",\"record\":\"step\"}\n";
+    }
+    const std::string sweep = kBench + " -m " + kModel + " -o " + dir + "/out --modes cpu --ctx 32";
+    EXPECT_NE(run_status(sweep, dir + "/log"), 0);
+    const std::string log = read_text(dir + "/log");
+    EXPECT_NE(log.find("holds the records of an earlier sweep"), std::string::npos) << log;
+    EXPECT_NE(log.find("--overwrite"), std::string::npos) << log;
+    EXPECT_NE(log.find("--append"), std::string::npos) << log;
+    EXPECT_EQ(read_text(dir + "/out/records.jsonl"), "{\"schema\":\"nitro-bench-run/1\",\"record\":\"step\"}\n") << "left as it was";
+    ASSERT_EQ(run_status(sweep + " --overwrite", dir + "/log2"), 0) << read_text(dir + "/log2");
+    EXPECT_GE(read_records(dir + "/out").size(), 2u);
+}
+
 TEST(BenchSweep, RatioAgainstAPeerComesFromThePairs) {
     const std::string dir = test::temp_dir("bench-peer");
     {
@@ -447,10 +465,11 @@ TEST(BenchSweep, PeerThatFailsOrHangsGivesAClearErrorNotAHang) {
         const char* cmd;
         const char* reason;
     };
+    int n = 0;
     for (const Case& c : {Case{"echo broken >&2; exit 1", "exited with status 1: broken"},
                           Case{"sleep 60", "timed out after 1 s"}, Case{"echo not json", "no JSON"}}) {
         const auto t = std::chrono::steady_clock::now();
-        const std::string out = dir + "/out";
+        const std::string out = dir + "/out" + std::to_string(n++);  // a fresh folder: an earlier sweep's is refused
         const int rc = run_status(kBench + " -m " + kModel + " -o " + out + " --modes cpu --ctx 16 --peer-timeout 1 --peer-cmd '" +
                                       c.cmd + "'",
                                   dir + "/log");
@@ -548,8 +567,9 @@ TEST(BenchSweep, AppendKeepsEarlierRecordsAndReportsThemAll) {
     ASSERT_EQ(run_status(std::string(NITRO_BINARY) + " bench -m /nonexistent.gguf -o " + dir + "/out --render-only", dir + "/log"), 0)
         << read_text(dir + "/log");
     EXPECT_EQ(read_text(dir + "/out/report.md"), md);
-    // Without --append the folder starts over; a file that is not records is refused.
-    ASSERT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --modes cpu --ctx 16", dir + "/log"), 0);
+    // With --overwrite the folder starts over (without it, or --append, it is refused: another test);
+    // a file that is not records is refused.
+    ASSERT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --overwrite --modes cpu --ctx 16", dir + "/log"), 0);
     EXPECT_EQ(read_records(dir + "/out").size(), 2u);  // one run, one step
     std::ofstream(dir + "/out/records.jsonl", std::ios::app) << "{\"not\": \"a record\"}\n";
     EXPECT_EQ(run_status(kBench + " -m " + kModel + " -o " + dir + "/out --append --modes cpu --ctx 16", dir + "/log"), 1);

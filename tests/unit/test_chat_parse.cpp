@@ -336,6 +336,20 @@ TEST(ChatParseQwen, StrayTagsAreDroppedTextAroundThemKept) {
     EXPECT_EQ(m.warnings.size(), 5u);
 }
 
+TEST(ChatParseQwen, PlainContentKeepsTagTextOfAJsonAnswer) {
+    // response_format: after the reasoning block everything is the answer, tags included.
+    const std::string json = "{\"a\": \"<tool_call>{}</tool_call> </think> <think>\", \"b\": \"\\n\"}\n\n";
+    const auto m = parse_all_ways(ChatFormat::CHATML, "<think>\nplan\n</think>\n\n" + json + "<|im_end|>", {.plain_content = true});
+    EXPECT_EQ(m.reasoning_content, "plan");
+    EXPECT_EQ(m.content, json);
+    EXPECT_TRUE(m.tool_calls.empty());
+    EXPECT_TRUE(m.warnings.empty());
+    const auto direct = parse_all_ways(ChatFormat::CHATML, json, {.plain_content = true});
+    EXPECT_EQ(direct.content, json);
+    // Without the option the same text is a tool call and dropped tags (what a tool-using reply needs).
+    EXPECT_NE(parse_all_ways(ChatFormat::CHATML, json).content, json);
+}
+
 // ---- what a cut or malformed harmony header yields ----
 
 TEST(ChatParseHarmony, CutOrEndedHeaderAfterExplicitStartYieldsNothing) {

@@ -1,5 +1,6 @@
 // The engine switch (--mode): in a build without the CUDA backend, --mode gpu is a clear error.
 #include "core/error.h"
+#include "core/text.h"
 #include "runtime/engine.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,19 @@ TEST(Engine, AutoRunsOnTheCpuWithoutAGpu) {
     const auto e = make_engine(EngineMode::Auto, model, SessionOptions{}, GpuOptions{});
     EXPECT_EQ(e->describe().rfind("cpu (", 0), 0u) << e->describe();
     EXPECT_EQ(e->expert_counters(), nullptr) << "the CPU engine places no experts";
+}
+
+TEST(Engine, DescriptionCountsThreadsInGoodEnglish) {
+    EXPECT_EQ(count_noun(1, "thread"), "1 thread");
+    EXPECT_EQ(count_noun(2, "thread"), "2 threads");
+    EXPECT_EQ(count_noun(0, "thread"), "0 threads");
+    Model model(std::string(NITRO_SHARED_DIR) + "/fixtures/tiny-qwen3moe-q8.gguf");
+    for (int n : {1, 2}) {
+        SessionOptions so;
+        so.n_threads = n;
+        const auto e = make_engine(EngineMode::Cpu, model, so, GpuOptions{});
+        EXPECT_EQ(e->describe().rfind(n == 1 ? "cpu (1 thread, " : "cpu (2 threads, ", 0), 0u) << e->describe();
+    }
 }
 
 TEST(Engine, GpuModeWithoutCudaIsAClearError) {

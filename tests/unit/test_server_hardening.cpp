@@ -72,16 +72,49 @@ TEST(ServerHardening, ToolNamesMatchOpenAIsPattern) {
     EXPECT_EQ(e.param, "tool_choice.function.name");
 }
 
-TEST(ServerHardening, ResponseFormatOtherThanTextIsRefused) {
-    for (const char* rf : {R"({"type":"json_object"})", R"({"type":"json_schema","json_schema":{"name":"x","schema":{}}})"}) {
-        const ApiError e = error_of(R"({"messages":)" + kUser + R"(,"response_format":)" + rf + "}");
-        EXPECT_EQ(e.status, 400);
-        EXPECT_EQ(e.param, "response_format");
-        EXPECT_EQ(e.code, "unsupported_parameter");
-        EXPECT_NE(e.message.find("grammar-constrained"), std::string::npos);
+TEST(ServerHardening, ResponseFormatIsCompiledWhenParsed) {
+    auto chat = [](const std::string& extra) { return R"({"messages":)" + kUser + "," + extra + "}"; };
+    const ChatRequest obj = parse_chat_request(chat(R"("response_format":{"type":"json_object"})"));
+    EXPECT_EQ(obj.gen.response_format.type, ResponseFormat::Type::JSON_OBJECT);
+    EXPECT_EQ(obj.gen.response_format.root, grammar::kAnyObject);
+    const ChatRequest sch = parse_chat_request(
+        chat(R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer"}}}}},"reasoning_budget_tokens":0)"));
+    EXPECT_EQ(sch.gen.response_format.type, ResponseFormat::Type::JSON_SCHEMA);
+    EXPECT_EQ(sch.gen.response_format.name, "p");
+    ASSERT_TRUE(sch.gen.response_format.grammar);
+    EXPECT_EQ(sch.gen.response_format.grammar->nodes[sch.gen.response_format.root].kind, grammar::NodeKind::OBJECT);
+    EXPECT_EQ(sch.gen.reasoning_budget, 0);
+    EXPECT_FALSE(parse_chat_request(chat(R"("response_format":{"type":"text"})")).gen.response_format.json());
+    struct Bad {
+        std::string extra, param, code;
+    };
+    for (const Bad& b : std::vector<Bad>{
+             {R"("response_format":{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"string","pattern":"a"}}})",
+              "response_format.json_schema.schema", "unsupported_schema"},
+             {R"("response_format":{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"nope"}}})",
+              "response_format.json_schema.schema", "invalid_schema"},
+             {R"("response_format":{"type":"json_schema","json_schema":{"name":"a b","schema":{}}})", "response_format.json_schema.name",
+              "invalid_value"},
+             {R"("response_format":{"type":"json_schema"})", "response_format.json_schema", "missing_required_parameter"},
+             {R"("response_format":{"type":"yaml"})", "response_format.type", "invalid_value"},
+             {R"("response_format":"json")", "response_format", "invalid_type"},
+             {R"("reasoning_budget_tokens":5)", "reasoning_budget_tokens", "unsupported_parameter"},
+             {R"("response_format":{"type":"json_object"},"thinking_budget_tokens":-3)", "thinking_budget_tokens", "invalid_value"},
+             {R"("response_format":{"type":"json_object"},"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required")",
+              "tool_choice", "invalid_value"},
+         }) {
+        const ApiError e = error_of(chat(b.extra));
+        EXPECT_EQ(e.status, 400) << b.extra;
+        EXPECT_EQ(e.param, b.param) << b.extra;
+        EXPECT_EQ(e.code, b.code) << b.extra;
     }
-    EXPECT_NO_THROW(parse_chat_request(R"({"messages":)" + kUser + R"(,"response_format":{"type":"text"}})"));
-    EXPECT_EQ(error_of(R"({"messages":)" + kUser + R"(,"response_format":{"type":"yaml"}})").param, "response_format.type");
+    // /v1/completions: ignore_eos would keep generating past the complete value.
+    try {
+        parse_completion_request(R"({"prompt":"x","ignore_eos":true,"response_format":{"type":"json_object"}})");
+        ADD_FAILURE() << "ignore_eos with a JSON response_format was accepted";
+    } catch (const ApiException& e) {
+        EXPECT_EQ(e.error.param, "ignore_eos");
+    }
 }
 
 TEST(ServerHardening, MessageTextCannotForgeATurnInEitherFormat) {
