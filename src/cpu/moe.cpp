@@ -164,8 +164,8 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
                         &s.down[static_cast<size_t>(b * E)], E});
     }
     for (const auto* js : {&s.jg, &s.ju, &s.jd}) check_matmul_job(js->front());
-    const kernels::DotFn fg = kernels::active_kernel(ex.gate->type), fu = kernels::active_kernel(ex.up->type),
-                         fd = kernels::active_kernel(ex.down->type);
+    const kernels::Kernel fg = kernels::active_kernel(ex.gate->type), fu = kernels::active_kernel(ex.up->type),
+                          fd = kernels::active_kernel(ex.down->type);
 
     // Pass 0: activation pieces (token, 256 values) of h for gate (and up when its type differs).
     const int64_t pieces_per_row = (E + kPiece - 1) / kPiece;
@@ -209,7 +209,7 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
         const int32_t x = s.xs[static_cast<size_t>(xi)];
         const int64_t b = s.xb[static_cast<size_t>(xi)], c = s.xc[static_cast<size_t>(xi)];
         const MatmulJob* gu[2] = {&s.jg[static_cast<size_t>(xi)], &s.ju[static_cast<size_t>(xi)]};
-        const kernels::DotFn fgu[2] = {fg, fu};
+        const kernels::Kernel fgu[2] = {fg, fu};
         kernels::run_rows_interleaved(gu, fgu, 2, r0, r1);
         for (int64_t g = b; g < b + c; ++g) {
             float* gr = &s.gate[static_cast<size_t>(g * F + r0)];
@@ -231,7 +231,7 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
         const int64_t c0 = u * kRows2, c1 = std::min(E, c0 + kRows2);
         if (nx <= 16) {
             const MatmulJob* js[16];
-            kernels::DotFn fs[16];
+            kernels::Kernel fs[16];
             for (int64_t xi = 0; xi < nx; ++xi) js[xi] = &s.jd[static_cast<size_t>(xi)], fs[xi] = fd;
             kernels::run_rows_interleaved(js, fs, static_cast<int>(nx), c0, c1);
         } else {
