@@ -46,18 +46,30 @@ struct DecQ45K {
         __m256i Y[4], U[4];
         for (int q = 0; q < 4; ++q) Y[q] = load256(xb + kQs + 32 * q);
         transpose4(Y, U);  // U[m] lane l, position q = dword 4l + m of chunk q
-        const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), m4 = _mm256_set1_epi8(0x0F);
-        __m256i qh;
-        if constexpr (kFive) qh = load256(xb + 16);
-        for (int s = 0; s < 8; ++s) {
-            const __m256i v = _mm256_permute2x128_si256(U[s % 4], U[s % 4], s < 4 ? 0x00 : 0x11);
-            __m256i w = _mm256_and_si256(_mm256_srlv_epi32(v, shift), m4);
-            if constexpr (kFive) {
-                const __m256i hb = _mm256_srlv_epi32(_mm256_permutevar8x32_epi32(qh, _mm256_set1_epi32(s)),
-                                                     _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-                w = _mm256_or_si256(w, _mm256_slli_epi32(_mm256_and_si256(hb, _mm256_set1_epi8(1)), 4));
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        // Q5_K: qh dwords 4l..4l+3 in both lanes; lane 4L + q tests bit 2q + L of every byte.
+        __m256i qhl[2], bit;
+        if constexpr (kFive) {
+            const __m256i qh = load256(xb + 16);
+            qhl[0] = _mm256_permute2x128_si256(qh, qh, 0x00);
+            qhl[1] = _mm256_permute2x128_si256(qh, qh, 0x11);
+            bit = _mm256_setr_epi32(0x01010101, 0x04040404, 0x10101010, 0x40404040, 0x02020202, 0x08080808, 0x20202020,
+                                    static_cast<int>(0x80808080u));
+        }
+        for (int m = 0; m < 4; ++m) {
+            const __m256i lo = _mm256_and_si256(U[m], m4), hi = _mm256_and_si256(_mm256_srli_epi16(U[m], 4), m4);
+            for (int l = 0; l < 2; ++l) {
+                const int s = 4 * l + m;  // values 4s..4s+3: dword s of each chunk, low nibbles in lane 0
+                __m256i w = _mm256_permute2x128_si256(lo, hi, l ? 0x31 : 0x20);
+                if constexpr (kFive) {
+                    const __m256i hb = m == 0 ? _mm256_shuffle_epi32(qhl[l], 0x00)
+                                       : m == 1 ? _mm256_shuffle_epi32(qhl[l], 0x55)
+                                       : m == 2 ? _mm256_shuffle_epi32(qhl[l], 0xAA)
+                                                : _mm256_shuffle_epi32(qhl[l], 0xFF);
+                    w = _mm256_or_si256(w, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit), _mm256_set1_epi8(0x10)));
+                }
+                t.w[s] = w;
             }
-            t.w[s] = w;
         }
         const __m128i sm = scales_mins_k4(xb + 4);
         t.ws = _mm256_mul_ps(bytes_to_lanes32(sm, false), _mm256_set1_ps(h2f(xb)));

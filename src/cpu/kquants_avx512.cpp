@@ -55,7 +55,10 @@ inline __m512 bytes_to_lanes32(__m128i b, bool is_signed) {
 
 /// Q4_K (144 bytes: d, dmin, scales[12], qs[128]) and Q5_K (176: d, dmin, scales[12], qh[32],
 /// qs[128]): sub-block j of a super-block is the low (j even) or high nibble of chunk j / 2 (32 qs
-/// bytes), Q5_K's fifth bit is bit j of qh[value].
+/// bytes), Q5_K's fifth bit is bit j of qh[value]. Lane d = 4L + q holds sub-block 2q + L % 2 of
+/// super-block L / 2: the chunks q of both super-blocks as [SB0 | SB1] zmm, a 4x4 dword transpose
+/// inside the 128-bit lanes (V[m] lane 2k + l, position q = dword 4l + m of chunk q of SB k), the
+/// nibbles split, and slice 4l + m = [low, high nibbles of lane l, of lane 2 + l] by vpermt2q.
 template <bool kFive>
 struct DecQ45K {
     static constexpr ActOrder kOrder = ActOrder::Slices32;
@@ -65,31 +68,62 @@ struct DecQ45K {
     static constexpr int kQs = kFive ? 48 : 16;
     __attribute__((always_inline)) static void decode(const uint8_t* x, W16<8>& t) {
         const uint8_t* b1 = x + kUnitBytes;
-        // dwords 0-15: chunks 0, 1; 16-31: chunks 2, 3
-        const __m512i a0 = _mm512_loadu_si512(x + kQs), c0 = _mm512_loadu_si512(x + kQs + 64);
-        const __m512i a1 = _mm512_loadu_si512(b1 + kQs), c1 = _mm512_loadu_si512(b1 + kQs + 64);
-        static constexpr auto nib_shift = LaneInts([](int d) { return 4 * (sub32(d) % 2); });
-        const __m512i shift = nib_shift.load(), m4 = _mm512_set1_epi8(0x0F);
-        __m512i qh, rot;
+        __m512i Z[4];
+        for (int q = 0; q < 4; ++q)
+            Z[q] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(x + kQs + 32 * q)), load256(b1 + kQs + 32 * q), 1);
+        const __m512i t0 = _mm512_unpacklo_epi32(Z[0], Z[1]), t1 = _mm512_unpackhi_epi32(Z[0], Z[1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(Z[2], Z[3]), t3 = _mm512_unpackhi_epi32(Z[2], Z[3]);
+        const __m512i V[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                              _mm512_unpackhi_epi64(t1, t3)};
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        // slice 4l + m: qwords [2l, 2l+1 of low | 2l, 2l+1 of high | 4+2l, 5+2l of low | 4+2l, 5+2l of high]
+        const __m512i sel[2] = {_mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15)};
+        __m512i qhl[2], rot;
         if constexpr (kFive) {
-            qh = _mm512_inserti64x4(_mm512_castsi256_si512(load256(x + 16)), load256(b1 + 16), 1);
+            // [qh dwords 4l..4l+3 of SB0 twice | of SB1 twice]
+            const __m512i qh = _mm512_inserti64x4(_mm512_castsi256_si512(load256(x + 16)), load256(b1 + 16), 1);
+            qhl[0] = _mm512_shuffle_i64x2(qh, qh, _MM_SHUFFLE(2, 2, 0, 0));
+            qhl[1] = _mm512_shuffle_i64x2(qh, qh, _MM_SHUFFLE(3, 3, 1, 1));
             static constexpr auto rot_cnt = LaneInts([](int d) { return (4 - sub32(d) % 8) & 31; });
             rot = rot_cnt.load();
         }
-        for (int s = 0; s < 8; ++s) {
-            const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(s), _mm512_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24));
-            const __m512i v = _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(a0, idx, c0),
-                                                      _mm512_permutex2var_epi32(a1, idx, c1));
-            __m512i w = _mm512_and_si512(_mm512_srlv_epi32(v, shift), m4);
-            if constexpr (kFive) {
-                const __m512i hidx = _mm512_add_epi32(_mm512_set1_epi32(s), _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8));
-                w = or_and(w, _mm512_rolv_epi32(_mm512_permutexvar_epi32(hidx, qh), rot), _mm512_set1_epi8(0x10));
+        for (int m = 0; m < 4; ++m) {
+            const __m512i lo = _mm512_and_si512(V[m], m4), hi = _mm512_and_si512(_mm512_srli_epi16(V[m], 4), m4);
+            for (int l = 0; l < 2; ++l) {
+                const int s = 4 * l + m;  // values 4s..4s+3 of every sub-block
+                __m512i w = _mm512_permutex2var_epi64(lo, sel[l], hi);
+                if constexpr (kFive) {
+                    const __m512i h = m == 0 ? _mm512_shuffle_epi32(qhl[l], _MM_PERM_AAAA)
+                                      : m == 1 ? _mm512_shuffle_epi32(qhl[l], _MM_PERM_BBBB)
+                                      : m == 2 ? _mm512_shuffle_epi32(qhl[l], _MM_PERM_CCCC)
+                                               : _mm512_shuffle_epi32(qhl[l], _MM_PERM_DDDD);
+                    w = or_and(w, _mm512_rolv_epi32(h, rot), _mm512_set1_epi8(0x10));
+                }
+                t.w[s] = w;
             }
-            t.w[s] = w;
         }
-        const __m128i sm0 = scales_mins_k4(x + 4), sm1 = scales_mins_k4(b1 + 4);
-        t.ws = _mm512_mul_ps(bytes_to_lanes32(_mm_unpacklo_epi64(sm0, sm1), false), halves(h2f(x), h2f(b1)));
-        t.wm = _mm512_mul_ps(bytes_to_lanes32(_mm_unpackhi_epi64(sm0, sm1), false), halves(-h2f(x + 2), -h2f(b1 + 2)));
+        // Scales and mins of both super-blocks in lane order: per 128-bit lane (super-block) bytes
+        // [sc of lanes 0-7 | mn of lanes 0-7], then [sc SB0 | sc SB1 | mn SB0 | mn SB1].
+        alignas(32) static constexpr struct Ctl {
+            uint8_t v[32];
+            constexpr Ctl() : v{} {
+                for (int i = 0; i < 32; ++i) v[i] = static_cast<uint8_t>((i % 16) / 8 * 8 + sub32(i % 8));
+            }
+        } ctl{};
+        const __m256i sm = _mm256_permute4x64_epi64(
+            _mm256_shuffle_epi8(scales_mins_k4_x2(x + 4, b1 + 4), _mm256_load_si256(reinterpret_cast<const __m256i*>(ctl.v))),
+            _MM_SHUFFLE(3, 1, 2, 0));
+        uint32_t dd0, dd1;
+        std::memcpy(&dd0, x, 4);
+        std::memcpy(&dd1, b1, 4);
+        // [d0, dmin0, d1, dmin1]
+        const __m512 dm = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_unpacklo_epi32(_mm_cvtsi32_si128(static_cast<int>(dd0)),
+                                                                                 _mm_cvtsi32_si128(static_cast<int>(dd1)))));
+        const __m512 d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), dm);
+        const __m512 dmin = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), dm);
+        t.ws = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(sm))), d);
+        t.wm = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(sm, 1))),
+                             _mm512_xor_ps(dmin, _mm512_set1_ps(-0.f)));
     }
 };
 
@@ -115,9 +149,18 @@ struct DecIq4Xs {
             t.w[m] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(T[m], m4));
             t.w[4 + m] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(T[m], 4), m4));
         }
-        static constexpr auto perm = LaneInts([](int d) { return sub32(d); });
-        const __m512i ls = _mm512_inserti64x4(_mm512_castsi256_si512(scales_iq4xs(x + 2)), scales_iq4xs(b1 + 2), 1);
-        t.ws = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(perm.load(), ls)), halves(h2f(x), h2f(b1)));
+        // ls - 32 of sub-block j (scales_l nibble j, scales_h bits 2j) straight into lane order: the
+        // shift counts follow the lanes' sub-blocks.
+        static constexpr auto lo_cnt = LaneInts([](int d) { return 4 * (sub32(d) % 8); });
+        static constexpr auto hi_cnt = LaneInts([](int d) { return 2 * (sub32(d) % 8); });
+        uint32_t sl0, sl1;
+        std::memcpy(&sl0, x + 4, 4);
+        std::memcpy(&sl1, b1 + 4, 4);
+        const __m512i sl = _mm512_mask_set1_epi32(_mm512_set1_epi32(static_cast<int>(sl0)), 0xFF00, static_cast<int>(sl1));
+        const __m512i sh = _mm512_mask_set1_epi32(_mm512_set1_epi32(load_u16(x + 2)), 0xFF00, load_u16(b1 + 2));
+        const __m512i ls = or_and(_mm512_and_si512(_mm512_srlv_epi32(sl, lo_cnt.load()), _mm512_set1_epi32(0xF)),
+                                  _mm512_slli_epi32(_mm512_srlv_epi32(sh, hi_cnt.load()), 4), _mm512_set1_epi32(0x30));
+        t.ws = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))), halves(h2f(x), h2f(b1)));
     }
 };
 

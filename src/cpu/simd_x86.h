@@ -32,6 +32,20 @@ __attribute__((always_inline)) inline void prefetch_group(const uint8_t* p) {
     for (int64_t l = 0; l < kBytes; l += 64) prefetch_w(p + l);
 }
 
+/// The tile kernels' prefetch: while one block of rows is computed (groups outer, its rows
+/// inner: several row streams at once, which a fixed distance ahead in each row does not cover),
+/// the next block's bytes are fetched into L2 in order, kBytes per decoded group, so they are
+/// there when the block starts (the next block of this call, or of the caller's next call on the
+/// following rows).
+struct BlockPrefetch {
+    const uint8_t* p;
+    const uint8_t* end;
+    template <int64_t kBytes>
+    __attribute__((always_inline)) void step() {
+        for (int64_t l = 0; l < kBytes && p < end; l += 64, p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+    }
+};
+
 /// Sum of the 8 lanes, in a fixed order ((0+4)+(2+6))+((1+5)+(3+7)).
 inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -42,6 +56,17 @@ inline float hsum8(__m256 v) {
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+/// e8m0_half for every byte: one load instead of a branch and shifts per block. Built at compile
+/// time: this header is compiled with AVX2/AVX-512 flags, and a table filled by a constructor would
+/// run those instructions at load time on every CPU, before dispatch (SIGILL on CPUs without them).
+struct E8m0Table {
+    float v[256];
+    constexpr E8m0Table() : v{} {
+        for (int e = 0; e < 256; ++e) v[e] = e8m0_half(static_cast<uint8_t>(e));
+    }
+};
+constexpr E8m0Table kE8m0Half{};
 
 /// A 16-entry byte table for vpshufb, every entry plus `off` (compile time).
 struct Lut16 {
@@ -67,6 +92,19 @@ inline __m128i scales_mins_k4(const uint8_t* q) {
                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
     const __m128i hi = _mm_and_si128(_mm_srli_epi32(r, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
     return _mm_or_si128(lo, hi);
+}
+
+/// scales_mins_k4 of two super-blocks at once: [sc, mn of q0 | sc, mn of q1].
+inline __m256i scales_mins_k4_x2(const uint8_t* q0, const uint8_t* q1) {
+    const __m256i v = _mm256_set_m128i(load128(q1), load128(q0));
+    const __m256i p = _mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0));
+    const __m256i r = _mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0));
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(p, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4)),
+                                        _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f,
+                                                          0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(r, 2), _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030, 0,
+                                                                                  0x30303030, 0, 0x30303030));
+    return _mm256_or_si256(lo, hi);
 }
 
 /// Q3_K: the 16 six-bit scales minus 32 (scales[12] at q) as signed bytes (llama.cpp's word trick).

@@ -80,13 +80,13 @@ struct Geometry {
 };
 
 /// Group g of the row at x: its bytes, or for a last group that would read past `end` a
-/// zero-padded copy in `buf`.
-template <class D>
+/// zero-padded copy in `buf`. kAhead: prefetch g_prefetch_bytes ahead in the row (one row at a time).
+template <class D, bool kAhead = false>
 __attribute__((always_inline)) inline const uint8_t* group_ptr(const Geometry<D>& geo, const uint8_t* x, int64_t g,
                                                                const uint8_t* end, uint8_t* buf) {
     const uint8_t* p = x + g * D::kGroupBytes;
     if (g < geo.full) {
-        prefetch_group<D::kGroupBytes>(p);
+        if constexpr (kAhead) prefetch_group<D::kGroupBytes>(p);
         return p;
     }
     if (end - p >= D::kGroupBytes) return p;
@@ -109,7 +109,7 @@ struct Tile256 {
             const uint8_t* x = A.w + r * static_cast<int64_t>(A.row_bytes);
             __m256 acc = _mm256_setzero_ps();
             for (int64_t g = 0; g < geo.full; ++g) {
-                const uint8_t* gp = group_ptr(geo, x, g, A.w_end, buf);
+                const uint8_t* gp = group_ptr<D, true>(geo, x, g, A.w_end, buf);
                 for (int h = 0; h < 2; ++h) {
                     D::decode(gp, h, t);
                     acc = consume<D>(t, a, g, h, acc);
@@ -137,10 +137,13 @@ struct Tile256 {
             const int nr = static_cast<int>(min_of<int64_t>(kRowBlock, A.n_rows - r0));
             for (int r = 0; r < nr; ++r)
                 for (int k = 0; k < nt; ++k) _mm256_store_ps(acc[r][k], _mm256_setzero_ps());
+            const uint8_t* x = A.w + r0 * static_cast<int64_t>(A.row_bytes);
+            BlockPrefetch pf{x + nr * static_cast<int64_t>(A.row_bytes), x + 2 * nr * static_cast<int64_t>(A.row_bytes)};
             for (int64_t g = 0; g < geo.groups; ++g) {
                 const int nh = geo.halves(g);
                 const bool last = g == geo.full;
                 for (int r = 0; r < nr; ++r) {
+                    pf.step<D::kGroupBytes>();
                     const uint8_t* gp = group_ptr(geo, A.w + (r0 + r) * static_cast<int64_t>(A.row_bytes), g, A.w_end, buf);
                     for (int h = 0; h < nh; ++h) {
                         D::decode(gp, h, t);

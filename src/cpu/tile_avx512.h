@@ -112,13 +112,13 @@ struct Geometry {
 };
 
 /// Group g of the row at x: its bytes, or for a last group that would read past `end` a
-/// zero-padded copy in `buf`.
-template <class D>
+/// zero-padded copy in `buf`. kAhead: prefetch g_prefetch_bytes ahead in the row (one row at a time).
+template <class D, bool kAhead = false>
 __attribute__((always_inline)) inline const uint8_t* group_ptr(const Geometry<D>& geo, const uint8_t* x, int64_t g,
                                                                const uint8_t* end, uint8_t* buf) {
     const uint8_t* p = x + g * D::kGroupBytes;
     if (g < geo.full) {
-        prefetch_group<D::kGroupBytes>(p);
+        if constexpr (kAhead) prefetch_group<D::kGroupBytes>(p);
         return p;
     }
     if (end - p >= D::kGroupBytes) return p;
@@ -141,7 +141,7 @@ struct Tile512 {
             const uint8_t* x = A.w + r * static_cast<int64_t>(A.row_bytes);
             __m512 acc = _mm512_setzero_ps();
             for (int64_t g = 0; g < geo.full; ++g) {
-                D::decode(group_ptr(geo, x, g, A.w_end, buf), t);
+                D::decode(group_ptr<D, true>(geo, x, g, A.w_end, buf), t);
                 acc = consume<D>(t, a, g, acc);
             }
             if (geo.rem) {
@@ -166,10 +166,12 @@ struct Tile512 {
             for (int r = 0; r < nr; ++r)
                 for (int k = 0; k < nt; ++k) _mm512_store_ps(acc[r][k], _mm512_setzero_ps());
             const uint8_t* x = A.w + r0 * static_cast<int64_t>(A.row_bytes);
+            BlockPrefetch pf{x + nr * static_cast<int64_t>(A.row_bytes), x + 2 * nr * static_cast<int64_t>(A.row_bytes)};
             for (int64_t g = 0; g < geo.groups; ++g) {
                 const bool last = g == geo.full, last_half = half && last;
                 int r = 0;
                 for (; r + 2 <= nr; r += 2) {
+                    pf.step<2 * D::kGroupBytes>();
                     D::decode(group_ptr(geo, x + r * static_cast<int64_t>(A.row_bytes), g, A.w_end, buf[0]), t0);
                     D::decode(group_ptr(geo, x + (r + 1) * static_cast<int64_t>(A.row_bytes), g, A.w_end, buf[1]), t1);
                     for (int k = 0; k < nt; ++k) {
@@ -188,6 +190,7 @@ struct Tile512 {
                     }
                 }
                 if (r < nr) {
+                    pf.step<D::kGroupBytes>();
                     D::decode(group_ptr(geo, x + r * static_cast<int64_t>(A.row_bytes), g, A.w_end, buf[0]), t0);
                     for (int k = 0; k < nt; ++k) {
                         const __m512 a0 = _mm512_load_ps(acc[r][k]);
