@@ -26,6 +26,7 @@
 
 namespace nitro::cpu::kernels {
 int64_t g_prefetch_bytes = kDefaultPrefetchBytes;
+int g_prefetch_hint = 0;
 }  // namespace nitro::cpu::kernels
 
 namespace nitro::cpu {
@@ -482,6 +483,21 @@ void set_prefetch_bytes(int64_t bytes) {
 }
 
 int64_t prefetch_bytes() { return kernels::g_prefetch_bytes; }
+
+namespace {
+constexpr const char* kPrefetchHints[] = {"t0", "t1", "t2", "nta"};
+}  // namespace
+
+void set_prefetch_hint(std::string_view hint) {
+    for (int i = 0; i < 4; ++i)
+        if (hint == kPrefetchHints[i]) {
+            kernels::g_prefetch_hint = i;
+            return;
+        }
+    fail("prefetch hint '{}' is not one of t0, t1, t2, nta", hint);
+}
+
+const char* prefetch_hint() { return kPrefetchHints[kernels::g_prefetch_hint]; }
 
 void set_kernel_isa(std::string_view isa) {
     const Isa level = parse_isa(isa);

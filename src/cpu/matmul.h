@@ -143,6 +143,11 @@ inline constexpr int64_t kDefaultPrefetchBytes = 1536;
 /// benchmarks and tuning (`nitro bench --prefetch-bytes`): not while a product runs.
 void set_prefetch_bytes(int64_t bytes);
 int64_t prefetch_bytes();
+/// The cache level the one-token kernels prefetch their weight stream into: "t0" (L1, the default),
+/// "t1" (L2), "t2", "nta" (x86 prefetch hints). Throws nitro::Error for another name. For
+/// benchmarks and tuning (`nitro bench --prefetch-hint`): not while a product runs.
+void set_prefetch_hint(std::string_view hint);
+const char* prefetch_hint();
 
 /// Instruction sets whose kernels this CPU can run, lowest first ("scalar", then "avx2",
 /// "avx512" where supported), whatever NITRO_ISA says. For tests and benchmarks.

@@ -9,21 +9,29 @@
 #include <immintrin.h>
 
 namespace nitro::cpu::kernels {
-/// The prefetch distance in bytes (matmul.cpp, set_prefetch_bytes); read by every kernel.
+/// The prefetch distance in bytes and the hint (0 T0, 1 T1, 2 T2, 3 NTA) (matmul.cpp,
+/// set_prefetch_bytes, set_prefetch_hint); read by every kernel.
 extern int64_t g_prefetch_bytes;
+extern int g_prefetch_hint;
 namespace {
 
 /// ggml fp16 -> f32 (F16C; exact, same as core/fp16.h for every input).
 inline float h2f(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
 
 /// Software prefetch: each kernel touches the weight line g_prefetch_bytes ahead of where it reads
-/// (cpu::set_prefetch_bytes, default 1536). The kernels alternate compute and loads, so the
+/// (cpu::set_prefetch_bytes, default 1536; into L1 unless set_prefetch_hint says otherwise). The kernels alternate compute and loads, so the
 /// hardware prefetcher alone leaves DRAM latency exposed; a thread's rows are contiguous, so
 /// prefetching past the end of a row fetches the next one. Always inlined: GCC sees a prefetch as
 /// free of side effects, so a call to an out-of-line helper made only of one can be deleted as dead
 /// (it was, inside an always-inline loop: no prefetch at all in the former AVX2 pair kernels).
 __attribute__((always_inline)) inline void prefetch_w(const uint8_t* p) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + g_prefetch_bytes), _MM_HINT_T0);
+    const char* a = reinterpret_cast<const char*>(p + g_prefetch_bytes);
+    switch (g_prefetch_hint) {  // one predictable branch; the hint must be a compile-time constant
+        case 1: _mm_prefetch(a, _MM_HINT_T1); break;
+        case 2: _mm_prefetch(a, _MM_HINT_T2); break;
+        case 3: _mm_prefetch(a, _MM_HINT_NTA); break;
+        default: _mm_prefetch(a, _MM_HINT_T0); break;
+    }
 }
 
 /// Prefetches the lines of `bytes` weight bytes from p, one per 64 bytes.

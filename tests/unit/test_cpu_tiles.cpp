@@ -194,6 +194,24 @@ TEST(CpuMatmulTiles, BadTileArgumentsAreErrors) {
     EXPECT_THROW(matmul_isa("scalar", view, a, 0, out), nitro::Error);
     EXPECT_THROW(matmul_isa("scalar", view, a, 17, out), nitro::Error);
     EXPECT_THROW(matmul_isa("neon", view, a, 1, out), nitro::Error);
+    // The prefetch knobs of `nitro bench`: named hints only, and they do not change a result.
+    EXPECT_THROW(set_prefetch_hint("t3"), nitro::Error);
+    EXPECT_STREQ(prefetch_hint(), "t0");
+    const auto w2 = make_weights(GgmlType::MXFP4, 3, 2880, 1);
+    const auto acts = make_act_rows(GgmlType::MXFP4, 2, 2880, 2);
+    const void* ar[2] = {acts[0].data(), acts[1].data()};
+    const WeightView v2{GgmlType::MXFP4, w2.data(), 2880, 3, nitro::row_size(GgmlType::MXFP4, 2880)};
+    float base[6], other[6];
+    matmul_isa(available_isas().back(), v2, ar, 2, base);
+    for (const char* h : {"t1", "t2", "nta"}) {
+        set_prefetch_hint(h);
+        EXPECT_STREQ(prefetch_hint(), h);
+        set_prefetch_bytes(4096);
+        matmul_isa(available_isas().back(), v2, ar, 2, other);
+        EXPECT_EQ(std::memcmp(base, other, sizeof(base)), 0) << h;
+    }
+    set_prefetch_hint("t0");
+    set_prefetch_bytes(kDefaultPrefetchBytes);
 }
 
 }  // namespace
