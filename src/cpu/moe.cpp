@@ -51,7 +51,7 @@ namespace {
 
 /// Rows of gate/up per unit of the gate/up pass (a divisor of 256, see the quantization groups),
 /// and output columns per unit of the down pass. A gate/up unit of gpt-oss MXFP4 reads 2 x 48 KiB
-/// (both matrices row by row, run_rows_interleaved); a down unit 16 rows of every computed expert,
+/// (both matrices in blocks of 4 rows, run_rows_interleaved); a down unit 16 rows of every computed expert,
 /// small enough for ~10 units per thread at 16 threads (E = 2880: 180 units) to balance the pass.
 constexpr int64_t kRows1 = 32;
 constexpr int64_t kRows2 = 16;
