@@ -48,10 +48,9 @@ void replay_bench(benchmark::State& state, const char* policy, Shape shape) {
     const int capacity = static_cast<int>(state.range(0));
     const PolicySpec spec = parse_policy_list(policy).front();
     const RoutingProfile prof = make_profile(t);
-    const PolicyFactory f = make_policy_factory(spec, t, prof);
     uint64_t accesses = 0, hits = 0;
     for (auto _ : state) {
-        const ReplayResult r = replay(t, f, capacity, ReplayOptions{0});
+        const ReplayResult r = replay_policy(t, spec, prof, capacity, ReplayOptions{0});
         accesses += r.total.accesses;
         hits += r.total.hits;
         benchmark::DoNotOptimize(hits);

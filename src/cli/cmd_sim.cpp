@@ -2,6 +2,8 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "runtime/expert_cache.h"
+#include "runtime/generate.h"
 #include "runtime/placement.h"
 #include "sim/policy_spec.h"
 #include "sim/sim_report.h"
@@ -27,7 +29,111 @@ struct SimCliOptions {
     std::string capacity, vram_gib;
     bool json = false;
     uint32_t ws_window = 32;
+    int64_t ubatch = 512;
+    SimModel model_opt;
+    std::string engine;  ///< --engine: the residency setup of an engine run (TRACE.residency.json)
+    bool engine_given = false;
 };
+
+/// The per-layer counters of an engine run (TRACE.counters.json "experts"."layers"[i]."cache").
+std::vector<CacheCounters> read_engine_counters(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) return {};
+    std::vector<CacheCounters> out;
+    try {
+        const nlohmann::json j = nlohmann::json::parse(f);
+        for (const auto& l : j.at("experts").at("layers")) {
+            const auto& c = l.at("cache");
+            CacheCounters k;
+            k.hits = c.at("hits");
+            k.misses = c.at("misses");
+            k.admissions = c.at("admissions");
+            k.evictions = c.at("evictions");
+            k.refused_rate = c.at("refused_rate");
+            k.refused_staging = c.at("refused_staging");
+            k.refused_policy = c.at("refused_policy");
+            k.late_copies = c.at("late_copies");
+            k.failed_copies = c.at("failed_copies");
+            out.push_back(k);
+        }
+    } catch (const nlohmann::json::exception& e) {
+        fail("{}: {}", path, e.what());
+    }
+    return out;
+}
+
+/// `nitro sim TRACE --engine`: replays the trace with the setup the engine ran and, when the
+/// engine's counters are beside the trace, prints live and simulated counts per layer.
+int simulate_engine(const ReplayTrace& rt, const std::string& setup_path, const std::string& counters_path,
+                    int64_t ubatch, bool json) {
+    std::ifstream f(setup_path);
+    if (!f) fail("{}: cannot open the engine's residency setup (written next to `nitro run --trace FILE` as FILE.residency.json)",
+                 setup_path);
+    nlohmann::json sj;
+    try {
+        sj = nlohmann::json::parse(f);
+    } catch (const nlohmann::json::exception& e) {
+        fail("{}: {}", setup_path, e.what());
+    }
+    const CacheSetup setup = setup_from_json(sj);
+    const ReplayResult r = replay_cache(rt, setup, ReplayOptions{0, ubatch});
+    const std::vector<CacheCounters> live = read_engine_counters(counters_path);
+    // Layers whose experts are all resident never reach the cache in the engine: compare the others.
+    auto compared = [&](size_t l) {
+        return l < setup.layers.size() && setup.layers[l].capacity < static_cast<int>(rt.header.n_expert);
+    };
+    bool equal = !live.empty() && live.size() == r.layers.size();
+    CacheCounters sim_t, live_t;
+    for (size_t l = 0; l < r.layers.size(); ++l) {
+        if (!compared(l)) continue;
+        const CacheCounters& s = r.layers[l].cache;
+        sim_t.add(s);
+        if (l < live.size()) {
+            const CacheCounters& v = live[l];
+            live_t.add(v);
+            equal = equal && v.hits == s.hits && v.misses == s.misses && v.admissions == s.admissions &&
+                    v.evictions == s.evictions && v.refused_rate == s.refused_rate &&
+                    v.refused_staging == s.refused_staging && v.refused_policy == s.refused_policy;
+        }
+    }
+    if (json) {
+        nlohmann::json layers = nlohmann::json::array();
+        for (size_t l = 0; l < r.layers.size(); ++l) {
+            nlohmann::json e = {{"layer", l}, {"compared", compared(l)}, {"simulated", cache_counters_json(r.layers[l].cache)}};
+            if (l < live.size()) e["live"] = cache_counters_json(live[l]);
+            layers.push_back(e);
+        }
+        nlohmann::json out = {{"setup", setup.opt.describe()}, {"simulated", cache_counters_json(sim_t)}, {"layers", layers}};
+        if (!live.empty()) {
+            out["live"] = cache_counters_json(live_t);
+            out["live_equals_simulated"] = equal;
+        }
+        std::puts(out.dump(1).c_str());
+        return 0;
+    }
+    fmt::print("engine residency: {} (SIMULATED from {}, prompt chunks of {} tokens)\n", setup.opt.describe(), setup_path,
+               ubatch);
+    fmt::print("{:>5} {:>10} {:>10} {:>8} {:>8} {:>8}   {}\n", "layer", "hits", "misses", "admits", "evicts", "refused",
+               live.empty() ? "" : "live: hits misses admits evicts refused");
+    for (size_t l = 0; l < r.layers.size(); ++l) {
+        if (!compared(l)) continue;
+        const CacheCounters& s = r.layers[l].cache;
+        std::string lv;
+        if (l < live.size()) {
+            const CacheCounters& v = live[l];
+            lv = fmt::format("      {} {} {} {} {}", v.hits, v.misses, v.admissions, v.evictions,
+                             v.refused_rate + v.refused_staging + v.refused_policy);
+        }
+        fmt::print("{:5} {:10} {:10} {:8} {:8} {:8}{}\n", l, s.hits, s.misses, s.admissions, s.evictions,
+                   s.refused_rate + s.refused_staging + s.refused_policy, lv);
+    }
+    fmt::print("simulated hit rate {:.2f}% ({} admissions, {:.1f} MB host-to-device)\n", 100 * sim_t.hit_rate(),
+               sim_t.admissions, sim_t.h2d_bytes / 1e6);
+    if (!live.empty())
+        fmt::print("live hit rate {:.2f}% ({} late copies, {} failed): live {} simulated\n", 100 * live_t.hit_rate(),
+                   live_t.late_copies, live_t.failed_copies, equal ? "EQUALS" : "DIFFERS FROM");
+    return 0;
+}
 
 void write_text_file(const std::string& path, const std::string& text) {
     std::ofstream f(path, std::ios::binary);
@@ -66,6 +172,24 @@ Action add_sim(CLI::App& app) {
                     "Trace whose selection counts rank the static experts (default: the replayed trace itself)");
     sub->add_option("--ws-window", o->ws_window, "Working-set window for the coverage metric, tokens (0 = off)")
         ->capture_default_str();
+    sub->add_option("--ubatch,-u", o->ubatch,
+                    "Prompt chunk size, tokens (the engine's -u): consecutive prompt records form chunks, each one step "
+                    "of the cache")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    sub->add_option("--prefill-weight", o->model_opt.prefill_weight,
+                    "A prompt chunk requests only its round(W x n_expert_used) most selected experts (the engine's "
+                    "--prefill-weight); 0 = prompts never change the cache")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    sub->add_option("--staging-buffers", o->model_opt.staging_buffers,
+                    "Admissions one step can start (the engine's pinned staging buffers); -1 = unlimited")
+        ->capture_default_str()
+        ->check(CLI::Range(-1, 1 << 20));
+    sub->add_flag("--engine", o->engine_given,
+                  "Replay with the residency setup of the engine run that captured TRACE (TRACE.residency.json, written by "
+                  "`nitro run --trace TRACE` in hybrid placement) and compare with its live counters (TRACE.counters.json)");
+    sub->add_option("--engine-setup", o->engine, "With --engine: the residency setup file (default TRACE.residency.json)");
     sub->add_option("--write-hot-set", o->hot_set,
                     "Write the hot-set file of the trace (per layer, experts by selection count, most first; what the "
                     "static policy preloads) for nitro run/serve/plan --hot-set, and stop");
@@ -108,10 +232,16 @@ Action add_sim(CLI::App& app) {
             return 0;
         }
         trace = Trace{};  // the replay copy is all that is needed from here on
+        const std::string base = o->trace.empty() ? o->import_jsonl : o->trace;
+        if (o->engine_given || !o->engine.empty())
+            return simulate_engine(rt, o->engine.empty() ? base + ".residency.json" : o->engine, base + ".counters.json",
+                                   o->ubatch, o->json);
 
         SimOptions so;
         so.policies = parse_policy_list(o->policies);
         so.ws_window = o->ws_window;
+        so.ubatch = o->ubatch;
+        so.model = o->model_opt;
         if (!o->capacity.empty()) so.capacities = parse_capacity_list(o->capacity);
         if (!o->vram_gib.empty()) {
             uint64_t per_slot = 0;

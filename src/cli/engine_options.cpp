@@ -34,6 +34,52 @@ void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode) {
                     "layer), layers (whole layers, last first)")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "hot-set", "even", "layers"}));
+    add_residency_options(sub, o.gpu.adapt);
+}
+
+void add_residency_options(CLI::App* sub, ResidencyOptions& o) {
+    const char* g = "Adaptive residency (hybrid)";
+    sub->add_option("--cache-policy", o.policy,
+                    "Which adaptive expert a missed one displaces: lru, lfu, lru-freq, freq-decay[:HALF_LIFE_TOKENS]")
+        ->capture_default_str()
+        ->envname("NITRO_CACHE_POLICY")
+        ->group(g);
+    sub->add_option("--static-slots", o.static_share,
+                    "Share of each layer's VRAM slots that are static (the plan's first experts: hot set or even), never "
+                    "evicted; the rest follow the routing")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0))
+        ->envname("NITRO_STATIC_SLOTS")
+        ->group(g);
+    sub->add_option("--refresh-every", o.refresh_every,
+                    "Residency may change once per window of this many tokens (the rate limit's window); 0 = frozen "
+                    "residency (no admissions: bit-exact A/B runs)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber)
+        ->envname("NITRO_REFRESH_EVERY")
+        ->group(g);
+    sub->add_option("--admit-per-token", o.admit_per_token,
+                    "Admissions per layer per token: each window admits at most max(1, round(A x --refresh-every)) missed "
+                    "experts per layer, copied to VRAM as the CPU computes them (copy-on-compute)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber)
+        ->envname("NITRO_ADMIT_PER_TOKEN")
+        ->group(g);
+    sub->add_option("--prefill-weight", o.prefill_weight,
+                    "Weight of a prompt chunk in decode tokens: it may admit and refresh only its round(W x n_expert_used) "
+                    "most selected experts, so a long prompt cannot flush the decode working set; 0 = prompts never "
+                    "change residency")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber)
+        ->envname("NITRO_PREFILL_WEIGHT")
+        ->group(g);
+    sub->add_option("--staging-buffers", o.staging_buffers,
+                    "Pinned staging buffers, one expert each (the most admissions one step can start; never the whole "
+                    "model). Fewer are used, with a warning, if pinning fails")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096))
+        ->envname("NITRO_STAGING_BUFFERS")
+        ->group(g);
 }
 
 EngineMode engine_mode(const EngineCli& o) { return parse_engine_mode(o.mode); }

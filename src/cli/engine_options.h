@@ -21,6 +21,11 @@ struct EngineCli {
 /// --residency, --no-graphs to `sub`. with_mode = false leaves out --mode and --gpu (nitro plan).
 void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode = true);
 
+/// Adds the adaptive-residency flags (--cache-policy, --static-slots, --refresh-every,
+/// --admit-per-token, --prefill-weight, --staging-buffers; runtime/expert_cache.h) to `sub`.
+/// add_engine_options calls it; `nitro sim` uses it for the same model of the engine.
+void add_residency_options(CLI::App* sub, ResidencyOptions& o);
+
 /// The engine mode of the parsed options (throws nitro::Error for an unknown --mode).
 EngineMode engine_mode(const EngineCli& o);
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <thread>
 
@@ -89,7 +90,7 @@ MoeScratch::MoeScratch(MoeScratch&&) noexcept = default;
 MoeScratch& MoeScratch::operator=(MoeScratch&&) noexcept = default;
 
 MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int64_t n, int K, const int32_t* ids,
-                 const float* weights, const uint8_t* skip, float* out, MoeScratch& s) {
+                 const float* weights, const uint8_t* skip, float* out, MoeScratch& s, uint8_t* const* copy_to) {
     const int64_t E = ex.n_embd(), F = ex.n_ff(), X = ex.n_expert();
     MoeStats st;
     using Clock = std::chrono::steady_clock;
@@ -204,6 +205,15 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
     y.done0.store(0, std::memory_order_relaxed);
     y.done1.store(0, std::memory_order_relaxed);
 
+    // Copy-on-compute: bytes of one expert's gate/up/down slices and their rows.
+    const size_t gate_row = row_size(ex.gate->type, E), up_row = row_size(ex.up->type, E), down_row = row_size(ex.down->type, F);
+    const size_t gate_bytes = gate_row * static_cast<size_t>(F), up_bytes = up_row * static_cast<size_t>(F);
+    auto copy_rows = [&](int32_t x, const GgufTensorInfo* t, size_t row, size_t offset, int64_t r0, int64_t r1) {
+        const size_t per_expert = row * static_cast<size_t>(t->ne[1]);
+        std::memcpy(copy_to[x] + offset + static_cast<size_t>(r0) * row,
+                    t->data + static_cast<size_t>(x) * per_expert + static_cast<size_t>(r0) * row,
+                    static_cast<size_t>(r1 - r0) * row);
+    };
     auto gate_up_unit = [&](int64_t u) {
         const int64_t xi = u / units_per_x, r0 = (u % units_per_x) * kRows1, r1 = std::min(F, r0 + kRows1);
         const int32_t x = s.xs[static_cast<size_t>(xi)];
@@ -211,6 +221,10 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
         const MatmulJob* gu[2] = {&s.jg[static_cast<size_t>(xi)], &s.ju[static_cast<size_t>(xi)]};
         const kernels::Kernel fgu[2] = {fg, fu};
         kernels::run_rows_interleaved(gu, fgu, 2, r0, r1);
+        if (copy_to && copy_to[x]) {
+            copy_rows(x, ex.gate, gate_row, 0, r0, r1);
+            copy_rows(x, ex.up, up_row, gate_bytes, r0, r1);
+        }
         for (int64_t g = b; g < b + c; ++g) {
             float* gr = &s.gate[static_cast<size_t>(g * F + r0)];
             float* ur = &s.up[static_cast<size_t>(g * F + r0)];
@@ -237,6 +251,11 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
         } else {
             for (int64_t xi = 0; xi < nx; ++xi) kernels::run_rows(s.jd[static_cast<size_t>(xi)], fd, c0, c1);
         }
+        if (copy_to)
+            for (int64_t xi = 0; xi < nx; ++xi) {
+                const int32_t x = s.xs[static_cast<size_t>(xi)];
+                if (copy_to[x]) copy_rows(x, ex.down, down_row, gate_bytes + up_bytes, c0, c1);
+            }
         // Weighted sum of these columns over each token's computed experts, in router order.
         for (int64_t i = 0; i < n; ++i) {
             float* o = out + i * E;

@@ -84,7 +84,13 @@ struct MoeScratch {
 /// contiguous range per thread (each thread streams contiguous rows of each matrix) with work
 /// stealing at the end. Every output value is computed by one kernel call, one SwiGLU and one
 /// sum in router order whatever the thread that runs it: results do not depend on the thread count.
+///
+/// Copy-on-compute (runtime/expert_cache.h): copy_to, if given, is [n_expert] destinations (null =
+/// none); for every computed expert x with copy_to[x] set, each unit also copies the weight rows it
+/// has just read (from cache, not a second read of RAM) to copy_to[x], laid out as the expert's
+/// gate bytes, then up, then down (ExpertWeights::expert_bytes() in all), the layout of a VRAM slot.
+/// A destination of an expert that is skipped or not selected is not written.
 MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int64_t n, int k, const int32_t* ids,
-                 const float* weights, const uint8_t* skip, float* out, MoeScratch& s);
+                 const float* weights, const uint8_t* skip, float* out, MoeScratch& s, uint8_t* const* copy_to = nullptr);
 
 }  // namespace nitro::cpu

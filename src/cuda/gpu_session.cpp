@@ -7,6 +7,7 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/ops.h"
+#include "cuda/slot_copier.h"
 #include "runtime/forward.h"
 
 #include <fmt/format.h>
@@ -89,9 +90,9 @@ struct GpuSession::Impl {
         const float *attn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
         const float *q_norm = nullptr, *k_norm = nullptr, *sinks = nullptr, *ffn_norm = nullptr, *gate_inp_b = nullptr;
         ExpertSlots ex;
-        int32_t* d_slot_of = nullptr;
-        std::vector<int32_t> h_slot_of;  ///< [X] slot of each expert, -1 = on the CPU
-        std::vector<uint8_t> on_gpu;     ///< [X] 1 = resident (cpu::moe_ffn skips it)
+        int32_t* d_slot_of = nullptr;    ///< [X] device: this layer's row of d_slot_tables
+        std::vector<int32_t> h_slot_of;  ///< [X] slot of each expert in the current step, -1 = on the CPU
+        std::vector<uint8_t> on_gpu;     ///< [X] 1 = resident (cpu::moe_ffn skips it; layers without a cache)
         int64_t n_slots = 0;
         bool cpu_part = false;           ///< some experts of this layer are on the CPU
         uint16_t *kc = nullptr, *vc = nullptr;
@@ -127,6 +128,17 @@ struct GpuSession::Impl {
     MoeScratch moe_sc;
     GemmScratch gemm;
     uint8_t* slot_arena = nullptr;  ///< every layer's expert slot pools (install_slots)
+    // Slot tables of every layer: the device copy the kernels read and its pinned host mirror,
+    // refreshed from the expert cache's snapshot before each step (in the decode graph too).
+    int32_t* d_slot_tables = nullptr;  ///< [n_layer, X] device
+    int32_t* h_slot_tables = nullptr;  ///< [n_layer, X] pinned host
+    // Adaptive residency (hybrid): the expert cache and its copy backend; copy_to[e] = the
+    // staging buffer admitted expert e is written to while the CPU computes it (copy-on-compute).
+    std::unique_ptr<SlotCopier> copier;
+    std::unique_ptr<ExpertCache> cache;
+    std::vector<uint8_t*> copy_to;
+    ResidencyOptions adapt;
+    int test_max_pinned = -1, test_fail_copy_every = 0;
 
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t graph_exec = nullptr;
@@ -155,6 +167,53 @@ struct GpuSession::Impl {
     }
     /// Router results go to the host in decode steps when the CPU needs them or someone listens.
     bool host_router() const { return hybrid || static_cast<bool>(on_route); }
+
+    /// Starts a step of n tokens in the expert cache (copies that landed flip their slots) and
+    /// mirrors the changed slot tables to the host copies the step uses: the pinned table the
+    /// device copy is refreshed from, and h_slot_of (prefill grouping).
+    void begin_cache_step(int64_t n) {
+        if (!cache) return;
+        cache->begin_step(n);
+        for (size_t il = 0; il < layers.size(); ++il) {
+            if (!cache->take_changed(static_cast<int>(il))) continue;
+            const std::span<const int32_t> t = cache->slot_of(static_cast<int>(il));
+            std::copy(t.begin(), t.end(), h_slot_tables + il * static_cast<size_t>(X));
+            std::copy(t.begin(), t.end(), layers[il].h_slot_of.begin());
+        }
+    }
+    /// The cache's counters into the engine's.
+    void sync_cache_counters() {
+        if (!cache) return;
+        for (size_t il = 0; il < layers.size(); ++il) counters.layers[il].cache = cache->counters(static_cast<int>(il));
+    }
+    /// Layer il's experts on the CPU for n tokens (h: [n, E] host, ids/w: [n, K] host) into
+    /// `partial`: the cache decides which are resident in this step and which missed experts are
+    /// admitted (their bytes go to staging buffers as the CPU reads them, then to their slots).
+    cpu::MoeStats cpu_experts(int il, const float* hidden, int64_t n, const int32_t* ids, const float* w, float* partial,
+                              const std::function<void()>& computed) {
+        Layer& D = layers[static_cast<size_t>(il)];
+        if (!cache) {
+            const cpu::MoeStats st = cpu::moe_ffn(*pool, experts[static_cast<size_t>(il)], hidden, n, static_cast<int>(K), ids,
+                                                  w, D.on_gpu.data(), partial, cpu_scratch);
+            computed();
+            return st;
+        }
+        const ExpertCache::LayerStep step = cache->access(il, std::span<const int32_t>(ids, static_cast<size_t>(n * K)));
+        for (const Admission& a : step.admissions) copy_to[a.expert] = copier->buffer_data(a.buffer);
+        cpu::MoeStats st;
+        try {
+            st = cpu::moe_ffn(*pool, experts[static_cast<size_t>(il)], hidden, n, static_cast<int>(K), ids, w,
+                              step.resident.data(), partial, cpu_scratch, step.admissions.empty() ? nullptr : copy_to.data());
+        } catch (...) {
+            for (const Admission& a : step.admissions) copy_to[a.expert] = nullptr;
+            cache->abandon(il);  // their buffers were not filled: never copy them
+            throw;
+        }
+        computed();
+        for (const Admission& a : step.admissions) copy_to[a.expert] = nullptr;
+        cache->commit(il);
+        return st;
+    }
 
     // ---- the ops of forward_chunk (runtime/forward.h)
     void embed(const ChunkArgs& c) { get_rows(s, token_embd, d_tok, c.n, x); }
@@ -255,8 +314,7 @@ struct GpuSession::Impl {
         }
         // Multi-token chunk: the CPU's experts now, while the GPU runs the resident ones.
         const auto t0 = Clock::now();
-        const cpu::MoeStats st = cpu::moe_ffn(*pool, experts[static_cast<size_t>(il)], h_hidden, c.n, static_cast<int>(K), h_ids,
-                                              h_w, D.on_gpu.data(), h_partial, cpu_scratch);
+        const cpu::MoeStats st = cpu_experts(il, h_hidden, c.n, h_ids, h_w, h_partial, [] {});
         ExpertLayerCounters& L = counters.layers[static_cast<size_t>(il)];
         L.cpu_ms += ms_since(t0);
         L.cpu_pairs += static_cast<uint64_t>(st.rows);
@@ -351,6 +409,10 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     if (sp.head_dim_v != sp.head_dim) fail("the GPU engine needs key and value heads of one size ({} vs {})", sp.head_dim, sp.head_dim_v);
     m.use_graphs = go.graphs;
     m.verbose = go.verbose;
+    go.adapt.validate();
+    m.adapt = go.adapt;
+    m.test_max_pinned = go.test_max_pinned_buffers;
+    m.test_fail_copy_every = go.test_fail_copy_every;
     m.E = sp.n_embd;
     m.X = sp.n_expert;
     m.K = sp.n_expert_used;
@@ -430,9 +492,16 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
                     (static_cast<uint64_t>(ls.kv_capacity * sp.n_v()) * 2 + 255) / 256 * 256 +
                     (static_cast<uint64_t>(m.X) * 4 + 255) / 256 * 256;
     ctx.alloc().begin_arena(kv_arena, "K/V cache and slot tables");
+    // One slot table for all layers (no more than the plan counted: one rounding instead of n_layer).
+    const size_t table = m.layers.size() * static_cast<size_t>(m.X);
+    m.d_slot_tables = ctx.alloc_n<int32_t>(table, "slot tables");
+    {
+        void* unused = nullptr;
+        m.h_slot_tables = static_cast<int32_t*>(ctx.host_mapped(table * 4, &unused));
+    }
     for (size_t il = 0; il < m.layers.size(); ++il) {
         Impl::Layer& D = m.layers[il];
-        D.d_slot_of = ctx.alloc_n<int32_t>(static_cast<size_t>(m.X), fmt::format("slot table of layer {}", il));
+        D.d_slot_of = m.d_slot_tables + il * static_cast<size_t>(m.X);
         D.ex.slot_of = D.d_slot_of;
         D.window = sp.layers[il].window;
         D.capacity = sp.layers[il].kv_capacity;
@@ -589,6 +658,9 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
     DeviceContext& ctx = *ctx_;
     const Model& model = m.model;
     m.drop_graph();  // a captured graph has the old pools and flags baked in
+    // Copies of admissions still in flight write into the old pools: let them land first.
+    m.cache.reset();
+    m.copier.reset();
     uint64_t total = 0;
     for (const auto& lp : plan.layers) total += lp.resident.size() * plan.expert_bytes;
     Progress pr(progress && total > 0, total);
@@ -630,10 +702,52 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
         }
         D.cpu_part = D.n_slots < m.X;
         any_cpu |= D.cpu_part;
-        NITRO_CUDA_CHECK(cudaMemcpy(D.d_slot_of, D.h_slot_of.data(), static_cast<size_t>(m.X) * 4, cudaMemcpyHostToDevice));
+        std::copy(D.h_slot_of.begin(), D.h_slot_of.end(), m.h_slot_tables + il * static_cast<size_t>(m.X));
     }
     ring.finish();
     m.hybrid = any_cpu;
+    NITRO_CUDA_CHECK(cudaMemcpy(m.d_slot_tables, m.h_slot_tables, m.layers.size() * static_cast<size_t>(m.X) * 4,
+                                cudaMemcpyHostToDevice));
+    if (!m.hybrid) return;
+
+    // The expert cache over the plan's residents: the first static_share of each layer's slots are
+    // static (the plan lists hot-set experts most selected first), the rest adapt to the routing.
+    CacheSetup setup;
+    setup.opt = m.adapt;
+    size_t buffer_bytes = 0;
+    for (size_t il = 0; il < m.layers.size(); ++il) {
+        LayerSlots ls;
+        ls.resident = resident_of(il);
+        ls.capacity = static_cast<int>(ls.resident.size());
+        ls.n_static = static_cast<int>(std::floor(ls.capacity * m.adapt.static_share + 1e-9));
+        ls.expert_bytes = m.experts[il].expert_bytes();
+        buffer_bytes = std::max<size_t>(buffer_bytes, ls.expert_bytes);
+        setup.layers.push_back(std::move(ls));
+    }
+    if (!setup.opt.frozen()) {
+        m.copier = std::make_unique<SlotCopier>(
+            ctx.copy(), m.adapt.staging_buffers, buffer_bytes, m.test_max_pinned, m.test_fail_copy_every,
+            [&m](int layer, int slot) {
+                const Impl::Layer& D = m.layers[static_cast<size_t>(layer)];
+                SlotDst d;
+                const ExpertSlots& e = D.ex;
+                d.part[0] = const_cast<uint8_t*>(e.gate.data) + static_cast<size_t>(slot) * e.gate_stride;
+                d.part[1] = const_cast<uint8_t*>(e.up.data) + static_cast<size_t>(slot) * e.up_stride;
+                d.part[2] = const_cast<uint8_t*>(e.down.data) + static_cast<size_t>(slot) * e.down_stride;
+                d.bytes[0] = e.gate_stride;
+                d.bytes[1] = e.up_stride;
+                d.bytes[2] = e.down_stride;
+                return d;
+            });
+        if (m.copier->n_buffers() == 0) {  // nothing could be pinned: frozen (the copier warned)
+            m.copier.reset();
+            setup.opt.refresh_every = 0;
+        } else {
+            setup.opt.staging_buffers = m.copier->n_buffers();
+        }
+    }
+    m.cache = std::make_unique<ExpertCache>(setup, static_cast<int>(m.X), static_cast<int>(m.K), m.copier.get());
+    m.copy_to.assign(static_cast<size_t>(m.X), nullptr);
 }
 
 GpuSession::~GpuSession() {
@@ -652,6 +766,22 @@ uint64_t GpuSession::vram_used() const { return ctx_->alloc().used(); }
 uint64_t GpuSession::vram_budget() const { return ctx_->alloc().budget(); }
 uint64_t GpuSession::process_vram() const { return ctx_->process_used(); }
 const ExpertCounters* GpuSession::expert_counters() const { return &m_->counters; }
+const ExpertCache* GpuSession::expert_cache() const { return m_->cache.get(); }
+
+std::vector<uint8_t> GpuSession::slot_bytes(int layer, int slot) const {
+    const Impl::Layer& D = m_->layers.at(static_cast<size_t>(layer));
+    if (slot < 0 || slot >= D.n_slots) fail("layer {} has {} slots, not slot {}", layer, D.n_slots, slot);
+    NITRO_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> out(D.ex.gate_stride + D.ex.up_stride + D.ex.down_stride);
+    NITRO_CUDA_CHECK(cudaMemcpy(out.data(), D.ex.gate.data + static_cast<size_t>(slot) * D.ex.gate_stride, D.ex.gate_stride,
+                                cudaMemcpyDeviceToHost));
+    NITRO_CUDA_CHECK(cudaMemcpy(out.data() + D.ex.gate_stride, D.ex.up.data + static_cast<size_t>(slot) * D.ex.up_stride,
+                                D.ex.up_stride, cudaMemcpyDeviceToHost));
+    NITRO_CUDA_CHECK(cudaMemcpy(out.data() + D.ex.gate_stride + D.ex.up_stride,
+                                D.ex.down.data + static_cast<size_t>(slot) * D.ex.down_stride, D.ex.down_stride,
+                                cudaMemcpyDeviceToHost));
+    return out;
+}
 
 bool GpuSession::set_route_callback(std::function<void(const RouteEvent&)> cb) {
     m_->on_route = std::move(cb);
@@ -712,6 +842,8 @@ void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vec
         *m.h_pos = static_cast<int32_t>(n_past_);
         m.tokens = tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(k));
         m.single = k == 1 && !all_logits && m.use_graphs;
+        m.begin_cache_step(k);  // residency of this step: the slot tables' host mirror
+        const size_t table_bytes = m.layers.size() * static_cast<size_t>(m.X) * 4;
         if (m.single) {
             // A decode step: one CUDA graph; in hybrid placement the CPU computes its experts
             // here, layer by layer, as the GPU's router results arrive.
@@ -722,6 +854,8 @@ void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vec
                 NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_tok, m.h_tok, 4, cudaMemcpyHostToDevice, s));
                 NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_pos, m.h_pos, 4, cudaMemcpyHostToDevice, s));
                 NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_step, m.h_step, 4, cudaMemcpyHostToDevice, s));
+                if (m.cache)  // every launch reads the mirror as begin_cache_step left it
+                    NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, table_bytes, cudaMemcpyHostToDevice, s));
                 forward_chunk(m, m.spec, c);
                 NITRO_CUDA_CHECK(cudaStreamEndCapture(s, &m.graph));
                 NITRO_CUDA_CHECK(cudaGraphInstantiate(&m.graph_exec, m.graph, 0));
@@ -747,9 +881,11 @@ void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vec
             m.logits_dst = all_logits ? logits.data() + i * V : logits.data();
             NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_tok, m.h_tok, static_cast<size_t>(k) * 4, cudaMemcpyHostToDevice, s));
             NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_pos, m.h_pos, 4, cudaMemcpyHostToDevice, s));
+            if (m.cache) NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, table_bytes, cudaMemcpyHostToDevice, s));
             forward_chunk(m, m.spec, c);
             NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
             m.counters.prefill_tokens += static_cast<uint64_t>(k);
+            m.sync_cache_counters();
         }
         n_past_ += k;
     }
@@ -765,9 +901,9 @@ void GpuSession::cpu_decode_step() {
             if (!D.cpu_part) continue;
             wait_host_flag(D.rh_ready, step, m.s);
             const auto t0 = Clock::now();
-            const cpu::MoeStats st = cpu::moe_ffn(*m.pool, m.experts[il], D.rh_h, 1, static_cast<int>(m.K), D.rh_ids, D.rh_w,
-                                                  D.on_gpu.data(), D.ph_partial, m.cpu_scratch);
-            __atomic_store_n(D.ph_done, step, __ATOMIC_RELEASE);
+            // The GPU continues as soon as the partial sum is in; the admissions' copies start after.
+            const cpu::MoeStats st = m.cpu_experts(static_cast<int>(il), D.rh_h, 1, D.rh_ids, D.rh_w, D.ph_partial,
+                                                   [&] { __atomic_store_n(D.ph_done, step, __ATOMIC_RELEASE); });
             ExpertLayerCounters& L = m.counters.layers[il];
             const double ms = ms_since(t0);
             L.cpu_ms += ms;
@@ -788,6 +924,7 @@ void GpuSession::cpu_decode_step() {
 void GpuSession::after_decode_step() {
     Impl& m = *m_;
     ++m.counters.decode_steps;
+    m.sync_cache_counters();
     for (size_t il = 0; il < m.layers.size(); ++il) {
         Impl::Layer& D = m.layers[il];
         ExpertLayerCounters& L = m.counters.layers[il];

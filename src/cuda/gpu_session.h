@@ -55,6 +55,7 @@ public:
     std::string describe() const override;
     bool set_route_callback(std::function<void(const RouteEvent&)> cb) override;
     const ExpertCounters* expert_counters() const override;
+    const ExpertCache* expert_cache() const override;
 
     DeviceContext& context() { return *ctx_; }
     const Plan& plan() const;
@@ -68,6 +69,10 @@ public:
     /// GPU memory the whole process uses now (device used minus what was used before it started,
     /// NVML; 0 when NVML is unavailable). What `--vram-budget` promises to bound.
     uint64_t process_vram() const;
+
+    /// The bytes of VRAM slot `slot` of layer `layer` (gate, up and down slices, the layout of
+    /// cpu::moe_ffn's copy-on-compute), read back from the device: for tests and diagnostics.
+    std::vector<uint8_t> slot_bytes(int layer, int slot) const;
 
     /// Number of single-token steps run so far (the value the ready flags take).
     uint32_t step() const { return step_; }

@@ -112,6 +112,7 @@ void ExpertLayerCounters::add(const ExpertLayerCounters& o) {
     cpu_decode_ms += o.cpu_decode_ms;
     gpu_ms += o.gpu_ms;
     wait_ms += o.wait_ms;
+    cache.add(o.cache);
 }
 
 ExpertLayerCounters ExpertCounters::total() const {

@@ -9,6 +9,7 @@
 // without CUDA is a clear error.
 #pragma once
 
+#include "runtime/expert_cache.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
 
@@ -40,7 +41,14 @@ struct GpuOptions {
     std::vector<std::string> override_tensor;  ///< -ot REGEX=DEVICE, in order
     std::string hot_set;                     ///< --hot-set FILE
     std::string residency = "auto";          ///< --residency auto|hot-set|even|layers
+    /// Adaptive residency of the hybrid (runtime/expert_cache.h): --cache-policy, --static-slots,
+    /// --refresh-every, --admit-per-token, --prefill-weight, --staging-buffers.
+    ResidencyOptions adapt;
     bool verbose = false;                    ///< per-layer plan and counters on stderr
+    /// Fault injection for tests (no command-line flag): at most this many staging buffers can be
+    /// pinned (< 0: no limit); every N-th copy of an admitted expert fails (0: none).
+    int test_max_pinned_buffers = -1;
+    int test_fail_copy_every = 0;
 };
 
 /// What each layer's routed experts cost, counted by an engine that places experts (the GPU
@@ -54,6 +62,7 @@ struct ExpertLayerCounters {
     double cpu_decode_ms = 0; ///< the part of cpu_ms spent in decode steps
     double gpu_ms = 0;        ///< GPU time from the router's result to the wait for the CPU (decode steps)
     double wait_ms = 0;       ///< GPU time waiting for the CPU's partial sum (decode steps)
+    CacheCounters cache;      ///< the expert cache's counters (hybrid placement; zeros otherwise)
     void add(const ExpertLayerCounters& o);
 };
 struct ExpertCounters {
@@ -95,6 +104,8 @@ public:
     virtual uint64_t kv_host_bytes() const { return 0; }
     /// Expert placement counters since construction (null when the engine does not place experts).
     virtual const ExpertCounters* expert_counters() const { return nullptr; }
+    /// The expert cache of an engine with adaptive residency (the hybrid), else null.
+    virtual const ExpertCache* expert_cache() const { return nullptr; }
     /// Routed-expert work of the CPU MoE step since construction (distinct experts per layer per
     /// forward chunk, (token, expert) rows, weight bytes); null when the engine does not count it
     /// (the GPU engines).

@@ -22,14 +22,19 @@ ExpertCachePolicy::ExpertCachePolicy(int n_expert, int capacity) : n_expert_(n_e
     free_slots_.reserve(capacity_);
     for (int s = capacity_ - 1; s >= 0; --s) free_slots_.push_back(s);
     step_mark_.assign(n_expert, 0);
+    pinned_.assign(n_expert, 0);
     last_tick_.assign(n_expert, 0);
     last_step_.assign(n_expert, 0);
     held_.reserve(64);
 }
 
-bool ExpertCachePolicy::preload(ExpertId e) {
-    NITRO_CHECK(e < n_expert_ && step_count_ == 0);
-    if (slot_of_[e] >= 0) return true;
+bool ExpertCachePolicy::preload(ExpertId e, bool pinned) {
+    if (e >= n_expert_) fail("expert cache: preload of expert {} in a layer of {} experts", e, n_expert_);
+    if (step_count_ != 0) fail("expert cache: preload after the first step");
+    if (slot_of_[e] >= 0) {
+        pinned_[e] = pinned_[e] || pinned;
+        return true;
+    }
     if (free_slots_.empty()) return false;
     const int32_t s = free_slots_.back();
     free_slots_.pop_back();
@@ -37,12 +42,30 @@ bool ExpertCachePolicy::preload(ExpertId e) {
     slot_expert_[s] = e;
     ++size_;
     ++preloaded_;
+    pinned_[e] = pinned;
     on_insert(e);
     return true;
 }
 
+void ExpertCachePolicy::drop(ExpertId e) {
+    NITRO_CHECK(e < n_expert_);
+    const int32_t s = slot_of_[e];
+    if (s < 0) return;
+    slot_of_[e] = -1;
+    slot_expert_[s] = kNoExpert;
+    free_slots_.push_back(s);
+    --size_;
+    on_evict(e);
+    pinned_[e] = 0;
+}
+
 StepOutcome ExpertCachePolicy::access(std::span<const ExpertId> selected, int64_t token,
                                       std::span<SlotChange> changes) {
+    return access(selected, token, changes, StepLimits{});
+}
+
+StepOutcome ExpertCachePolicy::access(std::span<const ExpertId> selected, int64_t token, std::span<SlotChange> changes,
+                                      const StepLimits& limits) {
     StepOutcome out;
     ++step_count_;
     if (++step_stamp_ == 0) {  // wrapped: clear marks so no stale stamp matches
@@ -55,10 +78,23 @@ StepOutcome ExpertCachePolicy::access(std::span<const ExpertId> selected, int64_
         last_tick_[e] = ++tick_;
         last_step_[e] = step_count_;
     }
+    for (ExpertId e : limits.protect) step_mark_[e] = step_stamp_;
     on_step(selected, token);
-    if (out.hits == static_cast<int32_t>(selected.size()) || capacity_ == 0) return out;
+    if (out.hits == static_cast<int32_t>(selected.size())) return out;
+    if (capacity_ == 0) {
+        out.refused_policy = static_cast<int32_t>(selected.size()) - out.hits;
+        return out;
+    }
     for (ExpertId e : selected) {
-        if (slot_of_[e] >= 0 || !should_admit(e, token)) continue;
+        if (slot_of_[e] >= 0) continue;
+        if (out.admissions >= limits.max_admissions) {
+            ++out.refused_limit;
+            continue;
+        }
+        if (!should_admit(e, token)) {
+            ++out.refused_policy;
+            continue;
+        }
         int32_t slot;
         ExpertId victim = kNoExpert;
         if (!free_slots_.empty()) {
@@ -66,8 +102,11 @@ StepOutcome ExpertCachePolicy::access(std::span<const ExpertId> selected, int64_
             free_slots_.pop_back();
         } else {
             victim = choose_victim(e);
-            if (victim == kNoExpert) continue;
-            NITRO_CHECK(slot_of_[victim] >= 0 && !in_step(victim));
+            if (victim == kNoExpert) {
+                ++out.refused_policy;
+                continue;
+            }
+            NITRO_CHECK(slot_of_[victim] >= 0 && evictable(victim));
             slot = slot_of_[victim];
             slot_of_[victim] = -1;
             --size_;
@@ -91,7 +130,7 @@ ExpertId ExpertCachePolicy::heap_min_not_in_step(ExpertHeap& heap) {
     held_.clear();
     while (!heap.empty()) {
         const ExpertId e = heap.top();
-        if (!in_step(e)) {
+        if (evictable(e)) {
             found = e;
             break;
         }
@@ -149,7 +188,7 @@ void LruPolicy::on_evict(ExpertId e) {
 
 ExpertId LruPolicy::choose_victim(ExpertId) {
     for (ExpertId e = head(); e != sentinel_; e = next_[e])
-        if (!in_step(e)) return e;
+        if (evictable(e)) return e;
     return kNoExpert;
 }
 
@@ -225,54 +264,5 @@ void FreqDecayPolicy::on_step(std::span<const ExpertId> selected, int64_t) {
 }
 
 ExpertId FreqDecayPolicy::choose_victim(ExpertId) { return heap_min_not_in_step(heap_); }
-
-// ---------------------------------------------------------------------------------------------
-// Static and static + adaptive
-
-StaticPolicy::StaticPolicy(int n_expert, int capacity, std::span<const ExpertId> ranked, std::string label)
-    : ExpertCachePolicy(n_expert, capacity), label_(std::move(label)) {
-    for (ExpertId e : ranked) {
-        if (e >= n_expert) fail("{}: profile names expert {} but the layer has {} experts", label_, e, n_expert);
-        if (size() == this->capacity()) break;
-        preload(e);
-    }
-}
-
-StaticLruPolicy::StaticLruPolicy(int n_expert, int capacity, int n_static, std::span<const ExpertId> ranked,
-                                 std::string label)
-    : LruPolicy(n_expert, capacity), is_static_(n_expert, 0), label_(std::move(label)) {
-    const int want = std::clamp(n_static, 0, this->capacity());
-    for (ExpertId e : ranked) {
-        if (e >= n_expert) fail("{}: profile names expert {} but the layer has {} experts", label_, e, n_expert);
-        if (size() == want) break;
-        is_static_[e] = 1;  // before preload: static experts never enter the LRU list
-        preload(e);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Rate-limited admission
-
-RateLimitedLruPolicy::RateLimitedLruPolicy(int n_expert, int capacity, int max_admissions, int window_tokens)
-    : LruPolicy(n_expert, capacity), max_admissions_(max_admissions), window_tokens_(window_tokens) {
-    if (max_admissions < 0) fail("rate: at most {} admissions per window is negative", max_admissions);
-    if (window_tokens < 1) fail("rate: a window of {} tokens must be at least 1", window_tokens);
-}
-
-std::string RateLimitedLruPolicy::name() const { return fmt::format("rate:{}/{}", max_admissions_, window_tokens_); }
-
-bool RateLimitedLruPolicy::should_admit(ExpertId, int64_t token) {
-    const int64_t w = token / window_tokens_;
-    if (w != window_) {
-        window_ = w;
-        used_ = 0;
-    }
-    return used_ < max_admissions_;
-}
-
-void RateLimitedLruPolicy::on_insert(ExpertId e) {
-    LruPolicy::on_insert(e);
-    ++used_;
-}
 
 }  // namespace nitro

@@ -13,7 +13,9 @@
 //   3. For every missed expert of S, in router order, the policy decides admission (should_admit).
 //      An admitted expert takes a free slot, or, when the cache is full, the slot of a victim
 //      (choose_victim) chosen only among cached experts NOT in S. No victim means no admission.
-// A policy may preload experts before the first step (static slots); all other caches start empty.
+// A policy may preload experts before the first step, pinned (static slots, never evicted) or not.
+// Static residency, static + adaptive splits and rate limits are built from these classes by the
+// runtime's ExpertCache (runtime/expert_cache.h), which owns the per-layer policy objects.
 //
 // The token path allocates nothing: all state is sized at construction (n_expert, capacity).
 // Not thread-safe: one object per layer, driven by one thread.
@@ -44,8 +46,20 @@ struct SlotChange {
 
 /// Counts of one step.
 struct StepOutcome {
-    int32_t hits = 0;        ///< experts of S that were cached before the step
-    int32_t admissions = 0;  ///< missed experts inserted during the step
+    int32_t hits = 0;            ///< experts of S that were cached before the step
+    int32_t admissions = 0;      ///< missed experts inserted during the step
+    int32_t refused_limit = 0;   ///< missed experts not considered: the step's admission limit was reached
+    int32_t refused_policy = 0;  ///< missed experts the policy did not admit (should_admit, or no victim)
+};
+
+/// The arguments of one step beyond the requested set (ExpertCachePolicy::access).
+struct StepLimits {
+    /// Experts the step also uses without requesting them (no recency tick, no admission): they
+    /// may not be evicted in this step either. The runtime passes every expert a prompt chunk
+    /// computes here, while only its most selected ones are requested (runtime/expert_cache.h).
+    std::span<const ExpertId> protect;
+    /// At most this many admissions in the step; further misses count as refused_limit.
+    int max_admissions = 1 << 30;
 };
 
 /// Base class of all policies: owns the slot table (expert <-> slot) and the per-expert recency
@@ -67,6 +81,19 @@ public:
     /// many were written.
     StepOutcome access(std::span<const ExpertId> selected, int64_t token,
                        std::span<SlotChange> changes = {});
+    /// The same step with `limits` (protected experts, an admission limit).
+    StepOutcome access(std::span<const ExpertId> selected, int64_t token, std::span<SlotChange> changes,
+                       const StepLimits& limits);
+
+    /// Places `e` in a free slot before the first step (an initial resident). `pinned`: it is never
+    /// evicted (a static slot). Returns false if no slot is free. Throws nitro::Error after the
+    /// first step or for an id out of range.
+    bool preload(ExpertId e, bool pinned);
+    /// Removes `e` from its slot (the slot becomes free), e.g. when its copy failed. No-op if `e`
+    /// holds no slot. Pinned experts can be dropped too.
+    void drop(ExpertId e);
+    /// Whether `e` is pinned (preloaded with pinned = true).
+    bool pinned(ExpertId e) const { return pinned_[e] != 0; }
 
     /// Whether `e` holds a slot.
     bool lookup(ExpertId e) const { return slot_of_[e] >= 0; }
@@ -97,16 +124,19 @@ protected:
     virtual void on_evict(ExpertId e) {}
 
     /// Places `e` in a free slot before the first step (static slots). Returns false if full.
-    bool preload(ExpertId e);
-    /// Whether `e` is in the step being processed.
+    bool preload(ExpertId e) { return preload(e, false); }
+    /// Whether `e` is in the step being processed (requested or protected).
     bool in_step(ExpertId e) const { return step_mark_[e] == step_stamp_; }
+    /// Whether `e` may be chosen as a victim now: not in the step and not pinned. Every
+    /// choose_victim implementation returns only evictable experts.
+    bool evictable(ExpertId e) const { return !in_step(e) && !pinned_[e]; }
     /// Recency tick of `e`'s last request (0 = never); ticks increase by one per requested expert.
     uint64_t last_tick(ExpertId e) const { return last_tick_[e]; }
     /// Index (1-based) of the last step that requested `e` (0 = never).
     uint64_t last_step(ExpertId e) const { return last_step_[e]; }
     /// Steps run so far, the current one included.
     uint64_t steps() const { return step_count_; }
-    /// The smallest (key, tick) expert of `heap` that is not in the current step, or kNoExpert.
+    /// The smallest (key, tick) expert of `heap` that is evictable, or kNoExpert.
     /// Entries in the step are lifted off and put back (at most |S| of them).
     ExpertId heap_min_not_in_step(ExpertHeap& heap);
 
@@ -119,6 +149,7 @@ private:
     std::vector<ExpertId> slot_expert_;  // [capacity] expert or kNoExpert
     std::vector<int32_t> free_slots_;    // stack of free slot indices
     std::vector<uint32_t> step_mark_;    // [n_expert] == step_stamp_ while in the current step
+    std::vector<uint8_t> pinned_;        // [n_expert] 1 = never evicted
     std::vector<uint64_t> last_tick_;    // [n_expert]
     std::vector<uint64_t> last_step_;    // [n_expert]
     uint32_t step_stamp_ = 0;
@@ -224,59 +255,6 @@ private:
 protected:
     void on_insert(ExpertId e) override { heap_.set(e, v_[e], last_tick(e)); }
     void on_evict(ExpertId e) override { heap_.erase(e); }
-};
-
-/// Static top-N: the given experts (the N = capacity most selected ones of a profile) are
-/// preloaded and never evicted; nothing else is admitted.
-class StaticPolicy : public ExpertCachePolicy {
-public:
-    /// `ranked`: experts from most to least selected; the first `capacity` are preloaded.
-    /// `label` names the profile ("static", "static-global").
-    StaticPolicy(int n_expert, int capacity, std::span<const ExpertId> ranked, std::string label);
-    std::string name() const override { return label_; }
-
-protected:
-    bool should_admit(ExpertId, int64_t) override { return false; }
-    ExpertId choose_victim(ExpertId) override { return kNoExpert; }
-
-private:
-    std::string label_;
-};
-
-/// Static + adaptive: `n_static` slots preloaded from a profile and never evicted; the other
-/// capacity - n_static slots hold missed experts under LRU (victims only among adaptive ones).
-class StaticLruPolicy : public LruPolicy {
-public:
-    /// `ranked` as for StaticPolicy; the first n_static (clamped to capacity) are static.
-    StaticLruPolicy(int n_expert, int capacity, int n_static, std::span<const ExpertId> ranked,
-                    std::string label);
-    std::string name() const override { return label_; }
-
-protected:
-    bool tracked(ExpertId e) const override { return !is_static_[e]; }
-
-private:
-    std::vector<uint8_t> is_static_;  // [n_expert]
-    std::string label_;
-};
-
-/// Rate-limited admission (the Neural Server's copy-on-compute): at most `max_admissions`
-/// admissions per layer in each window of `window_tokens` tokens (windows = token / window_tokens);
-/// refused misses are computed on the CPU and not admitted. Eviction is LRU.
-class RateLimitedLruPolicy : public LruPolicy {
-public:
-    RateLimitedLruPolicy(int n_expert, int capacity, int max_admissions, int window_tokens);
-    std::string name() const override;
-
-protected:
-    bool should_admit(ExpertId e, int64_t token) override;
-    void on_insert(ExpertId e) override;
-
-private:
-    int max_admissions_;
-    int window_tokens_;
-    int64_t window_ = -1;
-    int used_ = 0;
 };
 
 }  // namespace nitro

@@ -159,6 +159,13 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
             std::ofstream out(side);
             out << nlohmann::json{{"engine", r.engine}, {"experts", expert_counters_json(*c)}}.dump(1) << "\n";
             if (!out) fail("cannot write '{}'", side);
+            // ... and the expert cache's setup, so `nitro sim TRACE --engine` replays what ran.
+            if (const ExpertCache* cache = engine->expert_cache()) {
+                const std::string res = opt.trace_path + ".residency.json";
+                std::ofstream rs(res);
+                rs << setup_to_json(cache->setup()).dump() << "\n";
+                if (!rs) fail("cannot write '{}'", res);
+            }
         }
     }
     return r;
@@ -168,13 +175,22 @@ namespace {
 
 nlohmann::json layer_json(const ExpertLayerCounters& L) {
     const uint64_t pairs = L.gpu_pairs + L.cpu_pairs;
+    const CacheCounters& c = L.cache;
     return {{"gpu_pairs", L.gpu_pairs}, {"cpu_pairs", L.cpu_pairs}, {"cpu_experts", L.cpu_experts},
             {"cpu_bytes", L.cpu_bytes}, {"cpu_ms", L.cpu_ms}, {"cpu_decode_ms", L.cpu_decode_ms}, {"gpu_ms", L.gpu_ms}, {"wait_ms", L.wait_ms},
             {"gpu_share", pairs ? static_cast<double>(L.gpu_pairs) / static_cast<double>(pairs) : 0.0},
-            {"cpu_gb_s", L.cpu_ms > 0 ? static_cast<double>(L.cpu_bytes) / (L.cpu_ms * 1e6) : 0.0}};
+            {"cpu_gb_s", L.cpu_ms > 0 ? static_cast<double>(L.cpu_bytes) / (L.cpu_ms * 1e6) : 0.0},
+            {"cache", cache_counters_json(c)}};
 }
 
 }  // namespace
+
+nlohmann::json cache_counters_json(const CacheCounters& c) {
+    return {{"hits", c.hits}, {"misses", c.misses}, {"hit_rate", c.hit_rate()}, {"admissions", c.admissions},
+            {"evictions", c.evictions}, {"refused_rate", c.refused_rate}, {"refused_staging", c.refused_staging},
+            {"refused_policy", c.refused_policy}, {"late_copies", c.late_copies}, {"failed_copies", c.failed_copies},
+            {"flips", c.flips}, {"h2d_bytes", c.h2d_bytes}};
+}
 
 nlohmann::json expert_counters_json(const ExpertCounters& c) {
     nlohmann::json layers = nlohmann::json::array();
@@ -199,15 +215,27 @@ std::string expert_counters_line(const ExpertCounters& c) {
         s += fmt::format("; per decode step: CPU experts {:.2f} ms, GPU experts {:.2f} ms, GPU waiting for the CPU {:.2f} ms",
                          t.cpu_decode_ms / static_cast<double>(c.decode_steps),
                          t.gpu_ms / static_cast<double>(c.decode_steps), t.wait_ms / static_cast<double>(c.decode_steps));
+    const CacheCounters& k = t.cache;
+    if (k.hits + k.misses > 0) {
+        const double tokens = static_cast<double>(c.decode_steps + c.prefill_tokens);
+        s += fmt::format("\nexpert cache: hit rate {:.1f}% ({} of {} selections of the layers with experts on the CPU), "
+                         "{} admissions ({:.1f} MB host-to-device{}), {} evictions, refused: {} rate, {} staging, {} policy; "
+                         "{} late and {} failed copies",
+                         100.0 * k.hit_rate(), k.hits, k.hits + k.misses, k.admissions, k.h2d_bytes / 1e6,
+                         tokens > 0 ? fmt::format(", {:.2f} MB/token", k.h2d_bytes / 1e6 / tokens) : std::string(),
+                         k.evictions, k.refused_rate, k.refused_staging, k.refused_policy, k.late_copies, k.failed_copies);
+    }
     return s;
 }
 
 std::string expert_counters_table(const ExpertCounters& c) {
-    std::string s = "layer   GPU sel   CPU sel  CPU experts   CPU MB   CPU ms   GPU ms  wait ms\n";
+    std::string s = "layer   GPU sel   CPU sel  CPU experts   CPU MB   CPU ms   GPU ms  wait ms   hit %  admit  evict  refused\n";
     for (size_t il = 0; il < c.layers.size(); ++il) {
         const auto& L = c.layers[il];
-        s += fmt::format("{:5} {:9} {:9} {:12} {:8.1f} {:8.2f} {:8.2f} {:8.2f}\n", il, L.gpu_pairs, L.cpu_pairs, L.cpu_experts,
-                         L.cpu_bytes / 1e6, L.cpu_ms, L.gpu_ms, L.wait_ms);
+        const CacheCounters& k = L.cache;
+        s += fmt::format("{:5} {:9} {:9} {:12} {:8.1f} {:8.2f} {:8.2f} {:8.2f} {:7.1f} {:6} {:6} {:8}\n", il, L.gpu_pairs,
+                         L.cpu_pairs, L.cpu_experts, L.cpu_bytes / 1e6, L.cpu_ms, L.gpu_ms, L.wait_ms, 100.0 * k.hit_rate(),
+                         k.admissions, k.evictions, k.refused_rate + k.refused_staging + k.refused_policy);
     }
     return s;
 }

@@ -67,6 +67,8 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
 /// ["experts"]}.
 nlohmann::json generate_result_json(const GenerateResult& r, const GenerateOptions& opt);
 
+/// The expert cache counters of one layer or the total, as JSON (the "cache" object of each layer).
+nlohmann::json cache_counters_json(const CacheCounters& c);
 /// Expert counters as JSON: totals and per layer, with the CALCULATED shares and rates.
 nlohmann::json expert_counters_json(const ExpertCounters& c);
 /// One line for humans: where the selected experts ran, what the CPU read and how fast, the GPU's

@@ -173,6 +173,29 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
                [](const ExpertLayerCounters& L) { return L.gpu_ms / 1e3; });
         family("nitro_expert_gpu_wait_seconds_total", "GPU time waiting for the CPU's experts in decode steps, seconds.",
                [](const ExpertLayerCounters& L) { return L.wait_ms / 1e3; });
+        // The expert cache (adaptive residency, runtime/expert_cache.h), per layer with experts on the CPU.
+        family("nitro_expert_cache_hits_total", "Selections whose expert was in a ready VRAM slot.",
+               [](const ExpertLayerCounters& L) { return L.cache.hits; });
+        family("nitro_expert_cache_misses_total", "Selections computed by the CPU.",
+               [](const ExpertLayerCounters& L) { return L.cache.misses; });
+        family("nitro_expert_cache_admissions_total", "Missed experts admitted into a slot (copied as the CPU computed them).",
+               [](const ExpertLayerCounters& L) { return L.cache.admissions; });
+        family("nitro_expert_cache_evictions_total", "Admissions that displaced a cached expert.",
+               [](const ExpertLayerCounters& L) { return L.cache.evictions; });
+        out += "# HELP nitro_expert_cache_refused_total Requested misses not admitted, by reason.\n"
+               "# TYPE nitro_expert_cache_refused_total counter\n";
+        for (size_t il = 0; il < experts_.layers.size(); ++il) {
+            const CacheCounters& k = experts_.layers[il].cache;
+            out += fmt::format("nitro_expert_cache_refused_total{{layer=\"{}\",reason=\"rate\"}} {}\n", il, k.refused_rate);
+            out += fmt::format("nitro_expert_cache_refused_total{{layer=\"{}\",reason=\"staging\"}} {}\n", il, k.refused_staging);
+            out += fmt::format("nitro_expert_cache_refused_total{{layer=\"{}\",reason=\"policy\"}} {}\n", il, k.refused_policy);
+        }
+        family("nitro_expert_cache_late_copies_total", "Admission copies not landed at the next step (the expert stayed on the CPU longer).",
+               [](const ExpertLayerCounters& L) { return L.cache.late_copies; });
+        family("nitro_expert_cache_failed_copies_total", "Admission copies that failed (the expert was dropped from its slot).",
+               [](const ExpertLayerCounters& L) { return L.cache.failed_copies; });
+        family("nitro_expert_h2d_bytes_total", "Expert bytes copied host-to-device by admissions, bytes.",
+               [](const ExpertLayerCounters& L) { return L.cache.h2d_bytes; });
     });
     thread_ = std::thread([this] { worker(); });
 }

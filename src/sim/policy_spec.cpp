@@ -144,45 +144,79 @@ RoutingProfile make_profile(const ReplayTrace& trace) {
     return prof;
 }
 
-PolicyFactory make_policy_factory(const PolicySpec& spec, const ReplayTrace& trace, const RoutingProfile& profile) {
+CacheSetup cache_setup(const PolicySpec& spec, const ReplayTrace& trace, const RoutingProfile& profile, int capacity,
+                       const SimModel& model) {
     const int E = static_cast<int>(trace.header.n_expert);
+    if (spec.kind == PolicyKind::Opt) fail("policy opt replays record by record (replay_policy), not through the cache");
     if (spec.needs_profile() &&
         (profile.per_layer.size() != trace.layers.size() || profile.global.size() != static_cast<size_t>(E)))
         fail("policy {}: the profile has {} layers x {} experts, the trace {} x {}", spec.name(),
              profile.per_layer.size(), profile.global.size(), trace.layers.size(), E);
-    const std::string name = spec.name();
+    if (capacity < 0) fail("capacity {} slots is negative", capacity);
+    const int C = std::min(capacity, E);
+    CacheSetup cs;
+    cs.opt.static_share = 0;
+    cs.opt.prefill_weight = model.prefill_weight;
+    cs.opt.staging_buffers = model.staging_buffers;
+    // No rate limit: every step may admit every miss it requests (a decode step at most k).
+    cs.opt.refresh_every = 1;
+    cs.opt.admit_per_token = std::max(E, static_cast<int>(trace.k)) * 1.0;
+    int n_static = 0;
+    const std::vector<ExpertId>* ranked = nullptr;
     switch (spec.kind) {
-        case PolicyKind::Lru:
-            return [E](uint32_t, int c) { return std::make_unique<LruPolicy>(E, c); };
-        case PolicyKind::Lfu:
-            return [E](uint32_t, int c) { return std::make_unique<LfuPolicy>(E, c); };
-        case PolicyKind::LruFreq:
-            return [E](uint32_t, int c) { return std::make_unique<LruFreqPolicy>(E, c); };
-        case PolicyKind::FreqDecay:
-            return [E, h = spec.half_life](uint32_t, int c) { return std::make_unique<FreqDecayPolicy>(E, c, h); };
+        case PolicyKind::Lru: cs.opt.policy = "lru"; break;
+        case PolicyKind::Lfu: cs.opt.policy = "lfu"; break;
+        case PolicyKind::LruFreq: cs.opt.policy = "lru-freq"; break;
+        case PolicyKind::FreqDecay: cs.opt.policy = fmt::format("freq-decay:{}", spec.half_life); break;
         case PolicyKind::Static:
-            return [E, &profile, name](uint32_t l, int c) {
-                return std::make_unique<StaticPolicy>(E, c, profile.per_layer[l], name);
-            };
         case PolicyKind::StaticGlobal:
-            return [E, &profile, name](uint32_t, int c) {
-                return std::make_unique<StaticPolicy>(E, c, profile.global, name);
-            };
+            cs.opt.refresh_every = 0;
+            n_static = C;
+            break;
         case PolicyKind::StaticLru:
-            return [E, &profile, name, share = spec.static_share](uint32_t l, int c) {
-                const int n_static = static_cast<int>(std::floor(std::min(c, E) * share + 1e-9));
-                return std::make_unique<StaticLruPolicy>(E, c, n_static, profile.per_layer[l], name);
-            };
+            n_static = static_cast<int>(std::floor(C * spec.static_share + 1e-9));
+            break;
         case PolicyKind::Rate:
-            return [E, m = spec.rate_admissions, r = spec.rate_window](uint32_t, int c) {
-                return std::make_unique<RateLimitedLruPolicy>(E, c, m, r);
-            };
-        case PolicyKind::Opt:
-            return [E, &trace](uint32_t l, int c) {
-                return std::make_unique<BeladyPolicy>(E, c, trace.layers[l].ids, static_cast<int>(trace.k));
-            };
+            if (spec.rate_admissions == 0) cs.opt.refresh_every = 0;
+            else {
+                cs.opt.refresh_every = spec.rate_window;
+                cs.opt.admit_per_token = static_cast<double>(spec.rate_admissions) / spec.rate_window;
+            }
+            break;
+        case PolicyKind::Opt: break;
     }
-    fail("policy {}: no factory", name);
+    for (size_t l = 0; l < trace.layers.size(); ++l) {
+        LayerSlots ls;
+        ls.capacity = C;
+        ls.n_static = n_static;
+        ls.expert_bytes = trace.header.expert_bytes(static_cast<uint32_t>(l));
+        if (n_static > 0) {
+            ranked = spec.kind == PolicyKind::StaticGlobal ? &profile.global : &profile.per_layer[l];
+            for (int i = 0; i < n_static && i < static_cast<int>(ranked->size()); ++i) {
+                const ExpertId e = (*ranked)[static_cast<size_t>(i)];
+                if (e >= E) fail("{}: profile names expert {} but the layer has {} experts", spec.name(), e, E);
+                ls.resident.push_back(e);
+            }
+        }
+        cs.layers.push_back(std::move(ls));
+    }
+    return cs;
+}
+
+PolicyFactory make_policy_factory(const PolicySpec& spec, const ReplayTrace& trace, const RoutingProfile& profile) {
+    (void)profile;
+    const int E = static_cast<int>(trace.header.n_expert);
+    if (spec.kind != PolicyKind::Opt)
+        fail("policy {}: only opt replays record by record; the others run through the expert cache", spec.name());
+    return [E, &trace](uint32_t l, int c) {
+        return std::make_unique<BeladyPolicy>(E, c, trace.layers[l].ids, static_cast<int>(trace.k));
+    };
+}
+
+ReplayResult replay_policy(const ReplayTrace& trace, const PolicySpec& spec, const RoutingProfile& profile, int capacity,
+                           const ReplayOptions& opt, const SimModel& model) {
+    if (spec.kind == PolicyKind::Opt) return replay(trace, make_policy_factory(spec, trace, profile), capacity, opt);
+    return replay_cache(trace, cache_setup(spec, trace, profile, capacity, model), opt);
 }
 
 }  // namespace nitro

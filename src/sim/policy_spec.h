@@ -45,8 +45,29 @@ struct RoutingProfile {
 /// Counts selections of `trace` (every layer, every record).
 RoutingProfile make_profile(const ReplayTrace& trace);
 
-/// The per-layer factory of `spec` for `trace` (opt reads the layer's own stream; static kinds read
-/// `profile`, which must match the trace's n_layer / n_expert: checked, nitro::Error otherwise).
+/// How the simulator models the engine beyond the policy (docs/sim.md): prompt chunks' weight
+/// and the staging buffers (runtime/expert_cache.h ResidencyOptions).
+struct SimModel {
+    double prefill_weight = 1.0;  ///< a prompt chunk requests its round(W x k) most selected experts
+    int staging_buffers = -1;     ///< admissions one step can start; < 0 = unlimited
+};
+
+/// The ExpertCache setup of an online policy (every kind but opt) at `capacity` slots per layer:
+///   lru, lfu, lru-freq, freq-decay: that eviction policy, slots empty at first, no rate limit;
+///   static, static-global: the profile's top-C experts pinned, frozen (no admission);
+///   static+lru:S: floor(C x S) pinned from the profile, the rest LRU (empty at first);
+///   rate:M/R: LRU with at most M admissions per layer every R tokens (M = 0: frozen).
+/// `profile` must match the trace's n_layer / n_expert for the static kinds (nitro::Error).
+CacheSetup cache_setup(const PolicySpec& spec, const ReplayTrace& trace, const RoutingProfile& profile, int capacity,
+                       const SimModel& model = {});
+
+/// The per-layer policy factory of opt (Belady: it reads the layer's own stream) for replay().
+/// Throws nitro::Error for any other kind (they run through cache_setup / replay_cache).
 PolicyFactory make_policy_factory(const PolicySpec& spec, const ReplayTrace& trace, const RoutingProfile& profile);
+
+/// Replays one policy at one capacity: opt record by record (replay), every other policy step by
+/// step through the ExpertCache (replay_cache).
+ReplayResult replay_policy(const ReplayTrace& trace, const PolicySpec& spec, const RoutingProfile& profile, int capacity,
+                           const ReplayOptions& opt = {}, const SimModel& model = {});
 
 }  // namespace nitro

@@ -40,17 +40,15 @@ SimReport run_simulation(const ReplayTrace& trace, const SimOptions& opt, uint64
         const int cc = std::min(c, E);
         if (std::find(caps.begin(), caps.end(), cc) == caps.end()) caps.push_back(cc);
     }
-    const ReplayOptions ro{opt.ws_window};
+    const ReplayOptions ro{opt.ws_window, opt.ubatch};
     PolicySpec opt_spec;
     opt_spec.kind = PolicyKind::Opt;
-    const PolicyFactory opt_factory = make_policy_factory(opt_spec, trace, profile);
     std::map<int, double> opt_rate;
     const double tokens = std::max<double>(1, static_cast<double>(trace.n_tokens));
 
     for (const PolicySpec& spec : opt.policies) {
-        const PolicyFactory f = make_policy_factory(spec, trace, profile);
         for (int c : caps) {
-            const ReplayResult rr = replay(trace, f, c, ro);
+            const ReplayResult rr = replay_policy(trace, spec, profile, c, ro, opt.model);
             SimResult r;
             r.policy = spec.name();
             r.capacity = c;
@@ -80,7 +78,7 @@ SimReport run_simulation(const ReplayTrace& trace, const SimOptions& opt, uint64
     }
     for (int c : caps)
         if (!opt_rate.count(c)) {
-            const ReplayResult rr = replay(trace, opt_factory, c, ReplayOptions{0});
+            const ReplayResult rr = replay_policy(trace, opt_spec, profile, c, ReplayOptions{0, opt.ubatch});
             opt_rate[c] = rr.total.accesses ? static_cast<double>(rr.total.hits) / rr.total.accesses : 0;
         }
     for (SimResult& r : rep.results) r.gap_to_opt_points = (opt_rate[r.capacity] - r.hit_rate) * 100.0;

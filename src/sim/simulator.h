@@ -21,6 +21,8 @@ struct SimOptions {
     /// the profile then knows the future).
     RoutingProfile profile;
     std::string profile_name;         ///< where `profile` came from (a file name), for the report
+    int64_t ubatch = 512;             ///< prompt chunk size, tokens (the engine's -u)
+    SimModel model;                   ///< prompt chunk weight, staging buffers
 };
 
 /// One policy at one capacity.

@@ -1,11 +1,13 @@
 // Hand-computed traces with exact expected hits for every policy (src/runtime/expert_cache_policy.h,
 // src/sim/belady_policy.h). Every expected number below was worked out on paper, step by step, in
 // the comments next to it; ticks are given in router order (t<expert>=<tick>).
+#include "runtime/expert_cache.h"
 #include "runtime/expert_cache_policy.h"
 #include "sim/belady_policy.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace nitro {
@@ -27,6 +29,30 @@ Counts run(ExpertCachePolicy& p, const Steps& steps) {
     }
     return c;
 }
+
+// Runs decode steps through an ExpertCache (5 experts, top-2, one layer, capacity 3) set up with
+// `opt` and the initial residents `resident` (the first n_static pinned); returns its counts.
+Counts run_cache(const ResidencyOptions& opt, std::vector<int32_t> resident, int n_static, const Steps& steps,
+                 std::vector<ExpertId>* final_slots = nullptr) {
+    LayerSlots ls;
+    ls.resident = std::move(resident);
+    ls.capacity = 3;
+    ls.n_static = n_static;
+    InstantCopyBackend backend(opt.staging_buffers < 0 ? 0 : opt.staging_buffers);
+    ExpertCache cache({ls}, 5, 2, opt, opt.frozen() ? nullptr : &backend);
+    std::vector<int32_t> ids;
+    for (const auto& s : steps) {
+        cache.begin_step(1);
+        ids.assign(s.begin(), s.end());
+        cache.access(0, ids);
+        cache.commit(0);
+    }
+    if (final_slots) final_slots->assign(cache.slots(0).begin(), cache.slots(0).end());
+    const CacheCounters& c = cache.counters(0);
+    return {static_cast<int>(c.hits), static_cast<int>(c.admissions)};
+}
+
+bool holds(const std::vector<ExpertId>& slots, ExpertId e) { return std::find(slots.begin(), slots.end(), e) != slots.end(); }
 
 std::vector<ExpertId> flatten(const Steps& steps) {
     std::vector<ExpertId> v;
@@ -179,10 +205,10 @@ TEST(PolicyHand, FreqDecayHalfLifeOneOnT) {
 TEST(PolicyHand, StaticOnItsOwnProfileOfT) {
     // Counts on T: 0:5, 1:3, 2:3, 3:3, 4:2. Ranked 0, 1, 2, 3, 4 (ties by id). Top-3 {0,1,2}
     // preloaded: hits 5 + 3 + 3 = 11 of 16, no admissions.
-    const std::vector<ExpertId> ranked = {0, 1, 2, 3, 4};
-    StaticPolicy p(5, 3, ranked, "static");
-    EXPECT_EQ(p.preloaded(), 3);
-    const Counts c = run(p, kT);
+    // Through the ExpertCache: three pinned residents, frozen residency.
+    ResidencyOptions o;
+    o.refresh_every = 0;
+    const Counts c = run_cache(o, {0, 1, 2}, 3, kT);
     EXPECT_EQ(c.hits, 11);
     EXPECT_EQ(c.admissions, 0);
 }
@@ -198,13 +224,17 @@ TEST(PolicyHand, StaticPlusLruOnT) {
     // s7 {0,4}: hit 0; 4: 3 (t11) 1 (t12) -> 3                              H=5  cache {0,1,4}
     // s8 {2,3}: 2: 1 (t12) 4 (t14) -> 1; 3: 4 -> 4                          H=5  cache {0,2,3}
     // hits 5; admissions 1+1+1+2+1+2+1+2 = 11
-    const std::vector<ExpertId> ranked = {0, 1, 2, 3, 4};
-    StaticLruPolicy p(5, 3, 1, ranked, "static+lru");
-    const Counts c = run(p, kT);
+    // Through the ExpertCache: expert 0 pinned, LRU on the rest, no rate limit, instant copies.
+    ResidencyOptions o;
+    o.policy = "lru";
+    o.refresh_every = 1;
+    o.admit_per_token = 2;
+    o.staging_buffers = -1;
+    std::vector<ExpertId> slots;
+    const Counts c = run_cache(o, {0}, 1, kT, &slots);
     EXPECT_EQ(c.hits, 5);
     EXPECT_EQ(c.admissions, 11);
-    EXPECT_EQ(p.preloaded(), 1);
-    EXPECT_TRUE(p.lookup(0) && p.lookup(2) && p.lookup(3));
+    EXPECT_TRUE(holds(slots, 0) && holds(slots, 2) && holds(slots, 3));
 }
 
 TEST(PolicyHand, RateLimitedOnT) {
@@ -218,11 +248,18 @@ TEST(PolicyHand, RateLimitedOnT) {
     // s7 {0,4}: hit 0; 4 admitted: victims 3 (t11) 2 (t9) -> 2              H=5  cache {0,3,4}
     // s8 {2,3}: hit 3; 2 refused                                           H=6
     // hits 6; admissions 4
-    RateLimitedLruPolicy p(5, 3, 1, 2);
-    const Counts c = run(p, kT);
+    // Through the ExpertCache: 1 admission per window of 2 tokens, cache empty at first.
+    ResidencyOptions o;
+    o.policy = "lru";
+    o.static_share = 0;
+    o.refresh_every = 2;
+    o.admit_per_token = 0.5;
+    o.staging_buffers = -1;
+    std::vector<ExpertId> slots;
+    const Counts c = run_cache(o, {}, 0, kT, &slots);
     EXPECT_EQ(c.hits, 6);
     EXPECT_EQ(c.admissions, 4);
-    EXPECT_TRUE(p.lookup(0) && p.lookup(3) && p.lookup(4));
+    EXPECT_TRUE(holds(slots, 0) && holds(slots, 3) && holds(slots, 4));
 }
 
 TEST(PolicyHand, BeladyOnT) {

@@ -196,7 +196,7 @@ TEST(SimCli, SynthFromFixtureThenSimPrintsTableJsonAndSvg) {
     // The binary's numbers are the library's numbers.
     const ReplayTrace rt = make_replay_trace(read_trace(tr));
     const RoutingProfile prof = make_profile(rt);
-    const uint64_t lru4 = replay(rt, make_policy_factory(parse_policy_list("lru")[0], rt, prof), 4).total.hits;
+    const uint64_t lru4 = replay_policy(rt, parse_policy_list("lru")[0], prof, 4).total.hits;
     for (const auto& r : j["results"]) {
         EXPECT_EQ(r["accesses"].get<uint64_t>(), rt.accesses());
         if (r["policy"] == "lru" && r["capacity"] == 4) EXPECT_EQ(r["hits"].get<uint64_t>(), lru4);

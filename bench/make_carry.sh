@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Packs what the device scripts (bench/*_device.sh) read from .carry/ (git-ignored), on the
+# development machine, after `cmake --build build-cuda` (CUDA build for sm_90):
+#   .carry/bin.tar.xz       bin/{nitro,nitro_cuda_tests,nitro_cuda_bench} + the Debian shared
+#                           libraries they need that the device image lacks
+#   .carry/fixtures.tar.xz  shared/fixtures (the tiny GGUFs and their llama.cpp goldens)
+#   .carry/llama-src.tar.xz llama.cpp 80fb11a's source from node-llama-cpp's bundle (git archive,
+#                           without models/docs/tests) for llama-bench with CUDA (only with --llama)
+# usage: bench/make_carry.sh [--llama] [BUILD_DIR=build-cuda]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LLAMA=0; [ "${1:-}" = --llama ] && { LLAMA=1; shift; }
+B=${1:-build-cuda}
+SHARED=${NITRO_SHARED_DIR:-$(cd .. && pwd)/shared}
+mkdir -p .carry
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+mkdir -p "$T/bin"
+for f in "$B/nitro" "$B/tests/nitro_cuda_tests" "$B/tests/nitro_cuda_bench"; do [ -f "$f" ] && cp "$f" "$T/bin/"; done
+for lib in libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libcpp-httplib.so.0.11; do
+    cp -L "/lib/x86_64-linux-gnu/$lib" "$T/bin/"
+done
+tar cJf .carry/bin.tar.xz -C "$T" bin
+mkdir -p "$T/s/shared"; cp -r "$SHARED/fixtures" "$T/s/shared/"
+tar cJf .carry/fixtures.tar.xz -C "$T/s" shared
+if [ "$LLAMA" = 1 ]; then
+    git clone -q tools/peer/node_modules/node-llama-cpp/llama/gitRelease.bundle "$T/llama" 2>/dev/null
+    (cd "$T/llama" && git archive HEAD | tar x -C "$T" --one-top-level=llama-src --anchored --exclude=models --exclude=docs --exclude=tests)
+    tar cJf .carry/llama-src.tar.xz -C "$T/llama-src" .
+fi
+ls -la .carry
