@@ -20,8 +20,8 @@ struct LaneInts8 {
     __m256i load() const { return _mm256_load_si256(reinterpret_cast<const __m256i*>(v)); }
 };
 
-/// Bytes 0..7 of b (sub-blocks in natural order) -> f32 in the lane order of a Slices32 half.
-inline __m256 bytes_to_lanes32(__m128i b, bool is_signed) {
+/// Unsigned bytes 0..7 of b (sub-blocks in natural order) -> f32 in the lane order of a Slices32 half.
+inline __m256 bytes_to_lanes32(__m128i b) {
     alignas(16) static constexpr struct Ctl {
         uint8_t v[16];
         constexpr Ctl() : v{} {
@@ -29,7 +29,7 @@ inline __m256 bytes_to_lanes32(__m128i b, bool is_signed) {
         }
     } ctl{};
     const __m128i p = _mm_shuffle_epi8(b, _mm_load_si128(reinterpret_cast<const __m128i*>(ctl.v)));
-    return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(p) : _mm256_cvtepu8_epi32(p));
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p));
 }
 
 /// Q4_K (144 bytes) and Q5_K (176 bytes): sub-block 2q + L of the super-block is nibble L of chunk q
@@ -72,8 +72,8 @@ struct DecQ45K {
             }
         }
         const __m128i sm = scales_mins_k4(xb + 4);
-        t.ws = _mm256_mul_ps(bytes_to_lanes32(sm, false), _mm256_set1_ps(h2f(xb)));
-        t.wm = _mm256_mul_ps(bytes_to_lanes32(_mm_srli_si128(sm, 8), false), _mm256_set1_ps(-h2f(xb + 2)));
+        t.ws = _mm256_mul_ps(bytes_to_lanes32(sm), _mm256_set1_ps(h2f(xb)));
+        t.wm = _mm256_mul_ps(bytes_to_lanes32(_mm_srli_si128(sm, 8)), _mm256_set1_ps(-h2f(xb + 2)));
     }
 };
 

@@ -41,18 +41,6 @@ inline __m512i or_and(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylo
 /// [v0 x 8 | v1 x 8].
 inline __m512 halves(float v0, float v1) { return _mm512_insertf32x8(_mm512_set1_ps(v0), _mm256_set1_ps(v1), 1); }
 
-/// 16 bytes (sub-blocks in natural order j = 8 k + i) -> f32 in lane order of Slices32.
-inline __m512 bytes_to_lanes32(__m128i b, bool is_signed) {
-    alignas(16) static constexpr struct Ctl {
-        uint8_t v[16];
-        constexpr Ctl() : v{} {
-            for (int d = 0; d < 16; ++d) v[d] = static_cast<uint8_t>(sub32(d));
-        }
-    } ctl{};
-    const __m128i p = _mm_shuffle_epi8(b, _mm_load_si128(reinterpret_cast<const __m128i*>(ctl.v)));
-    return _mm512_cvtepi32_ps(is_signed ? _mm512_cvtepi8_epi32(p) : _mm512_cvtepu8_epi32(p));
-}
-
 /// Q4_K (144 bytes: d, dmin, scales[12], qs[128]) and Q5_K (176: d, dmin, scales[12], qh[32],
 /// qs[128]): sub-block j of a super-block is the low (j even) or high nibble of chunk j / 2 (32 qs
 /// bytes), Q5_K's fifth bit is bit j of qh[value]. Lane d = 4L + q holds sub-block 2q + L % 2 of

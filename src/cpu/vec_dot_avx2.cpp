@@ -89,14 +89,6 @@ __attribute__((always_inline)) inline __m256i gather_fields(const __m256i Z[4]) 
     return r;
 }
 
-/// MXFP4 E8M0 bytes (as dwords) -> 2^(e - 128) = e8m0_half(e), exactly: (e - 1) << 23 for e >= 2,
-/// the subnormals 0x00200000 << e below.
-inline __m256 e8m0_half8(__m256i e) {
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
-}
-
 /// Q5's fifth bits: qh (32 bits per block, bit j = value j) per lane; adds 16 to value 4s + k of
 /// slice s where bit 4s + k is set.
 __attribute__((always_inline)) inline void add_fifth_bits(__m256i qh, __m256i* w) {
