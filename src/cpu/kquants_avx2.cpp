@@ -58,9 +58,10 @@ struct DecQ45K {
         }
         for (int m = 0; m < 4; ++m) {
             const __m256i lo = _mm256_and_si256(U[m], m4), hi = _mm256_and_si256(_mm256_srli_epi16(U[m], 4), m4);
+            const __m256i halves[2] = {_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31)};
             for (int l = 0; l < 2; ++l) {
                 const int s = 4 * l + m;  // values 4s..4s+3: dword s of each chunk, low nibbles in lane 0
-                __m256i w = _mm256_permute2x128_si256(lo, hi, l ? 0x31 : 0x20);
+                __m256i w = halves[l];
                 if constexpr (kFive) {
                     const __m256i hb = m == 0 ? _mm256_shuffle_epi32(qhl[l], 0x00)
                                        : m == 1 ? _mm256_shuffle_epi32(qhl[l], 0x55)
@@ -84,6 +85,7 @@ struct DecIq4Xs {
     static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 8, kSum16 = 1;
     static constexpr int64_t kUnitBytes = 136, kGroupBytes = 272;
     static constexpr bool kCorr = false, kMin = false, kSigned = true;
+    static_assert(kSigned && kSum16 == 1 && !kCorr, "signed: the sign trick, one vpmaddwd per slice, no offset");
     __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
         const uint8_t* xb = x + h * 136;
         __m256i Q[4], T[4];

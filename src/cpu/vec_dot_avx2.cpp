@@ -163,6 +163,7 @@ struct DecQ8_0 {
     static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 1, kSum16 = 1;
     static constexpr int64_t kGroupBytes = 16 * 34, kUnitBytes = 34;
     static constexpr bool kCorr = false, kMin = false, kSigned = true;
+    static_assert(kSigned && kSum16 == 1 && !kCorr, "signed: the sign trick, one vpmaddwd per slice, no offset");
     __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
         const uint8_t* xb = x + 8 * h * 34;
         for (int u = 0; u < 2; ++u) {
