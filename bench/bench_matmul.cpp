@@ -211,7 +211,7 @@ BENCHMARK(BM_HotKernel)
                     static_cast<int>(GgmlType::IQ4_NL), static_cast<int>(GgmlType::Q2_K), static_cast<int>(GgmlType::Q3_K),
                     static_cast<int>(GgmlType::Q4_K), static_cast<int>(GgmlType::Q5_K), static_cast<int>(GgmlType::Q6_K),
                     static_cast<int>(GgmlType::IQ4_XS), static_cast<int>(GgmlType::F16)},
-                   {1, 16}})
+                   {1, 4, 16}})
     ->MinTime(0.2)
     // On a shared machine the fastest repetition is the least disturbed one.
     ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });

@@ -4,9 +4,10 @@
 #     this CPU has), for 1, 4 and 16 tokens, as % of the probe of the same run (nitro bench
 #     kernel table: cpu::moe_ffn on random experts, gpt-oss-20b and Qwen3-30B-A3B expert shapes);
 #   - the real models' expert products through moe_ffn, file mapping vs --no-mmap (huge pages);
+#   - the one-token kernels' software prefetch: distance x cache level (t0 = L1, t1 = L2), both levels;
 #   - CPU-only decode and prompt tok/s of nitro vs llama.cpp (build/llama-peer/llama_cpp_bench,
 #     docs/peer.md) on synthetic gpt-oss-20b and qwen3-30b-a3b, in A B B A order, at the best
-#     level, and on gpt-oss-20b once more with NITRO_ISA=avx2 against llama.cpp's haswell build;
+#     level, and on both models once more with NITRO_ISA=avx2 against llama.cpp's haswell build;
 #   - page faults per decode token.
 # Writes OUT_DIR/summary.json and OUT_DIR/summary.txt (and every raw JSON), prints the text.
 #
@@ -19,9 +20,14 @@
 # BUILD_DIR/llama-peer/llama_cpp_bench), KERNEL_SECONDS (per kernel cell, default 0.3), KERNEL_POOL
 # (GiB of random experts per kernel cell and of the read probe, default 4: well above the lent
 # Xeon's 300 MiB L3; at 1 GiB some cells read above 100% of the probe), SMALL=1
-# (the `tiny` presets instead: checks the script itself in seconds, the figures mean nothing).
+# (the `tiny` presets instead: checks the script itself in seconds, the figures mean nothing),
+# N_PROMPT / N_GEN (prompt and generated tokens of the decode runs, default 128 / 32), PARTS (what to
+# run, comma-separated, default all: kernels, sweep, nommap, decode; the summary prints the parts
+# whose results are in OUT_DIR). The whole script can pass a 10-minute slot: split it over two
+# calls with the same MODELS_DIR and OUT_DIR, e.g. PARTS=kernels,sweep,nommap then PARTS=decode.
 # Needs: the nitro build (Release), build/llama-peer (carry it to the device), python3, ~45 GB of
-# disk in MODELS_DIR and as much RAM for the page cache. About 6 minutes on 16 cores.
+# disk in MODELS_DIR and as much RAM for the page cache. About 8 minutes on 16 cores (ASSUMED from
+# the 6 minutes MEASURED before the AVX2 Qwen3 runs and the hint sweep were added).
 # Every figure it prints is MEASURED on the machine it runs on; nothing here is asserted.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BUILD_DIR OUT_DIR" >&2; exit 2; }
@@ -33,6 +39,10 @@ peer="${LLAMA_CPP_BENCH:-$build/llama-peer/llama_cpp_bench}"
 threads="${THREADS:-$(nproc)}"
 qwen_type="${QWEN_TYPE:-q8_0}"
 ksec="${KERNEL_SECONDS:-0.3}"
+n_prompt="${N_PROMPT:-128}"
+parts=",${PARTS:-kernels,sweep,nommap,decode},"
+part() { [[ "$parts" == *",$1,"* ]]; }
+n_gen="${N_GEN:-32}"
 kpool="${KERNEL_POOL:-4}"
 [ "${SMALL:-0}" = 1 ] && kpool="${KERNEL_POOL:-0.25}"
 [ -x "$nitro" ] || { echo "cpu_kernels_device: $nitro not found" >&2; exit 1; }
@@ -96,7 +106,7 @@ bench() {  # bench NAME ARGS... -> $out/NAME.json
 llama() {  # llama NAME MODEL [EXTRA...] -> $out/NAME.json
     local name=$1 model=$2
     shift 2
-    "$peer" --model "$model" --threads "$threads" --n-prompt 64 --n-gen 32 "$@" > "$out/$name.json" 2> "$out/$name.err" || {
+    "$peer" --model "$model" --threads "$threads" --n-prompt "$n_prompt" --n-gen "$n_gen" "$@" > "$out/$name.json" 2> "$out/$name.err" || {
         echo "cpu_kernels_device: llama_cpp_bench failed:" >&2
         cat "$out/$name.err" >&2
         exit 1
@@ -105,45 +115,62 @@ llama() {  # llama NAME MODEL [EXTRA...] -> $out/NAME.json
 
 # 2. Kernel tables: every type x level x 1/4/16 tokens, gpt-oss shape (2880 x 2880, 4 experts;
 #    K-quants 2816 x 2816) and Qwen3 shape (2048 x 768, 8 experts).
-log "kernel table, gpt-oss-20b shape"
-bench kernels-g20 -m "$g20" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
-log "kernel table, qwen3-30b-a3b shape"
-bench kernels-q30 -m "$q30" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
+if part kernels; then
+    log "kernel table, gpt-oss-20b shape"
+    bench kernels-g20 -m "$g20" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
+    log "kernel table, qwen3-30b-a3b shape"
+    bench kernels-q30 -m "$q30" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
+fi
 
-# 2b. The kernels' software-prefetch distance (default 1536 B): a short sweep, 1 token.
-for pf in 768 3072 6144; do
-    log "kernel table, prefetch $pf B"
-    bench "prefetch-$pf" -m "$g20" --kernels mxfp4,q4_k,iq4_xs --kernel-tokens 1 --kernel-seconds "$ksec" --kernel-pool "$kpool" --prefetch-bytes $pf --no-engine
+# 2b. The one-token kernels' software prefetch (default 1536 B ahead into L1, t0): distance x cache
+#     level, both levels (AVX2 MXFP4 was at 88% of the probe with the default, issue 19).
+sweep_runs="768:t0 3072:t0 6144:t0 1536:t1 3072:t1 6144:t1"
+part sweep || sweep_runs=""
+for run in $sweep_runs; do
+    pf=${run%:*} hint=${run#*:}
+    log "kernel table, prefetch $pf B $hint"
+    bench "prefetch-$pf-$hint" -m "$g20" --kernels mxfp4,q4_k,iq4_xs --kernel-tokens 1 --kernel-seconds "$ksec" --kernel-pool "$kpool" \
+        --prefetch-bytes $pf --prefetch-hint $hint --no-engine
 done
 
 # 3. The model's experts: file mapping vs a --no-mmap copy (anonymous memory, THP), 1/4/16 tokens.
-log "expert products, --no-mmap"
-bench nommap-g20 -m "$g20" --kernels none --kernel-tokens 1,4,16 --no-mmap --no-engine
+if part nommap; then
+    log "expert products, --no-mmap"
+    bench nommap-g20 -m "$g20" --kernels none --kernel-tokens 1,4,16 --no-mmap --no-engine
+fi
 
-# 4. Decode: A B B A, nitro vs llama.cpp, same file and threads, 64-token prompt, 32 tokens.
-for m in g20 q30; do
+# 4. Decode and prompt: A B B A, nitro vs llama.cpp, same file and threads, N_PROMPT-token prompt
+#    (the experts' multi-token tiles), N_GEN tokens.
+decode_models="g20 q30"
+part decode || decode_models=""
+for m in $decode_models; do
     model=$g20
     [ $m = q30 ] && model=$q30
     log "decode A B B A on $m"
-    bench "decode-$m-nitro-1" -m "$model" --kernels none --kernel-tokens 1,4,16 -p 64 -n 32
+    bench "decode-$m-nitro-1" -m "$model" --kernels none --kernel-tokens 1,4,16 -p "$n_prompt" -n "$n_gen"
     llama "decode-$m-llama-1" "$model"
     llama "decode-$m-llama-2" "$model"
-    bench "decode-$m-nitro-2" -m "$model" --kernels none --kernel-tokens 1,4,16 -p 64 -n 32
+    bench "decode-$m-nitro-2" -m "$model" --kernels none --kernel-tokens 1,4,16 -p "$n_prompt" -n "$n_gen"
 done
-# AVX2: nitro at NITRO_ISA=avx2 against llama.cpp's haswell (AVX2) CPU build.
+# AVX2: nitro at NITRO_ISA=avx2 against llama.cpp's haswell (AVX2) CPU build, both models.
 haswell=$(mktemp -d "${TMPDIR:-/tmp}/nitro-haswell.XXXXXX")
 ln -s "$(dirname "$peer")/libggml-cpu-haswell.so" "$haswell/"
-log "decode A B B A on g20, AVX2 (nitro NITRO_ISA=avx2, llama.cpp haswell)"
-NITRO_ISA=avx2 bench decode-g20avx2-nitro-1 -m "$g20" --kernels none --kernel-tokens 1 -p 64 -n 32
-llama decode-g20avx2-llama-1 "$g20" --backend-dir "$haswell"
-llama decode-g20avx2-llama-2 "$g20" --backend-dir "$haswell"
-NITRO_ISA=avx2 bench decode-g20avx2-nitro-2 -m "$g20" --kernels none --kernel-tokens 1 -p 64 -n 32
+for m in $decode_models; do
+    model=$g20
+    [ $m = q30 ] && model=$q30
+    log "decode A B B A on $m, AVX2 (nitro NITRO_ISA=avx2, llama.cpp haswell)"
+    NITRO_ISA=avx2 bench "decode-${m}avx2-nitro-1" -m "$model" --kernels none --kernel-tokens 1,4,16 -p "$n_prompt" -n "$n_gen"
+    llama "decode-${m}avx2-llama-1" "$model" --backend-dir "$haswell"
+    llama "decode-${m}avx2-llama-2" "$model" --backend-dir "$haswell"
+    NITRO_ISA=avx2 bench "decode-${m}avx2-nitro-2" -m "$model" --kernels none --kernel-tokens 1,4,16 -p "$n_prompt" -n "$n_gen"
+done
 echo "load after: $(cat /proc/loadavg)" >> "$out/machine.txt"
 log "summary"
 
 python3 - "$out" "$threads" "$(( $(date +%s) - t_start ))" <<'PY'
 import json, os, sys
 out, threads, elapsed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def have(n): return os.path.exists(os.path.join(out, n + ".json"))
 def load(n): return json.load(open(os.path.join(out, n + ".json")))
 machine = open(os.path.join(out, "machine.txt")).read()
 S = {"threads": threads, "elapsed_s": elapsed, "machine": machine, "labels": "every figure MEASURED on this machine"}
@@ -154,6 +181,7 @@ if os.environ.get("SMALL") == "1": P("  SMALL=1: tiny presets, the figures check
 for l in machine.strip().splitlines(): P("  " + l)
 
 for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b")):
+    if not have("kernels-" + tag): continue
     k = load("kernels-" + tag)
     probe = k["read_bandwidth_gb_s"]
     rows = k["kernels"]
@@ -173,33 +201,41 @@ for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b")):
           "".join("%12.1f GB/s %4.0f%%" % (cells[t]["gb_s"], cells[t]["pct_of_read"]) if t in cells else "%20s" % "-" for t in toks))
 
 P("")
-P("prefetch distance (gpt-oss-20b shape, 1 token; GB/s and % of each run's read probe)")
-k0 = load("kernels-g20")
-sweep = [(k0["prefetch_bytes"], k0)] + [(pf, load("prefetch-%d" % pf)) for pf in (768, 3072, 6144)]
+P("one-token prefetch: distance and cache level (gpt-oss-20b shape; GB/s and % of each run's read probe)")
+sweep = []
+if have("kernels-g20"):
+    k0 = load("kernels-g20")
+    sweep.append((k0["prefetch_bytes"], k0.get("prefetch_hint", "t0"), k0))
+for f in sorted(os.listdir(out)):
+    if f.startswith("prefetch-") and f.endswith(".json"):
+        d = json.load(open(os.path.join(out, f)))
+        sweep.append((d["prefetch_bytes"], d.get("prefetch_hint", "t0"), d))
 S["prefetch_sweep"] = []
-for pf, d in sorted(sweep, key=lambda x: x[0]):
+for pf, hint, d in sorted(sweep, key=lambda x: (x[1], x[0])):
     cells = [r for r in d["kernels"] if r["tokens"] == 1 and r["type"] in ("MXFP4", "Q4_K", "IQ4_XS")]
-    S["prefetch_sweep"].append({"prefetch_bytes": pf, "read_probe_gb_s": d["read_bandwidth_gb_s"], "rows": cells})
-    P("  %5d B  " % pf + "  ".join("%s/%s %.1f GB/s %.0f%%" % (r["type"], r["isa"], r["gb_s"], r["pct_of_read"]) for r in cells))
+    S["prefetch_sweep"].append({"prefetch_bytes": pf, "prefetch_hint": hint, "read_probe_gb_s": d["read_bandwidth_gb_s"], "rows": cells})
+    P("  %5d B %-3s " % (pf, hint) + "  ".join("%s/%s %.1f GB/s %.0f%%" % (r["type"], r["isa"], r["gb_s"], r["pct_of_read"]) for r in cells))
 
 P("")
 P("the model's experts through moe_ffn (gpt-oss-20b): file mapping vs --no-mmap")
-mm = load("decode-g20-nitro-1")
-nm = load("nommap-g20")
-S["expert_products_g20"] = {"mmap": mm["expert_gemv"], "no_mmap": nm["expert_gemv"], "mmap_read_probe_gb_s": mm["read_bandwidth_gb_s"],
+mm = load("decode-g20-nitro-1") if have("decode-g20-nitro-1") else None
+nm = load("nommap-g20") if have("nommap-g20") else None
+if mm and nm: S["expert_products_g20"] = {"mmap": mm["expert_gemv"], "no_mmap": nm["expert_gemv"], "mmap_read_probe_gb_s": mm["read_bandwidth_gb_s"],
                             "no_mmap_read_probe_gb_s": nm["read_bandwidth_gb_s"], "no_mmap_load_s": nm["memory"]["load_s"]}
 for label, d in (("mmap", mm), ("no-mmap", nm)):
+    if not d: continue
     for g in d["expert_gemv"]:
         P("  %-8s %2d token%s  %6.1f GB/s  %4.0f%% of %.1f GB/s  (%.2f ms per step)" % (label, g["tokens"], " " if g["tokens"] == 1 else "s",
           g["gb_s"], g["pct_of_read"], d["read_bandwidth_gb_s"], g["ms_per_step"]))
-P("  --no-mmap load: %.1f s" % nm["memory"]["load_s"])
+if nm: P("  --no-mmap load: %.1f s" % nm["memory"]["load_s"])
 
 P("")
-P("CPU-only decode, nitro vs llama.cpp, A B B A (64-token prompt, 32 tokens)")
+P("CPU-only decode and prompt, nitro vs llama.cpp, A B B A (%d-token prompt, %d tokens)" % (int(os.environ.get("N_PROMPT", "128")), int(os.environ.get("N_GEN", "32"))))
 P("  %-36s %20s %20s %7s %20s %20s %7s %13s" % ("model", "nitro decode tok/s", "llama.cpp decode", "ratio",
   "nitro prompt tok/s", "llama.cpp prompt", "ratio", "faults/token"))
 S["decode"] = {}
-for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b"), ("g20avx2", "gpt-oss-20b, AVX2")):
+for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b"), ("g20avx2", "gpt-oss-20b, AVX2"), ("q30avx2", "qwen3-30b-a3b, AVX2")):
+    if not all(have("decode-%s-%s-%d" % (tag, e, i)) for e in ("nitro", "llama") for i in (1, 2)): continue
     n = [load("decode-%s-nitro-%d" % (tag, i)) for i in (1, 2)]
     l = [load("decode-%s-llama-%d" % (tag, i)) for i in (1, 2)]
     nd, ld = [x["decode_tok_s"] for x in n], [x["decode_tok_s"] for x in l]
@@ -215,11 +251,15 @@ for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b"), ("g20avx2", 
     P("  %-36s %20s %20s %7.2f %20s %20s %7.2f %13.1f" % ("%s (%s / %s)" % (name, n[0]["isa"], l[0].get("ggml_cpu_variant", "?")),
       " / ".join("%.2f" % v for v in nd), " / ".join("%.2f" % v for v in ld), r,
       " / ".join("%.1f" % v for v in npf), " / ".join("%.1f" % v for v in lpf), rp, faults))
-for tag in ("g20", "q30"):
+for tag in [t for t in ("g20", "q30", "g20avx2", "q30avx2") if t in S["decode"]]:
     d = S["decode"][tag]
     P("  %s: nitro expert products %.1f / %.1f GB/s against a %.1f / %.1f GB/s probe; CALCULATED expert floor %.1f tok/s"
       % (tag, d["nitro_expert_gemv_gb_s"][0], d["nitro_expert_gemv_gb_s"][1], d["read_probe_gb_s"][0], d["read_probe_gb_s"][1],
          d["nitro_decode_floor_tok_s"]))
+    n1 = load("decode-%s-nitro-1" % tag)
+    d["expert_products_by_tokens"] = n1["expert_gemv"]
+    P("      the model's experts, %s, by tokens per step: " % n1["isa"] +
+      ", ".join("%d: %.1f GB/s (%.0f%%)" % (g["tokens"], g["gb_s"], g["pct_of_read"]) for g in n1["expert_gemv"]))
 json.dump(S, open(os.path.join(out, "summary.json"), "w"), indent=2)
 open(os.path.join(out, "summary.txt"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))

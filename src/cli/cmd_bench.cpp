@@ -69,6 +69,7 @@ Action add_bench(CLI::App& app) {
         std::string kernel_shape;
         int kernel_experts = 0;
         int64_t prefetch_bytes = cpu::kDefaultPrefetchBytes;
+        std::string prefetch_hint = "t0";
         MemoryFlags mem;
         BenchSweepOptions sweep;
         std::string vram_budgets;
@@ -102,6 +103,11 @@ Action add_bench(CLI::App& app) {
                     "Software-prefetch distance of the CPU kernels in the weight stream, bytes (0 = none ahead), for tuning")
         ->capture_default_str()
         ->envname("NITRO_PREFETCH_BYTES");
+    sub->add_option("--prefetch-hint", o->prefetch_hint,
+                    "Cache level of that prefetch: t0 (L1), t1 (L2), t2, nta (x86 prefetch hints), for tuning")
+        ->check(CLI::IsMember({"t0", "t1", "t2", "nta"}))
+        ->capture_default_str()
+        ->envname("NITRO_PREFETCH_HINT");
     sub->add_flag("--no-engine", o->no_engine, "Skip the prompt/decode run (memory, kernels and expert products only)");
     sub->add_flag("--json", o->json, "Print JSON");
     add_memory_flags(sub, o->mem);
@@ -158,6 +164,7 @@ Action add_bench(CLI::App& app) {
     return [o, ctx_opt]() {
         apply_memory_flags(o->mem);
         cpu::set_prefetch_bytes(o->prefetch_bytes);
+        cpu::set_prefetch_hint(o->prefetch_hint);
         const int threads = o->threads > 0 ? o->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
         if (!o->sweep.out.empty()) {
             BenchSweepOptions s = o->sweep;
@@ -230,6 +237,7 @@ Action add_bench(CLI::App& app) {
         const double floor = bw / g.bytes_per_token;  // tok/s if experts were the only reads
         nlohmann::json j = {
             {"model", o->model}, {"threads", threads}, {"isa", cpu::kernel_isa()}, {"prefetch_bytes", cpu::prefetch_bytes()},
+            {"prefetch_hint", cpu::prefetch_hint()},
             {"read_bandwidth_gb_s", bw / 1e9}, {"expert_bytes_per_token", g.bytes_per_token},
             {"expert_gemv_gb_s", g.gb_s}, {"expert_gemv_ms_per_token", g.ms_per_token},
             {"expert_floor_tok_s", floor}};
@@ -269,8 +277,8 @@ Action add_bench(CLI::App& app) {
             std::puts(j.dump(2).c_str());
             return 0;
         }
-        std::printf("model            %s (%s, kernels %s, prefetch %lld B ahead)\n", o->model.c_str(), count_noun(threads, "thread").c_str(),
-                    cpu::kernel_isa(), static_cast<long long>(cpu::prefetch_bytes()));
+        std::printf("model            %s (%s, kernels %s, prefetch %lld B ahead, %s)\n", o->model.c_str(), count_noun(threads, "thread").c_str(),
+                    cpu::kernel_isa(), static_cast<long long>(cpu::prefetch_bytes()), cpu::prefetch_hint());
         std::printf("model memory     %s, %s, huge pages %s; loaded in %.2f s (%lld minor / %lld major page faults)\n",
                     mf.copied() ? "copied into anonymous memory (--no-mmap)" : "file mapping", mf.locked() ? "locked" : "not locked",
                     huge_pages_name(model_map_options().huge_pages), load_s, static_cast<long long>(f_load.minor),

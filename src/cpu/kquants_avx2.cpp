@@ -1,297 +1,190 @@
-// AVX2 + FMA + F16C kernels of the 256-value formats against Q8_K: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-// IQ4_XS (compiled with -mavx2 -mfma -mf16c; chosen at run time only on CPUs that have them).
-//
-// Shape of every kernel: per super-block, the weights are decoded 32 values at a time into
-// unsigned bytes (the value plus the format's offset), multiplied with the activations by
-// vpmaddubsw (int16 pairs, no saturation for these ranges), and scaled per 16 or 32 values by
-// vpmaddwd against the integer sub-block scales; the super-block sum is exact in int32 and goes
-// into 8 float lanes once per super-block as d * dy * sum. Offsets and mins are applied once per
-// super-block through the activations' block sums (Q8_K bsums). Activations come from the image
-// of kernels.h (ActOrder K4 / K2 / Half16 / Natural), so every activation load is one aligned
-// 32-byte load whatever the weights' value order.
-//
-// Every kernel handles 1..4 tokens per weight row; per token the operations and their order are
-// the same whatever the token count (kernels.h).
+// AVX2 + FMA + F16C tile kernels of the 256-value formats against Q8_K: Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K, IQ4_XS (compiled with -mavx2 -mfma -mf16c; chosen at run time only on CPUs that have them).
+// The driver is tile_avx2.h; this file decodes weight half-groups, in the lane order of the
+// AVX-512 kernels (kquants_avx512.cpp): for Q4_K, Q5_K and IQ4_XS half h is super-block h of the
+// group, ymm lane j = 4L + q holding its sub-block 2q + L; for Q2_K, Q3_K and Q6_K half h is
+// sub-blocks 8h..8h+7 of the super-block, lane j holding sub-block 8h + j.
 #define NITRO_SIMD_VNNI 0
-#include "cpu/simd_x86.h"
+#include "cpu/tile_avx2.h"
 
 namespace nitro::cpu::kernels {
 namespace {
 
-constexpr int kQ8KBytes = 292;  // d f32, qs[256], bsums[16] i16
+/// Eight dword constants f(j) (compile time).
+template <class F>
+struct LaneInts8 {
+    alignas(32) int32_t v[8];
+    constexpr explicit LaneInts8(F f) : v{} {
+        for (int j = 0; j < 8; ++j) v[j] = f(j);
+    }
+    __m256i load() const { return _mm256_load_si256(reinterpret_cast<const __m256i*>(v)); }
+};
 
-inline __m256i load_img(const ActRow& a, int64_t off) {
-    return _mm256_load_si256(reinterpret_cast<const __m256i*>(a.img + off));
+/// Unsigned bytes 0..7 of b (sub-blocks in natural order) -> f32 in the lane order of a Slices32 half.
+inline __m256 bytes_to_lanes32(__m128i b) {
+    alignas(16) static constexpr struct Ctl {
+        uint8_t v[16];
+        constexpr Ctl() : v{} {
+            for (int j = 0; j < 16; ++j) v[j] = j < 8 ? static_cast<uint8_t>(sub32_half(j)) : 0x80;
+        }
+    } ctl{};
+    const __m128i p = _mm_shuffle_epi8(b, _mm_load_si128(reinterpret_cast<const __m128i*>(ctl.v)));
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p));
 }
 
-/// Bit `b` of every byte moved to bit `to` (other bits cleared): 16-bit shifts never carry a bit
-/// into another byte's bit `to` for these distances.
-inline __m256i bit_to(__m256i v, int b, int to) {
-    const __m256i x = b < to ? _mm256_slli_epi16(v, to - b) : _mm256_srli_epi16(v, b - to);
-    return _mm256_and_si256(x, _mm256_set1_epi8(static_cast<char>(1 << to)));
-}
-
-/// Q4_K (144 bytes: d, dmin, scales[12], qs[128]) and Q5_K (176: d, dmin, scales[12], qh[32],
-/// qs[128]). Per 64 values (32 qs bytes): low nibbles = sub-block 2c, high = 2c+1, plus the fifth
-/// bit (qh bit 2c / 2c+1) for Q5_K; mins via bsums.
+/// Q4_K (144 bytes) and Q5_K (176 bytes): sub-block 2q + L of the super-block is nibble L of chunk q
+/// (32 qs bytes); Q5_K's fifth bit is bit 2q + L of qh[value].
 template <bool kFive>
-struct Q45K {
-    template <int NT>
-    struct K {
-        static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-            constexpr int64_t kBytes = kFive ? 176 : 144;
-            constexpr int64_t kQs = kFive ? 48 : 16;
-            __m256 acc[NT];
-            for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-            const __m256i m4 = _mm256_set1_epi8(0x0F);
-            const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-            for (int64_t i = 0; i < n / 256; ++i) {
-                const uint8_t* xb = w + i * kBytes;
-                for (int64_t l = 0; l < kBytes; l += 64) prefetch_w(xb + l);
-                const float d = h2f(xb), dmin = h2f(xb + 2);
-                const __m128i sm = scales_mins_k4(xb + 4);
-                const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, dup));  // each min twice (16 bsums)
-                const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));   // 8 scale words, both lanes
-                __m256i qh;
-                if constexpr (kFive) qh = load256(xb + 16);
-                __m256i sumi[NT];
-                for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
-                for (int c = 0; c < 4; ++c) {
-                    const __m256i q = load256(xb + kQs + 32 * c);
-                    __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                    if constexpr (kFive) {
-                        lo = _mm256_or_si256(lo, bit_to(qh, 2 * c, 4));
-                        hi = _mm256_or_si256(hi, bit_to(qh, 2 * c + 1, 4));
-                    }
-                    const __m256i s0 = _mm256_shuffle_epi8(sc, word_pick(2 * c, 2 * c));
-                    const __m256i s1 = _mm256_shuffle_epi8(sc, word_pick(2 * c + 1, 2 * c + 1));
-                    // K4 image: values 64c.. at 128 (c/2) + 32 (c%2), values 64c+32.. 64 bytes later.
-                    const int64_t yo = i * 256 + 128 * (c / 2) + 32 * (c % 2);
-                    for (int t = 0; t < NT; ++t) {
-                        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load_img(a[t], yo)), s0);
-                        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_img(a[t], yo + 64)), s1);
-                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p0, p1));
-                    }
-                }
-                for (int t = 0; t < NT; ++t) {
-                    const uint8_t* yb = a[t].q + i * kQ8KBytes;
-                    const float yd = load_f32(yb);
-                    const __m256i mprod = _mm256_madd_epi16(load256(yb + 260), mins16);
-                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-                    acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * yd), _mm256_cvtepi32_ps(mprod), acc[t]);
-                }
-            }
-            for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
-        }
-    };
-};
-
-/// Q6_K (210 bytes: ql[128], qh[64], scales[16] int8, d): unsigned 6-bit q (0..63) x y in int16
-/// pairs times the int8 scale per 16 values; the -32 offset once per super-block as
-/// 32 * sum_g scale_g * bsum_g.
-template <int NT>
-struct Q6K {
-    static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-        __m256 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-        const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-        for (int64_t i = 0; i < n / 256; ++i) {
-            const uint8_t* xb = w + i * 210;
-            for (int l = 0; l < 210; l += 64) prefetch_w(xb + l);
-            const float d = h2f(xb + 208);
-            const __m128i sc8 = load128(xb + 192);
-            const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-            const __m256i scl = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16));       // scales 0-7
-            const __m256i sch = _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1));  // scales 8-15
-            __m256i sumi[NT];
-            for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
-            for (int h = 0; h < 2; ++h) {
-                const __m256i ql0 = load256(xb + 64 * h);
-                const __m256i ql1 = load256(xb + 64 * h + 32);
-                const __m256i qh = load256(xb + 128 + 32 * h);
-                const __m256i& sch_h = h ? sch : scl;
-                for (int k = 0; k < 4; ++k) {
-                    const __m256i l = (k & 1) ? ql1 : ql0;
-                    const __m256i lo4 = k < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-                    const __m256i hi2 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);
-                    const __m256i q = _mm256_or_si256(lo4, _mm256_slli_epi16(hi2, 4));
-                    const __m256i s = _mm256_shuffle_epi8(sch_h, word_pick(2 * k, 2 * k + 1));
-                    const int64_t yo = i * 256 + 128 * h + 32 * k;
-                    for (int t = 0; t < NT; ++t) {
-                        const __m256i p = _mm256_maddubs_epi16(q, load_img(a[t], yo));
-                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, s));
-                    }
-                }
-            }
-            for (int t = 0; t < NT; ++t) {
-                const uint8_t* yb = a[t].q + i * kQ8KBytes;
-                const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(load256(yb + 260), sc16), 5);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * load_f32(yb)),
-                                         _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], corr)), acc[t]);
-            }
-        }
-        for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
-    }
-};
-
-/// Q2_K (84 bytes: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin): per 32 qs
-/// bytes four 2-bit planes of 32 values; the scale per 16 values by vpmaddwd, mins via bsums.
-template <int NT>
-struct Q2K {
-    static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-        __m256 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-        const __m256i m3 = _mm256_set1_epi8(3);
-        const __m128i m4 = _mm_set1_epi8(0x0F);
-        for (int64_t i = 0; i < n / 256; ++i) {
-            const uint8_t* xb = w + i * 84;
-            prefetch_w(xb);
-            prefetch_w(xb + 64);
-            const float d = h2f(xb + 80), dmin = h2f(xb + 82);
-            const __m128i sm = load128(xb);
-            const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), m4));
-            const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sm, m4));
-            const __m256i scs[2] = {_mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16)),
-                                    _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1))};
-            __m256i sumi[NT];
-            for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
-            for (int k = 0; k < 2; ++k) {
-                const __m256i q2 = load256(xb + 16 + 32 * k);
-                for (int s = 0; s < 4; ++s) {
-                    const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * s), m3);  // values 128k + 32s ..
-                    const __m256i sc = _mm256_shuffle_epi8(scs[k], word_pick(2 * s, 2 * s + 1));
-                    const int64_t yo = i * 256 + 32 * (2 * s + k);  // K2 image
-                    for (int t = 0; t < NT; ++t)
-                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, load_img(a[t], yo)), sc));
-                }
-            }
-            for (int t = 0; t < NT; ++t) {
-                const uint8_t* yb = a[t].q + i * kQ8KBytes;
-                const float yd = load_f32(yb);
-                const __m256i mprod = _mm256_madd_epi16(load256(yb + 260), mins16);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
-                acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * yd), _mm256_cvtepi32_ps(mprod), acc[t]);
-            }
-        }
-        for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
-    }
-};
-
-/// Q3_K: the 16 six-bit scales minus 32 (scales[12]) as signed bytes (llama.cpp's word trick).
-inline __m128i scales_q3k(const uint8_t* q) {
-    constexpr uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
-    uint32_t aux[3];
-    std::memcpy(aux, q, 12);
-    const __m128i s = _mm_set_epi32(static_cast<int>(((aux[1] >> 4) & kmask2) | (((aux[2] >> 6) & kmask1) << 4)),
-                                    static_cast<int>(((aux[0] >> 4) & kmask2) | (((aux[2] >> 4) & kmask1) << 4)),
-                                    static_cast<int>((aux[1] & kmask2) | (((aux[2] >> 2) & kmask1) << 4)),
-                                    static_cast<int>((aux[0] & kmask2) | (((aux[2] >> 0) & kmask1) << 4)));
-    return _mm_sub_epi8(s, _mm_set1_epi8(32));
-}
-
-/// Q3_K (110 bytes: hmask[32], qs[64], scales[12], d): q = low 2 bits + 4 * high bit - 4; the
-/// unsigned part (0..7) goes through vpmaddubsw, the -4 once per super-block as
-/// 4 * sum_g scale_g * bsum_g.
-template <int NT>
-struct Q3K {
-    static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-        __m256 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-        const __m256i m3 = _mm256_set1_epi8(3);
-        for (int64_t i = 0; i < n / 256; ++i) {
-            const uint8_t* xb = w + i * 110;
-            prefetch_w(xb);
-            prefetch_w(xb + 64);
-            const float d = h2f(xb + 108);
-            const __m256i sc16 = _mm256_cvtepi8_epi16(scales_q3k(xb + 96));
-            const __m256i scs[2] = {_mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16)),
-                                    _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1))};
-            const __m256i hm = load256(xb);
-            __m256i sumi[NT];
-            for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
-            for (int k = 0; k < 2; ++k) {
-                const __m256i q3 = load256(xb + 32 + 32 * k);
-                for (int s = 0; s < 4; ++s) {
-                    const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q3, 2 * s), m3), bit_to(hm, 4 * k + s, 2));
-                    const __m256i sc = _mm256_shuffle_epi8(scs[k], word_pick(2 * s, 2 * s + 1));
-                    const int64_t yo = i * 256 + 32 * (2 * s + k);  // K2 image
-                    for (int t = 0; t < NT; ++t)
-                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, load_img(a[t], yo)), sc));
-                }
-            }
-            for (int t = 0; t < NT; ++t) {
-                const uint8_t* yb = a[t].q + i * kQ8KBytes;
-                const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(load256(yb + 260), sc16), 2);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * load_f32(yb)),
-                                         _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], corr)), acc[t]);
-            }
-        }
-        for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
-    }
-};
-
-/// IQ4_XS: the 8 sub-block scales (ls - 32) of a super-block as int32 (scales_h at q, scales_l at q + 2).
-inline __m256i scales_iq4xs(const uint8_t* q) {
-    uint32_t sl;
-    std::memcpy(&sl, q + 2, 4);
-    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)),
-                                                          _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-                                        _mm256_set1_epi32(0xF));
-    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(load_u16(q)),
-                                                          _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
-                                        _mm256_set1_epi32(3));
-    return _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-}
-
-/// IQ4_XS (136 bytes: d, scales_h, scales_l[4], qs[128]): per pair of 32-value sub-blocks (32
-/// qs bytes) kvalues_iq4nl by vpshufb, sign trick (|w| <= 127), the sub-block scale by vpmaddwd.
-template <int NT>
-struct Iq4Xs {
-    static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-        __m256 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-        const __m256i tbl = lut256(kLutIq4nlS);
+struct DecQ45K {
+    static constexpr ActOrder kOrder = ActOrder::Slices32;
+    static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 8, kSum16 = kFive ? 4 : 8;
+    static constexpr int64_t kUnitBytes = kFive ? 176 : 144, kGroupBytes = 2 * kUnitBytes;
+    static constexpr bool kCorr = false, kMin = true, kSigned = false;
+    static constexpr int kQs = kFive ? 48 : 16;
+    __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
+        const uint8_t* xb = x + h * kUnitBytes;
+        __m256i Y[4], U[4];
+        for (int q = 0; q < 4; ++q) Y[q] = load256(xb + kQs + 32 * q);
+        transpose4(Y, U);  // U[m] lane l, position q = dword 4l + m of chunk q
         const __m256i m4 = _mm256_set1_epi8(0x0F);
-        for (int64_t i = 0; i < n / 256; ++i) {
-            const uint8_t* xb = w + i * 136;
-            for (int l = 0; l < 136; l += 64) prefetch_w(xb + l);
-            const float d = h2f(xb);
-            const __m256i ls32 = scales_iq4xs(xb + 2);
-            const __m128i ls16 = _mm_packs_epi32(_mm256_castsi256_si128(ls32), _mm256_extracti128_si256(ls32, 1));
-            const __m256i ls = _mm256_broadcastsi128_si256(ls16);
-            __m256i sumi[NT];
-            for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
-            for (int p = 0; p < 4; ++p) {
-                const __m256i v = load256(xb + 8 + 32 * p);
-                const __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(v, m4));
-                const __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-                const __m256i lo_abs = _mm256_sign_epi8(lo, lo), hi_abs = _mm256_sign_epi8(hi, hi);
-                const __m256i sc = _mm256_shuffle_epi8(ls, word_pick(2 * p, 2 * p + 1));
-                const int64_t yo = i * 256 + half16_pair_offset(2 * p);
-                for (int t = 0; t < NT; ++t) {
-                    const __m256i pl = _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(load_img(a[t], yo), lo));
-                    const __m256i ph = _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(load_img(a[t], yo + 64), hi));
-                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(pl, sc), _mm256_madd_epi16(ph, sc)));
+        // Q5_K: qh dwords 4l..4l+3 in both lanes; lane 4L + q tests bit 2q + L of every byte.
+        __m256i qhl[2], bit;
+        if constexpr (kFive) {
+            const __m256i qh = load256(xb + 16);
+            qhl[0] = _mm256_permute2x128_si256(qh, qh, 0x00);
+            qhl[1] = _mm256_permute2x128_si256(qh, qh, 0x11);
+            bit = _mm256_setr_epi32(0x01010101, 0x04040404, 0x10101010, 0x40404040, 0x02020202, 0x08080808, 0x20202020,
+                                    static_cast<int>(0x80808080u));
+        }
+        for (int m = 0; m < 4; ++m) {
+            const __m256i lo = _mm256_and_si256(U[m], m4), hi = _mm256_and_si256(_mm256_srli_epi16(U[m], 4), m4);
+            const __m256i halves[2] = {_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31)};
+            for (int l = 0; l < 2; ++l) {
+                const int s = 4 * l + m;  // values 4s..4s+3: dword s of each chunk, low nibbles in lane 0
+                __m256i w = halves[l];
+                if constexpr (kFive) {
+                    const __m256i hb = m == 0 ? _mm256_shuffle_epi32(qhl[l], 0x00)
+                                       : m == 1 ? _mm256_shuffle_epi32(qhl[l], 0x55)
+                                       : m == 2 ? _mm256_shuffle_epi32(qhl[l], 0xAA)
+                                                : _mm256_shuffle_epi32(qhl[l], 0xFF);
+                    w = _mm256_or_si256(w, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bit), bit), _mm256_set1_epi8(0x10)));
                 }
-            }
-            for (int t = 0; t < NT; ++t) {
-                const float yd = load_f32(a[t].q + i * kQ8KBytes);
-                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * yd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+                t.w[s] = w;
             }
         }
-        for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
+        const __m128i sm = scales_mins_k4(xb + 4);
+        t.ws = _mm256_mul_ps(bytes_to_lanes32(sm), _mm256_set1_ps(h2f(xb)));
+        t.wm = _mm256_mul_ps(bytes_to_lanes32(_mm_srli_si128(sm, 8)), _mm256_set1_ps(-h2f(xb + 2)));
     }
 };
+
+/// IQ4_XS (136 bytes): sub-blocks 2q, 2q + 1 are 32 contiguous quant bytes; kvalues_iq4nl signed
+/// (sign trick).
+struct DecIq4Xs {
+    static constexpr ActOrder kOrder = ActOrder::Slices32;
+    static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 8, kSum16 = 1;
+    static constexpr int64_t kUnitBytes = 136, kGroupBytes = 272;
+    static constexpr bool kCorr = false, kMin = false, kSigned = true;
+    static_assert(kSigned && kSum16 == 1 && !kCorr, "signed: the sign trick, one vpmaddwd per slice, no offset");
+    __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
+        const uint8_t* xb = x + h * 136;
+        __m256i Q[4], T[4];
+        for (int q = 0; q < 4; ++q) Q[q] = load256(xb + 8 + 32 * q);
+        transpose4(Q, T);
+        const __m256i m4 = _mm256_set1_epi8(0x0F), tbl = _mm256_broadcastsi128_si256(load128(kLutIq4nlS.v));
+        for (int m = 0; m < 4; ++m) {
+            t.sg[m] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(T[m], m4));
+            t.sg[4 + m] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(T[m], 4), m4));
+            t.w[m] = _mm256_sign_epi8(t.sg[m], t.sg[m]);
+            t.w[4 + m] = _mm256_sign_epi8(t.sg[4 + m], t.sg[4 + m]);
+        }
+        static constexpr auto perm = LaneInts8([](int j) { return sub32_half(j); });
+        t.ws = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(scales_iq4xs(xb + 2), perm.load())),
+                             _mm256_set1_ps(h2f(xb)));
+    }
+};
+
+/// Q6_K (210 bytes: ql[128], qh[64], scales[16], d): lane j of half h is sub-block 8h + j =
+/// 8h + 2a + t: ql dword 8 (a % 2) + 4t + s of the half's 64 ql bytes, nibble a / 2; qh dword
+/// 4t + s of its 32 qh bytes, bits 2a.
+struct DecQ6K {
+    static constexpr ActOrder kOrder = ActOrder::Slices16;
+    static constexpr int kSlices = 4, kSub = 16, kUnitSubs = 16, kSum16 = 2;
+    static constexpr int64_t kUnitBytes = 210, kGroupBytes = 210;
+    static constexpr bool kCorr = true, kMin = false, kSigned = false;
+    __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<4>& t) {
+        const __m256i qla = load256(x + 64 * h), qlb = load256(x + 64 * h + 32), qh = load256(x + 128 + 32 * h);
+        const __m256i nshift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), hshift = _mm256_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6);
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+        for (int s = 0; s < 4; ++s) {
+            const __m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4), _mm256_set1_epi32(s));
+            const __m256i v = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(qla, idx), _mm256_permutevar8x32_epi32(qlb, idx), 0xCC);
+            const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(v, nshift), m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(qh, idx), hshift), m3);
+            t.w[s] = _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
+        }
+        t.ws = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + 192 + 8 * h)))),
+                             _mm256_set1_ps(h2f(x + 208)));
+    }
+};
+
+/// Q2_K (84 bytes: scales[16], qs[64], d, dmin): lane j of half h is sub-block 8h + 2a + t, bits 2a
+/// of qs dword 8h + 4t + s.
+struct DecQ2K {
+    static constexpr ActOrder kOrder = ActOrder::Slices16;
+    static constexpr int kSlices = 4, kSub = 16, kUnitSubs = 16, kSum16 = 4;
+    static constexpr int64_t kUnitBytes = 84, kGroupBytes = 84;
+    static constexpr bool kCorr = false, kMin = true, kSigned = false;
+    __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<4>& t) {
+        const __m256i qs = load256(x + 16 + 32 * h);
+        const __m256i shift = _mm256_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6), m3 = _mm256_set1_epi8(3);
+        for (int s = 0; s < 4; ++s) {
+            const __m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4), _mm256_set1_epi32(s));
+            t.w[s] = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(qs, idx), shift), m3);
+        }
+        const __m128i sm = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x + 8 * h)), m4 = _mm_set1_epi8(0x0F);
+        t.ws = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(sm, m4))), _mm256_set1_ps(h2f(x + 80)));
+        t.wm = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(sm, 4), m4))),
+                             _mm256_set1_ps(-h2f(x + 82)));
+    }
+};
+
+/// Q3_K (110 bytes: hmask[32], qs[64], scales[12], d): as Q2_K plus the high bit, bit 4h + a of
+/// hmask dword 4t + s.
+struct DecQ3K {
+    static constexpr ActOrder kOrder = ActOrder::Slices16;
+    static constexpr int kSlices = 4, kSub = 16, kUnitSubs = 16, kSum16 = 4;
+    static constexpr int64_t kUnitBytes = 110, kGroupBytes = 110;
+    static constexpr bool kCorr = true, kMin = false, kSigned = false;
+    __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<4>& t) {
+        const __m256i qs = load256(x + 32 + 32 * h), hm = load256(x);
+        const __m256i shift = _mm256_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6);
+        const __m256i hshift = _mm256_add_epi32(_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_set1_epi32(4 * h));
+        const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+        for (int s = 0; s < 4; ++s) {
+            const __m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4), _mm256_set1_epi32(s));
+            const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(qs, idx), shift), m3);
+            const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(hm, idx), hshift), one);
+            t.w[s] = _mm256_or_si256(lo, _mm256_slli_epi32(hi, 2));
+        }
+        const __m128i sc = scales_q3k(x + 96);
+        const __m128i half = h ? _mm_srli_si128(sc, 8) : sc;
+        t.ws = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(half)), _mm256_set1_ps(h2f(x + 108)));
+    }
+};
+
+template <class D>
+void tile_kernel(const TileArgs& a) { Tile256<D>::run(a); }
 
 }  // namespace
 
 void fill_kquants_avx2(Table& t) {
-    t.dot[static_cast<int>(GgmlType::Q2_K)] = dot_nt<Q2K>;
-    t.dot[static_cast<int>(GgmlType::Q3_K)] = dot_nt<Q3K>;
-    t.dot[static_cast<int>(GgmlType::Q4_K)] = dot_nt<Q45K<false>::K>;
-    t.dot[static_cast<int>(GgmlType::Q5_K)] = dot_nt<Q45K<true>::K>;
-    t.dot[static_cast<int>(GgmlType::Q6_K)] = dot_nt<Q6K>;
-    t.dot[static_cast<int>(GgmlType::IQ4_XS)] = dot_nt<Iq4Xs>;
+    t.tile[static_cast<int>(GgmlType::Q2_K)] = tile_kernel<DecQ2K>;
+    t.tile[static_cast<int>(GgmlType::Q3_K)] = tile_kernel<DecQ3K>;
+    t.tile[static_cast<int>(GgmlType::Q4_K)] = tile_kernel<DecQ45K<false>>;
+    t.tile[static_cast<int>(GgmlType::Q5_K)] = tile_kernel<DecQ45K<true>>;
+    t.tile[static_cast<int>(GgmlType::Q6_K)] = tile_kernel<DecQ6K>;
+    t.tile[static_cast<int>(GgmlType::IQ4_XS)] = tile_kernel<DecIq4Xs>;
 }
 
 }  // namespace nitro::cpu::kernels

@@ -4,12 +4,12 @@
 // Scheduling (matmul_batch): the rows of every job are cut into chunks of at most kRowsPerChunk
 // rows and ALL chunks of ALL jobs go to one parallel region, cut into one contiguous run of
 // chunks per thread (so each thread streams consecutive rows; WorkRanges steals from the back of
-// other runs at the end). Inside a chunk, tokens are processed in tiles of kTokenTile; for each
-// row of the chunk the kernel is called on groups of up to kMaxTokens tokens. The row (a few KiB)
-// is read from DRAM once and stays in L1 while every token of the tile uses it; the chunk
-// (<= 32 rows) stays in L2 across token tiles. Every output element is written by exactly one
-// kernel call whose operands and operation order do not depend on the thread count, the
-// chunking or the token grouping: results are bit-identical for any pool size.
+// other runs at the end). Inside a chunk, tokens are processed in tiles of kMaxTokens (16), each
+// tile one tile-kernel call over the chunk's rows: the kernel decodes each weight group once for
+// every token of the tile and keeps the tile's activations in L1 across a few rows at a time; the
+// chunk (<= 32 rows) stays in L2 across token tiles. Every output element is computed by per-token
+// operations whose operands and order do not depend on the thread count, the chunking, the row
+// blocks or the token grouping: results are bit-identical for any pool size.
 #include "cpu/matmul.h"
 
 #include "core/error.h"
@@ -26,6 +26,7 @@
 
 namespace nitro::cpu::kernels {
 int64_t g_prefetch_bytes = kDefaultPrefetchBytes;
+int g_prefetch_hint = 0;
 }  // namespace nitro::cpu::kernels
 
 namespace nitro::cpu {
@@ -35,9 +36,6 @@ using kernels::kMaxTokens;
 
 /// Rows per scheduling chunk (upper bound; smaller when there are few rows per thread).
 constexpr int64_t kRowsPerChunk = 32;
-/// Tokens per tile inside a chunk: a tile's activations (<= 64 x ~3 KiB for ne0 = 2880 Q8_0)
-/// stay in L2 while the chunk's rows stream past them.
-constexpr int64_t kTokenTile = 64;
 
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
@@ -137,12 +135,15 @@ const char* isa_name(Isa isa) {
     }
 }
 
-kernels::DotFn kernel_for(GgmlType t) {
+kernels::Kernel kernel_of(const kernels::Table& tb, GgmlType t) {
     const auto id = static_cast<uint32_t>(t);
-    kernels::DotFn f = id < kernels::kTypeSlots ? dispatch().table->dot[id] : nullptr;
-    if (!f) fail("no CPU matmul kernel for weight type {}", type_display_name(t));
-    return f;
+    kernels::Kernel k;
+    if (id < kernels::kTypeSlots) k = {tb.tile[id], tb.dot[id]};
+    if (!k.tile && !k.dot) fail("no CPU matmul kernel for weight type {}", type_display_name(t));
+    return k;
 }
+
+kernels::Kernel kernel_for(GgmlType t) { return kernel_of(*dispatch().table, t); }
 
 /// One scheduling unit: rows [r0, r1) of job `job`.
 struct Chunk {
@@ -171,50 +172,70 @@ namespace {
 
 }  // namespace
 
-void kernels::run_rows(const MatmulJob& j, kernels::DotFn dot, int64_t r0, int64_t r1) {
-    kernels::ActRow a[kTokenTile];
-    float res[kMaxTokens];
-    for (int64_t t0 = 0; t0 < j.n_tokens; t0 += kTokenTile) {
-        const int64_t t1 = std::min(j.n_tokens, t0 + kTokenTile);
-        for (int64_t t = t0; t < t1; ++t) a[t - t0] = kernels::act_row(*j.acts, j.token_ids ? j.token_ids[t] : t);
-        for (int64_t r = r0; r < r1; ++r) {
-            const uint8_t* wrow = j.w.row(r);
-            for (int64_t t = t0; t < t1; t += kMaxTokens) {
-                const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, t1 - t));
-                dot(j.w.ne0, wrow, a + (t - t0), nt, res);
-                for (int k = 0; k < nt; ++k) j.out[(t + k) * j.out_stride + r] = res[k];
-            }
+namespace {
+
+/// Rows [r0, r1) of job j for its tokens [t0, t1) (at most kMaxTokens; `a` their rows) with kernel k.
+void run_tile(const MatmulJob& j, const kernels::Kernel& k, const kernels::ActRow* a, int64_t t0, int64_t t1, int64_t r0,
+              int64_t r1) {
+    float* out = j.out + t0 * j.out_stride + r0;
+    if (k.tile) {
+        kernels::TileArgs ta;
+        ta.n = j.w.ne0;
+        ta.w = j.w.row(r0);
+        ta.w_end = j.w.row(j.w.n_rows);  // the view's rows (the row after r1 - 1 when there is one)
+        ta.row_bytes = j.w.row_bytes;
+        ta.n_rows = r1 - r0;
+        ta.a = a;
+        ta.nt = static_cast<int>(t1 - t0);
+        ta.out = out;
+        ta.out_stride = j.out_stride;
+        k.tile(ta);
+        return;
+    }
+    float res[kernels::kDotMaxTokens];
+    for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t t = t0; t < t1; t += kernels::kDotMaxTokens) {
+            const int nt = static_cast<int>(std::min<int64_t>(kernels::kDotMaxTokens, t1 - t));
+            k.dot(j.w.ne0, j.w.row(r), a + (t - t0), nt, res);
+            for (int q = 0; q < nt; ++q) j.out[(t + q) * j.out_stride + r] = res[q];
         }
     }
 }
 
-void kernels::run_rows_interleaved(const MatmulJob* const* jobs, const kernels::DotFn* dots, int n_jobs, int64_t r0,
+/// Rows per block of run_rows_interleaved.
+constexpr int64_t kInterleaveRows = 4;
+
+}  // namespace
+
+void kernels::run_rows(const MatmulJob& j, const kernels::Kernel& k, int64_t r0, int64_t r1) {
+    kernels::ActRow a[kMaxTokens];
+    for (int64_t t0 = 0; t0 < j.n_tokens; t0 += kMaxTokens) {
+        const int64_t t1 = std::min(j.n_tokens, t0 + kMaxTokens);
+        for (int64_t t = t0; t < t1; ++t) a[t - t0] = kernels::act_row(*j.acts, j.token_ids ? j.token_ids[t] : t);
+        run_tile(j, k, a, t0, t1, r0, r1);
+    }
+}
+
+void kernels::run_rows_interleaved(const MatmulJob* const* jobs, const kernels::Kernel* ks, int n_jobs, int64_t r0,
                                    int64_t r1) {
-    // Every job's tokens fit one tile: each job's activation rows are built once, then row r of
-    // every job in turn, so all the jobs' weight streams advance together.
+    // Every job's tokens fit one tile: each job's activation rows are built once, then a block of
+    // rows of every job in turn, so all the jobs' weight streams advance together.
     constexpr int kMaxJobs = 16;
-    kernels::ActRow a[kMaxJobs][kTokenTile];
-    float res[kMaxTokens];
+    kernels::ActRow a[kMaxJobs][kMaxTokens];
     bool small = n_jobs <= kMaxJobs;
-    for (int k = 0; k < n_jobs && small; ++k) small = jobs[k]->n_tokens <= kTokenTile;
+    for (int k = 0; k < n_jobs && small; ++k) small = jobs[k]->n_tokens <= kMaxTokens;
     if (!small) {
-        for (int k = 0; k < n_jobs; ++k) kernels::run_rows(*jobs[k], dots[k], r0, r1);
+        for (int k = 0; k < n_jobs; ++k) kernels::run_rows(*jobs[k], ks[k], r0, r1);
         return;
     }
     for (int k = 0; k < n_jobs; ++k) {
         const MatmulJob& j = *jobs[k];
         for (int64_t t = 0; t < j.n_tokens; ++t) a[k][t] = kernels::act_row(*j.acts, j.token_ids ? j.token_ids[t] : t);
     }
-    for (int64_t r = r0; r < r1; ++r) {
-        for (int k = 0; k < n_jobs; ++k) {
-            const MatmulJob& j = *jobs[k];
-            const uint8_t* wrow = j.w.row(r);
-            for (int64_t t = 0; t < j.n_tokens; t += kMaxTokens) {
-                const int nt = static_cast<int>(std::min<int64_t>(kMaxTokens, j.n_tokens - t));
-                dots[k](j.w.ne0, wrow, a[k] + t, nt, res);
-                for (int q = 0; q < nt; ++q) j.out[(t + q) * j.out_stride + r] = res[q];
-            }
-        }
+    for (int64_t r = r0; r < r1; r += kInterleaveRows) {
+        const int64_t re = std::min(r1, r + kInterleaveRows);
+        for (int k = 0; k < n_jobs; ++k)
+            if (jobs[k]->n_tokens > 0) run_tile(*jobs[k], ks[k], a[k], 0, jobs[k]->n_tokens, r, re);
     }
 }
 
@@ -237,7 +258,7 @@ void check_job(const MatmulJob& j, size_t index) {
         // Same vec-dot type, but the SIMD views may differ (image order, offset corrections).
         const kernels::ActLayout a = kernels::act_layout(j.acts->weight_type, j.w.ne0);
         const kernels::ActLayout w = kernels::act_layout(j.w.type, j.w.ne0);
-        if (a.order != w.order || a.lanes != w.lanes || a.corr_offset != w.corr_offset || a.stride != w.stride)
+        if (a.order != w.order || (a.sx == 0) != (w.sx == 0) || a.corr_offset != w.corr_offset || a.stride != w.stride)
             fail("matmul job {}: activations were prepared for weight type {}, not {}", index,
                  type_display_name(j.acts->weight_type), type_display_name(j.w.type));
     }
@@ -343,7 +364,7 @@ void quantize_act_piece(ActBuffer& out, int64_t t, const float* x_row, int64_t v
     }
 }
 
-kernels::DotFn kernels::active_kernel(GgmlType t) { return kernel_for(t); }
+kernels::Kernel kernels::active_kernel(GgmlType t) { return kernel_for(t); }
 
 namespace {
 
@@ -383,7 +404,7 @@ void quantize_acts(ThreadPool& pool, const float* x, int64_t n_tokens, int64_t n
 void check_matmul_job(const MatmulJob& j) { check_job(j, 0); }
 
 void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs) {
-    std::vector<kernels::DotFn> fns(jobs.size());
+    std::vector<kernels::Kernel> fns(jobs.size());
     int64_t total_rows = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
         check_job(jobs[i], i);
@@ -440,7 +461,7 @@ void matmul(ThreadPool& pool, const WeightView& w, const ActBuffer& acts, float*
 }
 
 float dot_f16(int64_t n, const uint16_t* a, const uint16_t* b) {
-    static const kernels::DotFn f = kernel_for(GgmlType::F16);
+    static const kernels::DotFn f = kernel_for(GgmlType::F16).dot;
     const kernels::ActRow row{reinterpret_cast<const uint8_t*>(b), nullptr};
     float r;
     f(n, reinterpret_cast<const uint8_t*>(a), &row, 1, &r);
@@ -463,6 +484,21 @@ void set_prefetch_bytes(int64_t bytes) {
 
 int64_t prefetch_bytes() { return kernels::g_prefetch_bytes; }
 
+namespace {
+constexpr const char* kPrefetchHints[] = {"t0", "t1", "t2", "nta"};
+}  // namespace
+
+void set_prefetch_hint(std::string_view hint) {
+    for (int i = 0; i < 4; ++i)
+        if (hint == kPrefetchHints[i]) {
+            kernels::g_prefetch_hint = i;
+            return;
+        }
+    fail("prefetch hint '{}' is not one of t0, t1, t2, nta", hint);
+}
+
+const char* prefetch_hint() { return kPrefetchHints[kernels::g_prefetch_hint]; }
+
 void set_kernel_isa(std::string_view isa) {
     const Isa level = parse_isa(isa);
     if (level > detect_isa()) fail("this CPU cannot run the {} kernels", isa);
@@ -475,20 +511,18 @@ std::vector<std::string> available_isas() {
     return r;
 }
 
-void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, const void* const* arows, int nt,
-                 float* out) {
+void matmul_isa(std::string_view isa, const WeightView& w, const void* const* arows, int nt, float* out) {
     const Isa level = parse_isa(isa);
     if (level > detect_isa()) fail("this CPU cannot run the {} kernels", isa);
-    if (nt < 1 || nt > kMaxTokens) fail("vec_dot_isa: {} tokens, expected 1..{}", nt, kMaxTokens);
-    row_size(w, n);  // throws if n is not a multiple of the block size
-    const auto id = static_cast<uint32_t>(w);
-    const kernels::DotFn f = id < kernels::kTypeSlots ? table_for(level).dot[id] : nullptr;
-    if (!f) fail("no CPU matmul kernel for weight type {}", type_display_name(w));
+    if (nt < 1 || nt > kMaxTokens) fail("matmul_isa: {} tokens, expected 1..{}", nt, kMaxTokens);
+    row_size(w.type, w.ne0);  // throws if ne0 is not a multiple of the block size
+    const kernels::Kernel k = kernel_of(table_for(level), w.type);
     // Rows come as bare vec-dot-type bytes: derive the block scales and SIMD views as quantize_acts does.
-    const GgmlType vt = vec_dot_type(w);
+    const int64_t n = w.ne0;
+    const GgmlType vt = vec_dot_type(w.type);
     ActBuffer buf;
     buf.type = vt;
-    buf.weight_type = w;
+    buf.weight_type = w.type;
     buf.ne0 = n;
     buf.n_tokens = nt;
     buf.row_bytes = row_size(vt, n);
@@ -496,7 +530,7 @@ void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, 
         const auto* q = static_cast<const uint8_t*>(arows[j]);
         buf.data.insert(buf.data.end(), q, q + buf.row_bytes);
     }
-    const kernels::ActLayout l = kernels::act_layout(w, n);
+    const kernels::ActLayout l = kernels::act_layout(w.type, n);
     buf.simd_stride = l.stride;
     buf.simd_dx = l.dx;
     buf.simd_corr = l.corr;
@@ -511,11 +545,21 @@ void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, 
                 fp16_to_f32(kernels::load_u16(q + b * static_cast<int64_t>(type_traits(vt).type_size)));
         // In pieces, as quantize_acts fills them.
         for (int64_t v0 = 0; v0 < n; v0 += 1024)
-            kernels::fill_act_simd(l, w, n, q, v0, std::min<int64_t>(1024, n - v0), buf.simd.data() + j * l.stride);
+            kernels::fill_act_simd(l, w.type, n, q, v0, std::min<int64_t>(1024, n - v0), buf.simd.data() + j * l.stride);
     }
-    kernels::ActRow a[kMaxTokens];
-    for (int j = 0; j < nt; ++j) a[j] = kernels::act_row(buf, j);
-    f(n, static_cast<const uint8_t*>(wrow), a, nt, out);
+    MatmulJob job;
+    job.w = w;
+    job.acts = &buf;
+    job.n_tokens = nt;
+    job.out = out;
+    job.out_stride = w.n_rows;
+    kernels::run_rows(job, k, 0, w.n_rows);
+}
+
+void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, const void* const* arows, int nt,
+                 float* out) {
+    row_size(w, n);  // throws if n is not a multiple of the block size
+    matmul_isa(isa, WeightView{w, static_cast<const uint8_t*>(wrow), n, 1, row_size(w, n)}, arows, nt, out);
 }
 
 }  // namespace nitro::cpu

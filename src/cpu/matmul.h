@@ -143,15 +143,25 @@ inline constexpr int64_t kDefaultPrefetchBytes = 1536;
 /// benchmarks and tuning (`nitro bench --prefetch-bytes`): not while a product runs.
 void set_prefetch_bytes(int64_t bytes);
 int64_t prefetch_bytes();
+/// The cache level the one-token kernels prefetch their weight stream into: "t0" (L1, the default),
+/// "t1" (L2), "t2", "nta" (x86 prefetch hints). Throws nitro::Error for another name. For
+/// benchmarks and tuning (`nitro bench --prefetch-hint`): not while a product runs.
+void set_prefetch_hint(std::string_view hint);
+const char* prefetch_hint();
 
 /// Instruction sets whose kernels this CPU can run, lowest first ("scalar", then "avx2",
 /// "avx512" where supported), whatever NITRO_ISA says. For tests and benchmarks.
 std::vector<std::string> available_isas();
 
-/// Dots of one weight row with `nt` activation rows (1 <= nt <= 4) using the kernels of `isa` (one
-/// of available_isas(); types without a kernel at that level use the next lower one):
-/// out[j] = dot(wrow, arows[j]). Throws nitro::Error for an unknown or unsupported isa or type.
-/// For tests and benchmarks; matmul_batch uses kernel_isa()'s kernels.
+/// out[t * w.n_rows + r] = dot(w.row(r), arows[t]) for every row and t in [0, nt), 1 <= nt <= 16,
+/// with the kernels of `isa` (one of available_isas(); types without a SIMD kernel at that level use
+/// the next lower one), as matmul_batch runs them: one tile of tokens over the rows. The rows arows
+/// are bare vec_dot_type(w.type) bytes. Throws nitro::Error for an unknown or unsupported isa or
+/// type. For tests and benchmarks; matmul_batch uses kernel_isa()'s kernels.
+void matmul_isa(std::string_view isa, const WeightView& w, const void* const* arows, int nt, float* out);
+
+/// Dots of one weight row with `nt` activation rows (1 <= nt <= 16): matmul_isa on that row alone,
+/// out[j] = dot(wrow, arows[j]).
 void vec_dot_isa(std::string_view isa, GgmlType w, int64_t n, const void* wrow, const void* const* arows, int nt,
                  float* out);
 

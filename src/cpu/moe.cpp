@@ -52,7 +52,7 @@ namespace {
 
 /// Rows of gate/up per unit of the gate/up pass (a divisor of 256, see the quantization groups),
 /// and output columns per unit of the down pass. A gate/up unit of gpt-oss MXFP4 reads 2 x 48 KiB
-/// (both matrices row by row, run_rows_interleaved); a down unit 16 rows of every computed expert,
+/// (both matrices in blocks of 4 rows, run_rows_interleaved); a down unit 16 rows of every computed expert,
 /// small enough for ~10 units per thread at 16 threads (E = 2880: 180 units) to balance the pass.
 constexpr int64_t kRows1 = 32;
 constexpr int64_t kRows2 = 16;
@@ -165,8 +165,8 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
                         &s.down[static_cast<size_t>(b * E)], E});
     }
     for (const auto* js : {&s.jg, &s.ju, &s.jd}) check_matmul_job(js->front());
-    const kernels::DotFn fg = kernels::active_kernel(ex.gate->type), fu = kernels::active_kernel(ex.up->type),
-                         fd = kernels::active_kernel(ex.down->type);
+    const kernels::Kernel fg = kernels::active_kernel(ex.gate->type), fu = kernels::active_kernel(ex.up->type),
+                          fd = kernels::active_kernel(ex.down->type);
 
     // Pass 0: activation pieces (token, 256 values) of h for gate (and up when its type differs).
     const int64_t pieces_per_row = (E + kPiece - 1) / kPiece;
@@ -219,7 +219,7 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
         const int32_t x = s.xs[static_cast<size_t>(xi)];
         const int64_t b = s.xb[static_cast<size_t>(xi)], c = s.xc[static_cast<size_t>(xi)];
         const MatmulJob* gu[2] = {&s.jg[static_cast<size_t>(xi)], &s.ju[static_cast<size_t>(xi)]};
-        const kernels::DotFn fgu[2] = {fg, fu};
+        const kernels::Kernel fgu[2] = {fg, fu};
         kernels::run_rows_interleaved(gu, fgu, 2, r0, r1);
         if (copy_to && copy_to[x]) {
             copy_rows(x, ex.gate, gate_row, 0, r0, r1);
@@ -245,7 +245,7 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
         const int64_t c0 = u * kRows2, c1 = std::min(E, c0 + kRows2);
         if (nx <= 16) {
             const MatmulJob* js[16];
-            kernels::DotFn fs[16];
+            kernels::Kernel fs[16];
             for (int64_t xi = 0; xi < nx; ++xi) js[xi] = &s.jd[static_cast<size_t>(xi)], fs[xi] = fd;
             kernels::run_rows_interleaved(js, fs, static_cast<int>(nx), c0, c1);
         } else {

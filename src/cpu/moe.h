@@ -77,7 +77,7 @@ struct MoeScratch {
 /// gate_b, up(x) + up_b)) + down_b. Each computed expert is read once for all its tokens.
 ///
 /// One parallel region for the whole layer, in three passes separated by spin barriers: the
-/// activations quantized in 256-value pieces; gate and up of every computed expert in units of 16
+/// activations quantized in 256-value pieces; gate and up of every computed expert in units of 32
 /// rows (both matrices, then bias and SwiGLU of those rows right away; the thread that completes a
 /// 256-row group quantizes it for the down product); down in units of 16 output columns over all
 /// computed experts, each followed by the weighted sum of those columns. Units are cut into one

@@ -1,12 +1,15 @@
-// AVX2 + FMA + F16C dot-product kernels (compiled with -mavx2 -mfma -mf16c; chosen at run time by
-// matmul.cpp only on CPUs that have them): the 32-value block formats (MXFP4, IQ4_NL, Q4_0, Q4_1,
-// Q5_0, Q5_1 in pairs of blocks, Q8_0 per block: simd_x86.h) and F16, BF16, F32. The K-quants and
-// IQ4_XS are in kquants_avx2.cpp.
+// AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma -mf16c; chosen at run time by matmul.cpp
+// only on CPUs that have them): the 32-value block formats (MXFP4, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0) as tile kernels (tile_avx2.h), and F16, BF16, F32 (one row and 1..4 tokens per call). The
+// K-quants and IQ4_XS are in kquants_avx2.cpp.
 //
-// Every kernel handles 1..4 tokens per weight row; per token the operations and their order are
-// the same whatever the token count (kernels.h).
+// Half h of a group is blocks 8h..8h+7. Their quants are loaded as four ymm holding blocks
+// [8h + 2q, 8h + 2q + 1] in their 128-bit lanes (q = 0..3); a 4x4 dword transpose inside both
+// lanes turns them into slices whose dword lane j = 4L + q is block 8h + 2q + L (the AVX-512 lane
+// order, kernels.h). The per-block fields come from 32-byte loads of the same block pairs, whose
+// fields vpshufb moves into dword q of each lane.
 #define NITRO_SIMD_VNNI 0
-#include "cpu/simd_x86.h"
+#include "cpu/tile_avx2.h"
 
 #include <cmath>
 
@@ -70,35 +73,116 @@ struct FloatDot {
 
 // ------------------------------------------------------------------------- 32-value blocks
 
-/// MXFP4, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1: pairs of blocks (simd_x86.h pair_step).
-template <class Dec>
-struct Pairs {
-    template <int NT>
-    struct K {
-        static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-            const Dec dec{};
-            __m256 acc[NT];
-            for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-            pairs_from<Dec, NT>(dec, 0, n / 32, w, a, acc);
-            for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
-        }
-    };
-    static void dot(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) { by_nt<K>(n, w, a, nt, out); }
-};
+/// Bytes [o, o + 16) of blocks b and b + 1 (kB bytes each) in the two 128-bit lanes.
+template <int kB>
+__attribute__((always_inline)) inline __m256i pair16(const uint8_t* x, int64_t b, int o) {
+    return _mm256_set_m128i(load128(x + (b + 1) * kB + o), load128(x + b * kB + o));
+}
 
-template <int NT>
-struct Q8_0 {
-    static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-        __m256 acc[NT];
-        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-        for (int64_t ib = 0; ib < n / 32; ++ib) {
-            const uint8_t* x = w + ib * 34;
-            if ((ib & 1) == 0) prefetch_w(x);
-            q8_0_block<NT>(x, ib, a, acc);
+/// The field described by the controls `ctl` of four block pairs Z[q], as dwords in lane order.
+template <class Ctl>
+__attribute__((always_inline)) inline __m256i gather_fields(const __m256i Z[4]) {
+    static constexpr Ctl ctl{};
+    __m256i r = _mm256_setzero_si256();
+    for (int q = 0; q < 4; ++q)
+        r = _mm256_or_si256(r, _mm256_shuffle_epi8(Z[q], _mm256_load_si256(reinterpret_cast<const __m256i*>(ctl.v[q]))));
+    return r;
+}
+
+/// Q5's fifth bits: qh (32 bits per block, bit j = value j) per lane; adds 16 to value 4s + k of
+/// slice s where bit 4s + k is set.
+__attribute__((always_inline)) inline void add_fifth_bits(__m256i qh, __m256i* w) {
+    const __m256i b16 = _mm256_set1_epi8(0x10);
+    const __m256i spread = _mm256_set_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0, 0x0C0C0C0C, 0x08080808, 0x04040404, 0);
+    for (int s = 0; s < 8; ++s) {
+        // byte s / 2 of every dword into its four bytes, then bit 4 (s % 2) + k of byte k
+        const __m256i h = _mm256_shuffle_epi8(qh, _mm256_add_epi8(spread, _mm256_set1_epi8(static_cast<char>(s / 2))));
+        const __m256i bits = _mm256_set1_epi32(static_cast<int>(0x08040201u << (4 * (s % 2))));
+        w[s] = _mm256_or_si256(w[s], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bits), bits), b16));
+    }
+}
+
+/// The nibble formats (see vec_dot_avx512.cpp Nib32): 16 quant bytes per block at kQs, an fp16
+/// scale d at byte 0 (MXFP4: E8M0), an fp16 min at byte 2 (Q4_1, Q5_1), Q5's qh at kQh.
+/// kLut: 0 none, 1 MXFP4 (+ 12, unsigned), 2 IQ4_NL (signed: the sign trick).
+template <int kB_, int kQs, int kQh, bool kMin_, bool kCorr_, int kLut, int kSum16_>
+struct Nib32 {
+    static constexpr ActOrder kOrder = ActOrder::Slices32;
+    static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 1, kSum16 = kSum16_;
+    static constexpr int64_t kGroupBytes = 16 * kB_, kUnitBytes = kB_;
+    static constexpr bool kCorr = kCorr_, kMin = kMin_, kSigned = kLut == 2;
+    __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
+        const uint8_t* xb = x + 8 * h * kB_;
+        __m256i Q[4], T[4];
+        for (int q = 0; q < 4; ++q) Q[q] = pair16<kB_>(xb, 2 * q, kQs);
+        transpose4(Q, T);
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        for (int m = 0; m < 4; ++m) {
+            __m256i lo = _mm256_and_si256(T[m], m4), hi = _mm256_and_si256(_mm256_srli_epi16(T[m], 4), m4);
+            if constexpr (kLut != 0) {
+                const __m256i tbl = _mm256_broadcastsi128_si256(load128(kLut == 1 ? kLutMxfp4U.v : kLutIq4nlS.v));
+                lo = _mm256_shuffle_epi8(tbl, lo);
+                hi = _mm256_shuffle_epi8(tbl, hi);
+            }
+            if constexpr (kSigned) {
+                t.sg[m] = lo;
+                t.sg[4 + m] = hi;
+                lo = _mm256_sign_epi8(lo, lo);
+                hi = _mm256_sign_epi8(hi, hi);
+            }
+            t.w[m] = lo;
+            t.w[4 + m] = hi;
         }
-        for (int t = 0; t < NT; ++t) out[t] = hsum8(acc[t]);
+        __m256i Z[4];
+        for (int q = 0; q < 4; ++q) Z[q] = load256(xb + 2 * q * kB_);
+        if constexpr (kQh != 0) add_fifth_bits(gather_fields<BlockPairCtl<kB_, kQh, 4>>(Z), t.w);
+        if constexpr (kLut == 1) {
+            // e8m0_half of the eight E8M0 bytes, by table (fewer vector operations than collecting
+            // the bytes with vpshufb and building the floats): lane j = 4L + q is block 2q + L.
+            const float* e = kE8m0Half.v;
+            t.ws = _mm256_setr_ps(e[xb[0]], e[xb[2 * kB_]], e[xb[4 * kB_]], e[xb[6 * kB_]], e[xb[kB_]], e[xb[3 * kB_]],
+                                  e[xb[5 * kB_]], e[xb[7 * kB_]]);
+        } else {
+            t.ws = f16_dwords(gather_fields<BlockPairCtl<kB_, 0, 2>>(Z));
+        }
+        if constexpr (kMin_) t.wm = f16_dwords(gather_fields<BlockPairCtl<kB_, 2, 2>>(Z));
     }
 };
+// kSum16: int16 sums of kSum16 slices stay below 2^15 (MXFP4 + 12 <= 24: 4; nibbles <= 15: 8; Q5 <= 31: 4).
+using DecMxfp4 = Nib32<17, 1, 0, false, true, 1, 4>;
+using DecIq4Nl = Nib32<18, 2, 0, false, false, 2, 1>;
+using DecQ4_0 = Nib32<18, 2, 0, false, true, 0, 8>;
+using DecQ4_1 = Nib32<20, 4, 0, true, false, 0, 8>;
+using DecQ5_0 = Nib32<22, 6, 2, false, true, 0, 4>;
+using DecQ5_1 = Nib32<24, 8, 4, true, false, 0, 4>;
+
+/// Q8_0 (34 bytes: d, qs[32]): slices of each 16-byte half of the quants (signed, sign trick); d
+/// from [16 bytes of block b | of block b + 1].
+struct DecQ8_0 {
+    static constexpr ActOrder kOrder = ActOrder::Slices32;
+    static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 1, kSum16 = 1;
+    static constexpr int64_t kGroupBytes = 16 * 34, kUnitBytes = 34;
+    static constexpr bool kCorr = false, kMin = false, kSigned = true;
+    static_assert(kSigned && kSum16 == 1 && !kCorr, "signed: the sign trick, one vpmaddwd per slice, no offset");
+    __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
+        const uint8_t* xb = x + 8 * h * 34;
+        for (int u = 0; u < 2; ++u) {
+            __m256i Q[4], T[4];
+            for (int q = 0; q < 4; ++q) Q[q] = pair16<34>(xb, 2 * q, 2 + 16 * u);
+            transpose4(Q, T);
+            for (int m = 0; m < 4; ++m) {
+                t.sg[4 * u + m] = T[m];
+                t.w[4 * u + m] = _mm256_sign_epi8(T[m], T[m]);
+            }
+        }
+        __m256i Z[4];
+        for (int q = 0; q < 4; ++q) Z[q] = pair16<34>(xb, 2 * q, 0);
+        t.ws = f16_dwords(gather_fields<PairFieldCtl<0, 0, 2>>(Z));
+    }
+};
+
+template <class D>
+void tile_kernel(const TileArgs& a) { Tile256<D>::run(a); }
 
 /// acc += w * v, 8 F16 values per step (F16C + FMA), tail one by one.
 void axpy_f16_avx2(int64_t n, float w, const uint16_t* v, float* acc) {
@@ -115,13 +199,13 @@ void axpy_f16_avx2(int64_t n, float w, const uint16_t* v, float* acc) {
 
 void fill_avx2(Table& t) {
     t.axpy_f16 = axpy_f16_avx2;
-    t.dot[static_cast<int>(GgmlType::Q8_0)] = dot_nt<Q8_0>;
-    t.dot[static_cast<int>(GgmlType::Q4_0)] = Pairs<DecQ4_0>::dot;
-    t.dot[static_cast<int>(GgmlType::Q4_1)] = Pairs<DecQ4_1>::dot;
-    t.dot[static_cast<int>(GgmlType::Q5_0)] = Pairs<DecQ5_0>::dot;
-    t.dot[static_cast<int>(GgmlType::Q5_1)] = Pairs<DecQ5_1>::dot;
-    t.dot[static_cast<int>(GgmlType::MXFP4)] = Pairs<DecMxfp4>::dot;
-    t.dot[static_cast<int>(GgmlType::IQ4_NL)] = Pairs<DecIq4Nl>::dot;
+    t.tile[static_cast<int>(GgmlType::Q8_0)] = tile_kernel<DecQ8_0>;
+    t.tile[static_cast<int>(GgmlType::Q4_0)] = tile_kernel<DecQ4_0>;
+    t.tile[static_cast<int>(GgmlType::Q4_1)] = tile_kernel<DecQ4_1>;
+    t.tile[static_cast<int>(GgmlType::Q5_0)] = tile_kernel<DecQ5_0>;
+    t.tile[static_cast<int>(GgmlType::Q5_1)] = tile_kernel<DecQ5_1>;
+    t.tile[static_cast<int>(GgmlType::MXFP4)] = tile_kernel<DecMxfp4>;
+    t.tile[static_cast<int>(GgmlType::IQ4_NL)] = tile_kernel<DecIq4Nl>;
     t.dot[static_cast<int>(GgmlType::F32)] = FloatDot<LdF32>::dot;
     t.dot[static_cast<int>(GgmlType::F16)] = FloatDot<LdF16>::dot;
     t.dot[static_cast<int>(GgmlType::BF16)] = FloatDot<LdBF16>::dot;

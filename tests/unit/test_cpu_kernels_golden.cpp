@@ -8,7 +8,9 @@
 // in double; the kernels' float summation gives at most (n/32 + 11) u (three times that for types
 // with a min term), plus Q8_1's fp16 block sums for Q4_1/Q5_1; twice it to cover both the kernel
 // and the reference quantization of the row. The rows are tested alone (256 values) and joined
-// into one row of 1024 (the four-block, pair and super-block loops then run several times).
+// into one row of 1024 (the group loops then run several times), as a block of rows against 16
+// tokens in tiles of 1, 3 and 16 tokens (the multi-token tile kernels; every tile must give the
+// lone token's value bit for bit).
 #include "core/fp16.h"
 #include "cpu/matmul.h"
 #include "gguf/gguf.h"
@@ -89,30 +91,44 @@ TEST(CpuKernelsGolden, EveryKernelAtEveryLevelMatchesGgmlsDequantization) {
             const int64_t rows = 1024 / n;
             std::mt19937 rng(static_cast<uint32_t>(n));
             std::normal_distribution<float> nd(0.f, 1.f);
-            std::vector<float> x(static_cast<size_t>(4 * n));
-            for (float& v : x) v = nd(rng) * (rng() % 50 == 0 ? 6.f : 1.f);
+            constexpr int kTokens = 16;
             nitro::cpu::ActBuffer acts;
-            nitro::cpu::quantize_acts(x.data(), 4, n, *wt, acts);
+            std::vector<float> xt(static_cast<size_t>(kTokens * n));
+            for (float& v : xt) v = nd(rng) * (rng() % 50 == 0 ? 6.f : 1.f);
+            nitro::cpu::quantize_acts(xt.data(), kTokens, n, *wt, acts);
+            std::vector<const void*> arows(kTokens);
+            for (int t = 0; t < kTokens; ++t) arows[static_cast<size_t>(t)] = acts.row(t);
+            const nitro::cpu::WeightView view{*wt, q.data(), n, rows, static_cast<size_t>(n / 256) * rb};
             std::vector<float> y(static_cast<size_t>(n));
-            for (int64_t r = 0; r < rows; ++r) {
-                const uint8_t* wrow = q.data() + static_cast<size_t>(r * n / 256) * rb;
-                const float* refrow = ref.data() + r * n;
-                for (const std::string& isa : isas) {
-                    const void* arows[4] = {acts.row(0), acts.row(1), acts.row(2), acts.row(3)};
-                    float got[4];
-                    nitro::cpu::vec_dot_isa(isa, *wt, n, wrow, arows, 4, got);
-                    for (int t = 0; t < 4; ++t) {
-                        nitro::dequantize(acts.type, acts.row(t), y.data(), n);
+            for (const std::string& isa : isas) {
+                std::vector<float> alone(static_cast<size_t>(kTokens * rows));
+                for (int t = 0; t < kTokens; ++t) nitro::cpu::matmul_isa(isa, view, &arows[static_cast<size_t>(t)], 1, &alone[static_cast<size_t>(t * rows)]);
+                for (int t = 0; t < kTokens; ++t) {
+                    nitro::dequantize(acts.type, acts.row(t), y.data(), n);
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const uint8_t* wrow = q.data() + static_cast<size_t>(r * n / 256) * rb;
+                        const float* refrow = ref.data() + r * n;
                         double want = 0, abs = 0;
                         for (int64_t i = 0; i < n; ++i) {
                             want += static_cast<double>(refrow[i]) * y[static_cast<size_t>(i)];
                             abs += std::fabs(static_cast<double>(refrow[i]) * y[static_cast<size_t>(i)]);
                         }
                         ASSERT_GT(abs, 0.0) << name;
-                        const double err = std::fabs(got[t] - want) / abs;
+                        const float got = alone[static_cast<size_t>(t * rows + r)];
+                        const double err = std::fabs(got - want) / abs;
                         const double tol = bound(*wt, n) + q81_rounding(*wt, n, wrow, acts.row(t)) / abs;
                         EXPECT_LE(err, tol) << isa << " " << name << " n " << n << " row " << r << " token " << t << ": "
-                                            << got[t] << " vs ggml-dequantized product " << want;
+                                            << got << " vs ggml-dequantized product " << want;
+                    }
+                }
+                for (int nt : {3, 16}) {
+                    for (int t0 = 0; t0 + nt <= kTokens; t0 += nt) {
+                        std::vector<float> tile(static_cast<size_t>(nt * rows));
+                        nitro::cpu::matmul_isa(isa, view, &arows[static_cast<size_t>(t0)], nt, tile.data());
+                        for (int t = 0; t < nt; ++t)
+                            for (int64_t r = 0; r < rows; ++r)
+                                ASSERT_EQ(std::memcmp(&tile[static_cast<size_t>(t * rows + r)], &alone[static_cast<size_t>((t0 + t) * rows + r)], 4), 0)
+                                    << isa << " " << name << " n " << n << ": token " << t0 + t << " row " << r << " in a tile of " << nt;
                     }
                 }
             }

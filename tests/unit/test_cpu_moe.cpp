@@ -153,6 +153,52 @@ TEST(CpuMoe, OneRegionStepEqualsTheReferenceForAnyThreadsAndSkipMask) {
     check_case({GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::IQ4_XS, 256, 256, 6, 2, false});
 }
 
+TEST(CpuMoe, TheModelsExpertShapesWithMultiTokenTilesEqualTheReference) {
+    // The experts of gpt-oss-20b (n_embd = n_ff_exp = 2880, MXFP4, biases), qwen3moe (2048 -> 768,
+    // Q4_K / Q6_K down) and qwen3next (2048 -> 512, Q8_0), two of each: every token chooses both,
+    // so each expert runs tiles of n tokens (16: one full tile; 7 odd; 1), against the step written
+    // out one (token, expert) at a time, bit for bit, on 1 and 3 threads.
+    struct Shape {
+        GgmlType gate, up, down;
+        int64_t E, F;
+        bool biases;
+    };
+    for (const Shape& sh : {Shape{GgmlType::MXFP4, GgmlType::MXFP4, GgmlType::MXFP4, 2880, 2880, true},
+                            Shape{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, 2048, 768, false},
+                            Shape{GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0, 2048, 512, false}}) {
+        constexpr int64_t X = 2;
+        constexpr int K = 2;
+        const ExpertTensor gate = make_experts("gate", sh.gate, sh.E, sh.F, X, 11);
+        const ExpertTensor up = make_experts("up", sh.up, sh.E, sh.F, X, 12);
+        const ExpertTensor down = make_experts("down", sh.down, sh.F, sh.E, X, 13);
+        const std::vector<float> gb = randn(static_cast<size_t>(sh.F * X), 14, 0.1f), ub = randn(gb.size(), 15, 0.1f);
+        const std::vector<float> db = randn(static_cast<size_t>(sh.E * X), 16, 0.1f);
+        ExpertWeights ex{&gate.info, &up.info, &down.info, nullptr, nullptr, nullptr, nitro::FfnAct::Swiglu};
+        if (sh.biases) ex = {&gate.info, &up.info, &down.info, gb.data(), ub.data(), db.data(), nitro::FfnAct::SwigluOai};
+        ThreadPool p1(1), p3(3);
+        for (int64_t n : {16, 7, 1}) {
+            const std::vector<float> h = randn(static_cast<size_t>(n * sh.E), 20 + static_cast<uint32_t>(n));
+            std::vector<int32_t> ids(static_cast<size_t>(n * K));
+            std::vector<float> w(ids.size());
+            for (int64_t i = 0; i < n; ++i)
+                for (int j = 0; j < K; ++j) {
+                    ids[static_cast<size_t>(i * K + j)] = static_cast<int32_t>((i + j) % X);  // both, rotated
+                    w[static_cast<size_t>(i * K + j)] = 0.1f * static_cast<float>(j + 1);
+                }
+            const std::vector<float> want = reference(p1, ex, h, n, K, ids, w, nullptr);
+            for (ThreadPool* p : {&p1, &p3}) {
+                MoeScratch s;
+                std::vector<float> got(want.size(), -1.f);
+                const MoeStats st = moe_ffn(*p, ex, h.data(), n, K, ids.data(), w.data(), nullptr, got.data(), s);
+                EXPECT_EQ(st.rows, n * K);
+                ASSERT_EQ(std::memcmp(got.data(), want.data(), 4 * want.size()), 0)
+                    << nitro::type_display_name(sh.gate) << " E " << sh.E << " F " << sh.F << ", " << n << " tokens, "
+                    << p->size() << " threads";
+            }
+        }
+    }
+}
+
 TEST(CpuMoe, BadExpertIdIsAnError) {
     const ExpertTensor gate = make_experts("gate", GgmlType::Q8_0, 64, 32, 2, 1);
     const ExpertTensor down = make_experts("down", GgmlType::Q8_0, 32, 64, 2, 3);
