@@ -197,6 +197,7 @@ ModelLayout synth_layout(const std::string& arch_name, const std::string& preset
     l.experts.resize(static_cast<size_t>(hp.n_layer));
     for (const TensorSpec& t : arch->tensors(hp, n_vocab)) {
         if (hp.arch == "qwen3moe" && preset == "tiny" && t.name == "output.weight") continue;  // tied, as synth writes it
+        if (t.legacy) continue;                                                                  // not written by synth
         const GgmlType type = synth_tensor_type(t.kind, expert_type);
         int64_t n = 1;
         for (size_t d = 1; d < t.ne.size(); ++d) n *= t.ne[d];
@@ -230,10 +231,14 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     const auto align = [](uint64_t b) { return (std::max<uint64_t>(b, 1) + 255) / 256 * 256; };
     const auto rnd = [](uint64_t b) { return vram_alloc_size(b); };
     uint64_t kv = 0;  // K, V and the slot table of every layer
-    for (const LayerSpec& L : spec.layers)
+    for (const LayerSpec& L : spec.layers) {
         kv += align(static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_k()) * 2) +
               align(static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_v()) * 2) +
               align(static_cast<uint64_t>(spec.n_expert) * 4);
+        if (L.kind == LayerKind::DeltaNet)  // its recurrent state (F32 conv and delta-rule state) instead
+            kv += align(static_cast<uint64_t>(spec.ssm.conv_state_size()) * 4) +
+                  align(static_cast<uint64_t>(spec.ssm.delta_state_size()) * 4);
+    }
     p.kv_bytes = rnd(kv);
 
     // Dense core and expert sizes; overrides checked against every name.

@@ -82,7 +82,7 @@ struct Plan {
     uint64_t budget_bytes = 0;
     uint64_t dense_bytes = 0;      ///< every tensor that is not a routed expert (embeddings, attention, norms, router, LM head)
     uint64_t expert_biases_bytes = 0;  ///< routed experts' biases (all experts, small)
-    uint64_t kv_bytes = 0;         ///< K/V cache, F16, at the spec's capacities (+ the slot tables)
+    uint64_t kv_bytes = 0;         ///< K/V cache, F16, at the spec's capacities (+ the slot tables, + DeltaNet recurrent state)
     uint64_t compute_bytes = 0;    ///< activations and scratch for one n_ubatch chunk (gpu_compute_bytes)
     uint64_t overhead_bytes = 0;   ///< PlacementOptions::runtime_overhead_bytes
     uint64_t expert_bytes = 0;     ///< one expert's gate + up + down, bytes (the same in every layer)
