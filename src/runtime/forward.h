@@ -18,8 +18,8 @@
 //     x += (rms_norm(o) * ssm_norm * silu(z)) W_out
 //   h = rms_norm(x) * ffn_norm
 //   ids, weights = top-k of the router (h W_router + b)
-//   x += sum_j weights_j * expert_{ids_j}(h)        (resident experts + a partial sum from elsewhere)
 //   [x += sigmoid(h . w_shexp_gate) * shared_expert(h)]
+//   x += sum_j weights_j * expert_{ids_j}(h)        (resident experts + a partial sum from elsewhere)
 // then logits = rms_norm(x) * output_norm W_output.
 #pragma once
 
@@ -66,8 +66,10 @@ void forward_chunk(B& b, const ModelSpec& spec, const ChunkArgs& c) {
         }
         b.ffn_norm(il, c);             // h = rms_norm(x) * ffn_norm
         b.route(il, c);                // router: expert ids and weights per token (+ route events)
-        b.moe(il, c);                  // x += sum_j w_j expert_j(h), resident here + partial from elsewhere
+        // The shared expert before the routed ones: a hybrid GPU computes it while the CPU works on
+        // the non-resident experts (the router's result has gone to the CPU already).
         if (spec.shared_expert) b.shared_expert(il, c);  // x += sigmoid(h . g) * ffn_shexp(h)
+        b.moe(il, c);                  // x += sum_j w_j expert_j(h), resident here + partial from elsewhere
     }
     if (c.logits != ChunkArgs::Logits::None) b.lm_head(c);  // logits = rms_norm(x) W_out
 }

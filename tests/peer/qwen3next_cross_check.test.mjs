@@ -1,0 +1,144 @@
+// nitro vs llama.cpp (the live peer) on synthetic qwen3next models: Gated DeltaNet layers with a
+// recurrent state, gated attention with partial RoPE, 16 experts top-4 plus a sigmoid-gated shared
+// expert (`nitro synth --arch qwen3next --preset tiny`, the Qwen3 tokenizer copied from the qwen3moe
+// fixture). The weight types of real Qwen3-Next files, one model each: routed experts Q8_0 / IQ4_XS
+// / Q4_K / Q5_K with dense matrices F16 / Q8_0 / Q6_K / BF16.
+//
+// For each model and prompt (golden prompt ids of the qwen3moe fixture; "long" has 79 tokens, more
+// than the delta rule's 64-token block), at every kernel level this CPU has:
+//  1. teacher-forced on llama.cpp's greedy tokens, nitro evaluating the sequence in prefill chunks of
+//     32 tokens (`-u 32`: the recurrent state crosses chunk boundaries) while llama.cpp takes it
+//     in one batch;
+//  2. free-running greedy (nitro run -n N) up to the first step where llama.cpp's margin is small.
+//
+// Bounds (docs/peer.md "qwen3next", MEASURED). A DeltaNet layer carries every earlier token in its
+// state, so a rounding difference at one position (most of all a router near-tie that swaps an
+// expert) stays in the state and moves later positions too, unlike an attention-only model where
+// only the near-tie position itself moves. The bounds are therefore on the distribution over all
+// positions, not per position around near-ties:
+//   - argmax equal wherever llama.cpp's margin is >= MARGIN, except at most MAX_ARGMAX_MISS of
+//     those positions;
+//   - top-5 |dp| <= MAX_DP at every position; at most SHARE_OVER of the positions above DP_TYPICAL;
+//   - greedy: equal tokens up to the first step with a llama.cpp margin < MARGIN.
+import assert from "node:assert/strict";
+import { appendFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { describe, it } from "node:test";
+
+import { nitroBinary, nitroIsaLevels, run, runPeer, sharedDir } from "./peer_util.mjs";
+
+const MARGIN = 0.25;          // nats
+const MAX_DP = 0.15;          // probability, any position
+const DP_TYPICAL = 0.03;      // probability
+const SHARE_OVER = 0.10;      // share of positions allowed above DP_TYPICAL
+const MAX_ARGMAX_MISS = 0.03; // share of the margin >= MARGIN positions
+const N_PREDICT = 24;
+const UBATCH = 32;
+const K = 5;
+const PROMPTS = ["sentence", "code", "unicode", "long"];
+const MODELS = [
+    { type: "q8_0", dense: "f16" },
+    { type: "iq4_xs", dense: "q8_0" },
+    { type: "q4_k", dense: "q6_k" },
+    { type: "q5_k", dense: "bf16" },
+];
+const FIXTURE = "tiny-qwen3moe-q8";
+// NITRO_XCHECK_DUMP=FILE appends one JSON line per compared position (for measuring the bounds).
+const DUMP = process.env.NITRO_XCHECK_DUMP;
+
+function margin(top) {
+    return top.length < 2 ? Infinity : Math.log(top[0].p) - Math.log(top[1].p);
+}
+
+/// Largest |p_nitro - p_llama| over llama.cpp's top-K (a token missing from nitro's top-K counts
+/// against nitro's K-th probability, the most it can have).
+function topKDiff(mine, peer) {
+    const byId = new Map(mine.map((t) => [t.id, t.p]));
+    const floor = mine[mine.length - 1].p;
+    let worst = 0;
+    for (const t of peer) {
+        const p = byId.get(t.id);
+        worst = Math.max(worst, p === undefined ? Math.max(0, t.p - floor) : Math.abs(p - t.p));
+    }
+    return worst;
+}
+
+function nitroRun(model, ids, n, echo, level) {
+    const args = ["run", "-m", model, "--prompt-ids", ids.join(","), "-n", String(n), "--json", "--n-probs", String(K),
+                  "-u", String(UBATCH)];
+    if (echo) args.push("--echo");
+    const r = run(nitroBinary(), args, { env: { ...process.env, NITRO_ISA: level } });
+    assert.equal(r.status, 0, `NITRO_ISA=${level} nitro ${args.join(" ")} failed: ${r.stderr}`);
+    const out = JSON.parse(r.stdout);
+    assert.match(out.engine, new RegExp(`${level} kernels`), `NITRO_ISA=${level}: nitro ran '${out.engine}'`);
+    return out;
+}
+
+describe("nitro vs llama.cpp on synthetic qwen3next models", () => {
+    const levels = nitroIsaLevels();
+    for (const m of MODELS) {
+        it(`qwen3next experts ${m.type}, dense ${m.dense} (nitro at ${levels.join(", ")})`, async () => {
+            const shared = sharedDir();
+            const golden = JSON.parse(readFileSync(path.join(shared, "fixtures", `${FIXTURE}.golden.json`), "utf8"));
+            const prompts = PROMPTS.map((name) => {
+                const c = golden.cases.find((x) => x.name === name);
+                assert.ok(c, `golden case '${name}' missing`);
+                return { name, ids: c.prompt_token_ids };
+            });
+            assert.ok(prompts.some((p) => p.ids.length > 64), "one prompt must be longer than a 64-token block");
+            const dir = mkdtempSync(path.join(tmpdir(), "nitro-xcheck-qn-"));
+            try {
+                const model = path.join(dir, `qwen3next-${m.type}-${m.dense}.gguf`);
+                const s = run(nitroBinary(), ["synth", "--arch", "qwen3next", "--preset", "tiny", "--type", m.type, "--dense-type",
+                                              m.dense, "--vocab-from", path.join(shared, "fixtures", `${FIXTURE}.gguf`), "-o", model]);
+                assert.equal(s.status, 0, `nitro synth failed: ${s.stderr}`);
+                const greedy = await runPeer(prompts.map((p) => ({ model, prompt_ids: p.ids, n_predict: N_PREDICT, n_probs: K })));
+                const forced = await runPeer(prompts.map((p, i) => ({
+                    model, prompt_ids: p.ids, n_predict: 0, n_probs: K, teacher_forced_ids: greedy[i].ids.slice(0, -1) })));
+                for (const level of levels) {
+                    let positions = 0, checked = 0, missed = 0, over = 0, worst = 0, greedySteps = 0;
+                    prompts.forEach((p, i) => {
+                        const G = greedy[i].ids, seq = forced[i].teacher_forced.ids, tf = forced[i].teacher_forced.probs;
+                        const out = nitroRun(model, seq, 1, true, level);
+                        assert.equal(out.prompt_probs?.length, seq.length, `${p.name}: prompt_probs has ${out.prompt_probs?.length} entries`);
+                        for (let j = 0; j < seq.length; ++j) {
+                            const where = `qwen3next ${m.type}/${m.dense} ${level} ${p.name} teacher-forced position ${j}`;
+                            const dp = topKDiff(out.prompt_probs[j], tf[j]);
+                            const same = out.prompt_probs[j][0].id === tf[j][0].id;
+                            if (DUMP) appendFileSync(DUMP, JSON.stringify({ model: `${m.type}-${m.dense}`, level, prompt: p.name, pos: j, dp,
+                                                                            router_margin: out.prompt_router_margins?.[j] ?? null,
+                                                                            peer_margin: margin(tf[j]), argmax_same: same }) + "\n");
+                            ++positions;
+                            worst = Math.max(worst, dp);
+                            if (dp > DP_TYPICAL) ++over;
+                            assert.ok(dp <= MAX_DP, `${where}: top-${K} |dp| ${dp.toFixed(4)} > ${MAX_DP}`);
+                            if (margin(tf[j]) >= MARGIN) {
+                                ++checked;
+                                if (!same) ++missed;
+                            }
+                        }
+                        const free = nitroRun(model, p.ids, N_PREDICT, false, level);
+                        assert.equal(free.ids.length, N_PREDICT);
+                        for (let st = 0; st < N_PREDICT; ++st) {
+                            const lp = greedy[i].probs[st];
+                            assert.ok(topKDiff(free.probs[st], lp) <= MAX_DP, `${p.name} greedy step ${st}: top-${K} |dp| > ${MAX_DP}`);
+                            if (margin(lp) < MARGIN) break;
+                            assert.equal(free.ids[st], G[st], `qwen3next ${m.type}/${m.dense} ${level} ${p.name} greedy step ${st}: nitro ${free.ids[st]}, llama.cpp ${G[st]} (margin ${margin(lp).toFixed(3)})`);
+                            ++greedySteps;
+                        }
+                    });
+                    assert.ok(checked >= 0.3 * positions, `${level}: only ${checked} of ${positions} positions had a margin >= ${MARGIN}`);
+                    assert.ok(missed <= MAX_ARGMAX_MISS * checked,
+                              `${level}: argmax differs at ${missed} of ${checked} positions with a llama.cpp margin >= ${MARGIN}`);
+                    assert.ok(over <= SHARE_OVER * positions, `${level}: ${over} of ${positions} positions have top-${K} |dp| > ${DP_TYPICAL}`);
+                    console.log(`qwen3next ${m.type}/${m.dense} ${level}: ${positions} positions, argmax checked at ${checked} ` +
+                                `(${missed} differ), |dp| > ${DP_TYPICAL} at ${over}, max top-${K} |dp| ${worst.toFixed(4)}, ` +
+                                `greedy equal for ${greedySteps} steps`);
+                }
+            } finally {
+                rmSync(dir, { recursive: true, force: true });
+            }
+        });
+    }
+});
