@@ -1,24 +1,29 @@
 // nitro vs llama.cpp (the live peer) on synthetic qwen3next models: Gated DeltaNet layers with a
 // recurrent state, gated attention with partial RoPE, 16 experts top-4 plus a sigmoid-gated shared
 // expert (`nitro synth --arch qwen3next --preset tiny`, the Qwen3 tokenizer copied from the qwen3moe
-// fixture). The weight types of real Qwen3-Next files, one model each: routed experts Q8_0 / IQ4_XS
-// / Q4_K / Q5_K with dense matrices F16 / Q8_0 / Q6_K / BF16.
+// fixture). Weight types of real Qwen3-Next files, one model each: routed experts Q8_0 / IQ4_XS
+// (/ Q4_K / Q5_K) with dense matrices F16 / Q8_0 (/ Q6_K / BF16).
 //
 // For each model and prompt (golden prompt ids of the qwen3moe fixture; "long" has 79 tokens, more
-// than the delta rule's 64-token block), at every kernel level this CPU has:
+// than the delta rule's 64-token block), nitro at the CPU's best kernel level (the DeltaNet code is
+// the same at every level; the matmul kernels of every level are cross_check.test.mjs's), or at
+// every level with NITRO_XCHECK_ALL=1 (which also adds the Q4_K/Q6_K and Q5_K/BF16 models):
 //  1. teacher-forced on llama.cpp's greedy tokens, nitro evaluating the sequence in prefill chunks of
 //     32 tokens (`-u 32`: the recurrent state crosses chunk boundaries) while llama.cpp takes it
 //     in one batch;
 //  2. free-running greedy (nitro run -n N) up to the first step where llama.cpp's margin is small.
 //
-// Bounds (docs/peer.md "qwen3next", MEASURED). A DeltaNet layer carries every earlier token in its
-// state, so a rounding difference at one position (most of all a router near-tie that swaps an
-// expert) stays in the state and moves later positions too, unlike an attention-only model where
-// only the near-tie position itself moves. The bounds are therefore on the distribution over all
-// positions, not per position around near-ties:
-//   - argmax equal wherever llama.cpp's margin is >= MARGIN, except at most MAX_ARGMAX_MISS of
-//     those positions;
-//   - top-5 |dp| <= MAX_DP at every position; at most SHARE_OVER of the positions above DP_TYPICAL;
+// Bounds. A DeltaNet layer carries every earlier token in its state, so a rounding difference at
+// one position (above all a router near-tie that swaps an expert) stays in the state and moves
+// later positions too; a near-tie exemption per position (cross_check.test.mjs) does not cover
+// that, so the bounds are on the distribution over positions. MEASURED (docs/peer.md "qwen3next":
+// 4 models x 3 kernel levels x 249 positions, 2026-12-02, 2-core AMD EPYC, peer variant zen4):
+// largest top-5 |dp| 0.0173, median 0.0006-0.0012, no argmax difference at a llama.cpp margin
+// >= 0.25 (of 674 such positions per level):
+//   - top-5 |dp| <= MAX_DP (0.10) at every position, and <= DP_TYPICAL (0.04, cross_check's
+//     per-position bound) at all but SHARE_OVER (2%) of them;
+//   - argmax equal wherever llama.cpp's margin is >= MARGIN, except at most MAX_ARGMAX_MISS (2%)
+//     of those positions;
 //   - greedy: equal tokens up to the first step with a llama.cpp margin < MARGIN.
 import assert from "node:assert/strict";
 import { appendFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -29,19 +34,19 @@ import { describe, it } from "node:test";
 import { nitroBinary, nitroIsaLevels, run, runPeer, sharedDir } from "./peer_util.mjs";
 
 const MARGIN = 0.25;          // nats
-const MAX_DP = 0.15;          // probability, any position
-const DP_TYPICAL = 0.03;      // probability
-const SHARE_OVER = 0.10;      // share of positions allowed above DP_TYPICAL
-const MAX_ARGMAX_MISS = 0.03; // share of the margin >= MARGIN positions
+const MAX_DP = 0.10;          // probability, any position
+const DP_TYPICAL = 0.04;      // probability
+const SHARE_OVER = 0.02;      // share of positions allowed above DP_TYPICAL
+const MAX_ARGMAX_MISS = 0.02; // share of the margin >= MARGIN positions
 const N_PREDICT = 24;
 const UBATCH = 32;
 const K = 5;
 const PROMPTS = ["sentence", "code", "unicode", "long"];
+const ALL = process.env.NITRO_XCHECK_ALL === "1";
 const MODELS = [
     { type: "q8_0", dense: "f16" },
-    { type: "iq4_xs", dense: "q8_0" },
-    { type: "q4_k", dense: "q6_k" },
-    { type: "q5_k", dense: "bf16" },
+    { type: "iq4_xs", dense: "q8_0" },  // as Qwen3-Coder-Next-80B IQ4_XS files (dense at 8 bits: ASSUMED)
+    ...(ALL ? [{ type: "q4_k", dense: "q6_k" }, { type: "q5_k", dense: "bf16" }] : []),
 ];
 const FIXTURE = "tiny-qwen3moe-q8";
 // NITRO_XCHECK_DUMP=FILE appends one JSON line per compared position (for measuring the bounds).
@@ -76,7 +81,8 @@ function nitroRun(model, ids, n, echo, level) {
 }
 
 describe("nitro vs llama.cpp on synthetic qwen3next models", () => {
-    const levels = nitroIsaLevels();
+    const all = nitroIsaLevels();
+    const levels = ALL ? all : [all[all.length - 1]];
     for (const m of MODELS) {
         it(`qwen3next experts ${m.type}, dense ${m.dense} (nitro at ${levels.join(", ")})`, async () => {
             const shared = sharedDir();
