@@ -52,7 +52,7 @@ prepare() {
 case "$PHASE" in
 tests)
     tar xJf "$HERE/.carry/fixtures.tar.xz" -C "$W"
-    export NITRO_SHARED_DIR="$W/shared"
+    export NITRO_SHARED_DIR="$W/shared" NITRO_SOURCE_DIR="$HERE"  # tests/data/qwen3next of this checkout
     { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; "$N" --version; } | tee "$OUTD/env.txt"
     log "cuda tests"
     "$W/bin/nitro_cuda_tests" --gtest_color=no > "$OUTD/cuda_tests.log" 2>&1; echo "cuda tests rc=$?"

@@ -305,7 +305,7 @@ int64_t layer_of(const std::string& name);
 void apply_router_skew(const std::string& arch, const TensorSpec& spec, const SynthOptions& opt, int64_t r0, int64_t n,
                        std::vector<uint8_t>& buf) {
     const bool bias = arch == "gpt-oss" && spec.kind == TensorKind::RouterBias;
-    const bool rows = arch == "qwen3moe" && spec.kind == TensorKind::Router;
+    const bool rows = (arch == "qwen3moe" || arch == "qwen3next") && spec.kind == TensorKind::Router;  // no router bias
     if (!bias && !rows) return;
     const int64_t n_expert = bias ? spec.ne[0] : spec.ne[1];
     const std::vector<int> rank = synth_router_ranks(opt.seed, layer_of(spec.name), n_expert);

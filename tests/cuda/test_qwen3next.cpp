@@ -6,6 +6,9 @@
 //     GPU-all and in hybrid placement (about half of the experts on the CPU), teacher-forced with
 //     prompt chunks through both matmul paths (ubatch 512: GEMM; 7: GEMV), and greedy decode steps
 //     (the CUDA decode graph);
+//   - the repository's qwen3next fixture (tests/data/qwen3next, well conditioned: nitro's CPU engine
+//     and llama.cpp agree there within 0.018) with model_compare.h's fixture bounds, GPU-all and
+//     hybrid;
 //   - truncation to a position without a snapshot recomputes the recurrent state: decoding after
 //     it equals a fresh GPU session that evaluated the same chunks, bit for bit.
 // Bounds of the model comparisons: those of tests/peer/qwen3next_cross_check.test.mjs (the CPU
@@ -24,7 +27,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 using namespace nitro;
 using namespace nitro::cuda::test;
@@ -297,4 +303,37 @@ TEST(CudaQwen3Next, TruncateRecomputesTheRecurrentState) {
         EXPECT_LE(worst, kMaxDp);
     }
     std::filesystem::remove(path);
+}
+
+TEST(CudaQwen3Next, FixtureMatchesCpuInEveryPlacement) {
+    require_gpu();
+    // NITRO_SOURCE_DIR: the checkout holding tests/data (the device machine runs from a copy of it).
+    const char* src = std::getenv("NITRO_SOURCE_DIR");
+    const std::string dir = std::string(src ? src : NITRO_SOURCE_DIR) + "/tests/data/qwen3next/";
+    Model model(dir + "tiny-qwen3next-q8.gguf");
+    std::ifstream f(dir + "tiny-qwen3next-q8.golden.json");
+    ASSERT_TRUE(f) << dir;
+    const nlohmann::json g = nlohmann::json::parse(f);
+    for (int n_cpu_moe : {0, 2}) {
+        GpuOptions go;
+        go.mode = n_cpu_moe ? EngineMode::Hybrid : EngineMode::Gpu;
+        go.n_cpu_moe = n_cpu_moe;
+        for (int64_t ub : {512, 7}) {
+            Stats st;
+            int cases = 0;
+            for (const auto& c : g["cases"]) {
+                std::vector<int32_t> seq = c["prompt_token_ids"].get<std::vector<int32_t>>();
+                const size_t P = seq.size();
+                const auto gen = c["generated_token_ids"].get<std::vector<int32_t>>();
+                seq.insert(seq.end(), gen.begin(), gen.end() - 1);
+                compare(model, seq, P, static_cast<int>(gen.size()), ub, st, go);
+                if (++cases >= 4) break;
+            }
+            std::printf("qwen3next fixture, %s, ubatch %lld: argmax agrees at %d/%d (%d checked), max top-5 |dp| %.5f, greedy equal "
+                        "in %d/%d cases, router divergences %d\n",
+                        n_cpu_moe ? "hybrid --n-cpu-moe 2" : "gpu-all", static_cast<long long>(ub), st.agree, st.steps, st.checked,
+                        st.max_dp, st.greedy_equal, cases, st.router_divergences);
+            EXPECT_GT(st.checked, st.steps / 2);
+        }
+    }
 }
