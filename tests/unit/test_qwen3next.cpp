@@ -7,17 +7,20 @@
 //   - prefix reuse: truncating to a snapshot position restores it; to any other position restores
 //     the newest earlier snapshot and evaluates the held tokens again; decoding afterwards equals,
 //     bit for bit, a fresh session that evaluated the same tokens in the same chunks;
-//   - several sequences in one batch (server --parallel) equal each sequence alone, bit for bit.
+//   - several sequences in one batch (server --parallel) equal each sequence alone, bit for bit;
+//   - a file with a missing or inconsistent DeltaNet key or tensor is a clear error naming it.
 // Agreement with llama.cpp is tests/peer (synth models) and test_qwen3next_fixture (the fixture's
 // goldens); the delta rule against its definition is test_delta_net.
 #include "arch/synth.h"
 #include "core/error.h"
+#include "gguf/writer.h"
 #include "gguf_bytes.h"
 #include "runtime/session.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 
 using namespace nitro;
 
@@ -245,4 +248,47 @@ TEST_F(Qwen3Next, BatchedSequencesEqualEachAlone) {
         }
     }
     for (int q = 0; q < 3; ++q) EXPECT_EQ(b.seq_n_past(q), static_cast<int64_t>(done[static_cast<size_t>(q)]));
+}
+
+namespace {
+
+/// A copy of `src` without the metadata key `drop`, metadata changed by `edit`, tensors filtered by `keep`.
+std::string rewrite(const std::string& src, const std::string& out, const std::function<void(GgufMetadata&)>& edit,
+                    const std::function<bool(const std::string&)>& keep, const std::string& drop = "") {
+    GgufModel in(src);
+    GgufWriter w;
+    for (const auto& [k, v] : in.metadata().entries())
+        if (k != drop) w.metadata().set(k, v);
+    edit(w.metadata());
+    for (const auto& t : in.tensors())
+        if (keep(t.name)) w.add_tensor(t.name, t.type, std::span<const int64_t>(t.ne.data(), static_cast<size_t>(t.n_dims)));
+    w.open(out);
+    for (const auto& t : in.tensors())
+        if (keep(t.name)) w.write_data(t.data, t.n_bytes);
+    w.finish();
+    return out;
+}
+
+}  // namespace
+
+TEST_F(Qwen3Next, BadFilesAreClearErrors) {
+    const std::string dir = test::temp_dir("qwen3next-bad");
+    const std::string src = model().path();
+    auto all = [](const std::string&) { return true; };
+    auto err = [](const std::string& path) { return test::error_of([&] { Model m(path); }); };
+    // A missing DeltaNet hyperparameter.
+    std::string e = err(rewrite(src, dir + "/a.gguf", [](GgufMetadata&) {}, all, "qwen3next.ssm.state_size"));
+    EXPECT_NE(e.find("qwen3next.ssm.state_size"), std::string::npos) << e;
+    // Value heads not a multiple of key heads.
+    e = err(rewrite(src, dir + "/b.gguf", [](GgufMetadata& m) { m.set("qwen3next.ssm.group_count", uint32_t{3}); }, all));
+    EXPECT_NE(e.find("ssm.group_count"), std::string::npos) << e;
+    // Neither attn_qkv + attn_gate nor ssm_in in a DeltaNet layer.
+    e = err(rewrite(src, dir + "/c.gguf", [](GgufMetadata&) {}, [](const std::string& n) { return n != "blk.1.attn_qkv.weight"; }));
+    EXPECT_NE(e.find("blk.1.attn_qkv.weight"), std::string::npos) << e;
+    // A missing conv kernel.
+    e = err(rewrite(src, dir + "/d.gguf", [](GgufMetadata&) {}, [](const std::string& n) { return n != "blk.2.ssm_conv1d.weight"; }));
+    EXPECT_NE(e.find("blk.2.ssm_conv1d.weight"), std::string::npos) << e;
+    // The interval says layer 1 is attention: its attn_q is missing.
+    e = err(rewrite(src, dir + "/e.gguf", [](GgufMetadata& m) { m.set("qwen3next.full_attention_interval", uint32_t{2}); }, all));
+    EXPECT_NE(e.find("blk.1.attn_q.weight"), std::string::npos) << e;
 }
