@@ -142,12 +142,24 @@ struct GpuSession::Impl {
     };
     std::vector<Snapshot> snapshots;
     int n_snapshots = 4;
+    cudaStream_t compute = nullptr;  ///< the compute stream (non-blocking: state copies are ordered on it)
     /// Zero state, no history, no snapshots (a fresh sequence).
     void reset_recurrent() {
         if (!rstate) return;
-        NITRO_CUDA_CHECK(cudaMemset(rstate, 0, static_cast<size_t>(rstate_floats) * 4));
+        NITRO_CUDA_CHECK(cudaMemsetAsync(rstate, 0, static_cast<size_t>(rstate_floats) * 4, compute));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
         history.clear();
         snapshots.clear();
+    }
+    /// Copies the recurrent state to / from host memory (stream-ordered, then synchronised).
+    void state_to_host(std::vector<float>& out) {
+        out.resize(static_cast<size_t>(rstate_floats));
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(out.data(), rstate, out.size() * 4, cudaMemcpyDeviceToHost, compute));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
+    }
+    void state_from_host(const std::vector<float>& in) {
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(rstate, in.data(), in.size() * 4, cudaMemcpyHostToDevice, compute));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
     }
     // pinned host
     int32_t *h_tok = nullptr, *h_pos = nullptr;
@@ -455,6 +467,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     m.z = gpu_scratch_sizes(sp);
     if (so.n_checkpoints < 0) fail("the number of recurrent-state checkpoints must be >= 0 (got {})", so.n_checkpoints);
     m.n_snapshots = so.n_checkpoints;
+    m.compute = ctx.compute();
     if (sp.has_recurrent() && (sp.ssm.head_dim % 32 != 0 || sp.ssm.head_dim > 256 || sp.ssm.d_conv > 64))
         fail("the GPU engine's Gated DeltaNet kernels need a head dim that is a multiple of 32 up to 256 (got {}) and a conv "
              "kernel up to 64 (got {})",
@@ -567,6 +580,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
         m.rstate_floats = floats;
         m.rstate = ctx.alloc_n<float>(static_cast<size_t>(floats), "recurrent state");
         NITRO_CUDA_CHECK(cudaMemsetAsync(m.rstate, 0, static_cast<size_t>(floats) * 4, ctx.compute()));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(ctx.compute()));
         float* at = m.rstate;
         for (size_t il = 0; il < m.layers.size(); ++il) {
             if (sp.layers[il].kind != LayerKind::DeltaNet) continue;
@@ -816,11 +830,12 @@ void GpuSession::truncate(int64_t n) {
     while (!m.snapshots.empty() && m.snapshots.back().pos > n) m.snapshots.pop_back();
     int64_t from = 0;
     if (m.snapshots.empty()) {
-        NITRO_CUDA_CHECK(cudaMemset(m.rstate, 0, static_cast<size_t>(m.rstate_floats) * 4));
+        std::vector<int32_t> keep = std::move(m.history);
+        m.reset_recurrent();
+        m.history = std::move(keep);
     } else {
-        const auto& sn = m.snapshots.back();
-        NITRO_CUDA_CHECK(cudaMemcpy(m.rstate, sn.state.data(), sn.state.size() * 4, cudaMemcpyHostToDevice));
-        from = sn.pos;
+        m.state_from_host(m.snapshots.back().state);
+        from = m.snapshots.back().pos;
     }
     std::vector<int32_t> redo(m.history.begin() + from, m.history.begin() + n);
     m.history.resize(static_cast<size_t>(from));
@@ -944,8 +959,7 @@ void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vec
                     m.snapshots.erase(m.snapshots.begin());
                 }
                 sn.pos = n_past_;
-                sn.state.resize(static_cast<size_t>(m.rstate_floats));
-                NITRO_CUDA_CHECK(cudaMemcpy(sn.state.data(), m.rstate, sn.state.size() * 4, cudaMemcpyDeviceToHost));
+                m.state_to_host(sn.state);
                 m.snapshots.push_back(std::move(sn));
             }
         }
