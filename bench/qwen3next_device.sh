@@ -12,7 +12,8 @@
 # fixtures.tar.xz (shared/fixtures), llama-src.tar.xz (llama.cpp 80fb11a's source, for llama-bench
 # with CUDA: built by `bench/hybrid_device.sh build-llama`).
 # Knobs (environment): BUDGET (GiB, 16), EXPERTS (iq4_xs), DENSE (q8_0: real IQ4_XS files keep the
-# dense part at 8 bits or so; ASSUMED), THREADS (16), NCMOE (default: the smallest that nitro's plan fits).
+# dense part at 8 bits or so; ASSUMED), THREADS (16), NCMOE (default: the smallest that nitro's plan fits),
+# ARCH / PRESET (qwen3next / qwen3-next-80b-a3b; qwen35moe / qwen3.5-35b-a3b for the Qwen3.5/3.6-35B-A3B shape).
 set -uo pipefail
 PHASE=${1:?phase}; RESULTS=${2:?out dir}
 OUTD=/tmp/nitro-out/qn-$PHASE; rm -rf "$OUTD"; mkdir -p "$OUTD"
@@ -34,15 +35,16 @@ with_mem_peak() {
     return $rc
 }
 BUDGET=${BUDGET:-16}; EXPERTS=${EXPERTS:-iq4_xs}; DENSE=${DENSE:-q8_0}; T=${THREADS:-16}
-M=/dev/shm/qwen3next-80b.gguf
+ARCH=${ARCH:-qwen3next}; PRESET=${PRESET:-qwen3-next-80b-a3b}
+M=/dev/shm/$PRESET.gguf
 PROMPT64=$(seq -s, 100 163)
 PROMPT4K=$(python3 -c "print(','.join(str(100 + (i * 7919) % 150000) for i in range(4096)))")
 
 prepare() {
     if [ "$(cat "$M.key" 2>/dev/null)" != "$EXPERTS $DENSE" ]; then
         rm -f /dev/shm/*.gguf /dev/shm/*.gguf.key
-        log "synth qwen3next:qwen3-next-80b-a3b, experts $EXPERTS, dense $DENSE"
-        "$N" synth --arch qwen3next --preset qwen3-next-80b-a3b --type "$EXPERTS" --dense-type "$DENSE" -o "$M" > /dev/null 2>&1 \
+        log "synth $ARCH:$PRESET, experts $EXPERTS, dense $DENSE"
+        "$N" synth --arch "$ARCH" --preset "$PRESET" --type "$EXPERTS" --dense-type "$DENSE" -o "$M" > /dev/null 2>&1 \
             || { echo "synth failed"; exit 1; }
         echo "$EXPERTS $DENSE" > "$M.key"
     fi
@@ -79,8 +81,9 @@ bench)
     # llama.cpp's --n-cpu-moe: the smallest N whose placement nitro's plan fits in the budget (the
     # same dense core and experts; llama.cpp's own buffers differ, so its measured peak is printed).
     if [ -z "${NCMOE:-}" ]; then
-        NCMOE=48
-        for n in $(seq 0 48); do
+        NL=$("$N" inspect "$M" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['hparams']['n_layer'])" 2>/dev/null || echo 48)
+        NCMOE=$NL
+        for n in $(seq 0 "$NL"); do
             "$N" plan -m "$M" --vram-budget "$BUDGET" --n-cpu-moe "$n" > /dev/null 2>&1 && { NCMOE=$n; break; }
         done
     fi

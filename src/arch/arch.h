@@ -80,6 +80,10 @@ struct ArchConfig {
     SsmHeadMap ssm_head_map = SsmHeadMap::Interleaved;
     /// Every MoE layer has a shared expert (ffn_{gate,up,down}_shexp) scaled by sigmoid(h . ffn_gate_inp_shexp).
     bool shared_expert_gated = false;
+    /// Interleaved M-RoPE (llama.cpp LLAMA_ROPE_TYPE_IMROPE, rope.dimension_sections): for text every
+    /// section takes the token's position, so it rotates as NEOX as long as no rotated pair falls to
+    /// the fourth (vision) section (checked at load).
+    bool rope_imrope = false;
 };
 
 /// True when layer `il` attends over a sliding window (llama.cpp set_swa_pattern: every

@@ -79,7 +79,19 @@ std::vector<TensorSpec> qwen3moe_tensors(const ModelHparams& hp, int64_t n_vocab
 /// sigmoid-gated shared expert; norms before attention and before the FFN
 /// (post_attention_norm). Older files hold the recurrent projections as one interleaved ssm_in
 /// [E, 2 key_dim + 2 value_dim] instead of attn_qkv + attn_gate (Model loads either form).
+std::vector<TensorSpec> hybrid_delta_net_tensors(const ModelHparams& hp, int64_t n_vocab, bool separate_beta_alpha);
+
 std::vector<TensorSpec> qwen3next_tensors(const ModelHparams& hp, int64_t n_vocab) {
+    return hybrid_delta_net_tensors(hp, n_vocab, false);
+}
+
+/// qwen35moe (llama.cpp LLM_ARCH_QWEN35MOE, src/models/qwen35moe.cpp; Qwen3.5/3.6-35B-A3B): the
+/// qwen3next layers with beta and alpha from two matrices (ssm_beta, ssm_alpha) instead of ssm_ba.
+std::vector<TensorSpec> qwen35moe_tensors(const ModelHparams& hp, int64_t n_vocab) {
+    return hybrid_delta_net_tensors(hp, n_vocab, true);
+}
+
+std::vector<TensorSpec> hybrid_delta_net_tensors(const ModelHparams& hp, int64_t n_vocab, bool separate_beta_alpha) {
     const int64_t E = hp.n_embd, hd = hp.head_dim, F = hp.n_ff_exp, X = hp.n_expert;
     const int64_t Fs = hp.n_ff_shexp > 0 ? hp.n_ff_shexp : hp.n_ff;
     const int64_t key_dim = hp.ssm_d_state * hp.ssm_n_group, value_dim = hp.ssm_d_state * hp.ssm_dt_rank;
@@ -92,14 +104,20 @@ std::vector<TensorSpec> qwen3next_tensors(const ModelHparams& hp, int64_t n_voca
         t.push_back({blk(il, "attn_norm.weight"), {E}, TensorKind::Norm, E});
         t.push_back({blk(il, "post_attention_norm.weight"), {E}, TensorKind::Norm, E});
         if (layer_is_recurrent(qwen3next_config(hp), hp, il)) {
-            t.push_back({blk(il, "attn_qkv.weight"), {E, conv_dim}, TensorKind::Matrix, E, /*required=*/false});
-            t.push_back({blk(il, "attn_gate.weight"), {E, value_dim}, TensorKind::Matrix, E, /*required=*/false});
-            t.push_back({blk(il, "ssm_in.weight"), {E, conv_dim + value_dim}, TensorKind::Matrix, E, /*required=*/false,
-                         /*legacy=*/true});
+            t.push_back({blk(il, "attn_qkv.weight"), {E, conv_dim}, TensorKind::Matrix, E, /*required=*/separate_beta_alpha});
+            t.push_back({blk(il, "attn_gate.weight"), {E, value_dim}, TensorKind::Matrix, E, /*required=*/separate_beta_alpha});
+            if (!separate_beta_alpha)
+                t.push_back({blk(il, "ssm_in.weight"), {E, conv_dim + value_dim}, TensorKind::Matrix, E, /*required=*/false,
+                             /*legacy=*/true});
             t.push_back({blk(il, "ssm_conv1d.weight"), {hp.ssm_d_conv, conv_dim}, TensorKind::SsmConv, hp.ssm_d_conv});
             t.push_back({blk(il, "ssm_dt.bias"), {nv}, TensorKind::SsmDt, 1});
             t.push_back({blk(il, "ssm_a"), {nv}, TensorKind::SsmA, 1});
-            t.push_back({blk(il, "ssm_ba.weight"), {E, 2 * nv}, TensorKind::Matrix, E});
+            if (separate_beta_alpha) {
+                t.push_back({blk(il, "ssm_beta.weight"), {E, nv}, TensorKind::Matrix, E});
+                t.push_back({blk(il, "ssm_alpha.weight"), {E, nv}, TensorKind::Matrix, E});
+            } else {
+                t.push_back({blk(il, "ssm_ba.weight"), {E, 2 * nv}, TensorKind::Matrix, E});
+            }
             t.push_back({blk(il, "ssm_norm.weight"), {hp.ssm_d_state}, TensorKind::Norm, hp.ssm_d_state});
             t.push_back({blk(il, "ssm_out.weight"), {value_dim, E}, TensorKind::Matrix, value_dim});
         } else {
@@ -164,10 +182,21 @@ ArchConfig qwen3next_config(const ModelHparams&) {
     return c;
 }
 
+/// qwen35moe: as qwen3next, but the converter stores the value heads tiled (value head h reads key
+/// head h % n_k; llama.cpp llama-model.cpp get_split_segments) and the attention's RoPE is
+/// interleaved M-RoPE, which for text (every section at the token's position) rotates as NEOX.
+ArchConfig qwen35moe_config(const ModelHparams& hp) {
+    ArchConfig c = qwen3next_config(hp);
+    c.ssm_head_map = SsmHeadMap::Tiled;
+    c.rope_imrope = true;
+    return c;
+}
+
 const ArchInfo kArchs[] = {
     {"gpt-oss", gptoss_tensors, gptoss_config},
     {"qwen3moe", qwen3moe_tensors, qwen3moe_config},
     {"qwen3next", qwen3next_tensors, qwen3next_config},
+    {"qwen35moe", qwen35moe_tensors, qwen35moe_config},
 };
 
 }  // namespace

@@ -99,6 +99,18 @@ ModelHparams read_hparams(const GgufMetadata& m) {
                  h.recurrent_layers.size(), h.n_layer - h.n_layer_nextn);
     }
     h.n_layer -= h.n_layer_nextn;  // MTP blocks follow the trunk; the forward pass does not run them
+    if (m.find(a + "rope.dimension_sections")) {
+        const GgufArray* arr = m.get_array(a + "rope.dimension_sections");
+        if (!arr) fail("{}: metadata key '{}rope.dimension_sections' must be an array", m.source, a);
+        std::visit(
+            [&](const auto& vec) {
+                using E = typename std::decay_t<decltype(vec)>::value_type;
+                if constexpr (std::is_integral_v<E> && !std::is_same_v<E, bool>)
+                    for (auto x : vec) h.rope_sections.push_back(static_cast<int32_t>(x));
+                else fail("{}: metadata key '{}rope.dimension_sections' is not an array of integers", m.source, a);
+            },
+            arr->data);
+    }
     // Bounds well above any real model (llama.cpp: LLAMA_MAX_LAYERS 512, experts up to 512) that
     // stop a corrupt header from driving huge allocations.
     if (h.n_layer > kMaxLayers) fail("{}: {}block_count = {} exceeds the maximum of {}", m.source, a, h.n_layer, kMaxLayers);
@@ -141,6 +153,12 @@ void write_hparams(GgufMetadata& m, const ModelHparams& hp) {
         m.set(a + "ssm.time_step_rank", static_cast<uint32_t>(hp.ssm_dt_rank));
         m.set(a + "ssm.inner_size", static_cast<uint32_t>(hp.ssm_d_inner));
         m.set(a + "full_attention_interval", static_cast<uint32_t>(hp.full_attn_interval));
+    }
+    if (!hp.rope_sections.empty()) {  // as convert_hf_to_gguf.py's _Qwen35MRopeMixin writes it (INT32 array)
+        auto arr = std::make_shared<GgufArray>();
+        arr->type = GgufType::INT32;
+        arr->data = hp.rope_sections;
+        m.set(a + "rope.dimension_sections", arr);
     }
 }
 

@@ -49,6 +49,8 @@ struct ModelHparams {
     /// {arch}.attention.recurrent_layers: per layer, nonzero = Gated DeltaNet (empty: from the interval).
     std::vector<uint8_t> recurrent_layers;
     int64_t n_layer_nextn = 0;            ///< {arch}.nextn_predict_layers: MTP blocks after the trunk (not run), included in block_count
+    /// {arch}.rope.dimension_sections: M-RoPE sections (qwen35moe: [11, 11, 10, 0]); empty when absent.
+    std::vector<int32_t> rope_sections;
 };
 
 /// Writes the hyperparameters under llama.cpp's keys (the inverse of read_hparams): general.*

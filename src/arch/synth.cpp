@@ -103,7 +103,7 @@ InitScale qwen3next_init_scale(const TensorSpec& s, double inv) {
 
 InitScale init_scale(const std::string& arch, const TensorSpec& s, bool tied_output) {
     const double inv = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(s.fan_in, 1)));
-    if (arch == "qwen3next") return qwen3next_init_scale(s, inv);
+    if (arch == "qwen3next" || arch == "qwen35moe") return qwen3next_init_scale(s, inv);
     const bool qwen = arch == "qwen3moe";
     switch (s.kind) {
         case TensorKind::Embedding: return {qwen ? 0.3 : 1.5};
@@ -305,7 +305,7 @@ int64_t layer_of(const std::string& name);
 void apply_router_skew(const std::string& arch, const TensorSpec& spec, const SynthOptions& opt, int64_t r0, int64_t n,
                        std::vector<uint8_t>& buf) {
     const bool bias = arch == "gpt-oss" && spec.kind == TensorKind::RouterBias;
-    const bool rows = (arch == "qwen3moe" || arch == "qwen3next") && spec.kind == TensorKind::Router;  // no router bias
+    const bool rows = arch != "gpt-oss" && spec.kind == TensorKind::Router;  // no router bias
     if (!bias && !rows) return;
     const int64_t n_expert = bias ? spec.ne[0] : spec.ne[1];
     const std::vector<int> rank = synth_router_ranks(opt.seed, layer_of(spec.name), n_expert);
@@ -328,7 +328,9 @@ int64_t layer_of(const std::string& name) {
 }
 
 /// The vocabulary size of the real models of an architecture (config.json vocab_size).
-int64_t real_vocab_size(const std::string& arch) { return arch == "gpt-oss" ? 201088 : 151936; }  // Qwen3 and Qwen3-Next share a vocabulary
+int64_t real_vocab_size(const std::string& arch) {
+    return arch == "gpt-oss" ? 201088 : arch == "qwen35moe" ? 248320 : 151936;  // Qwen3 and Qwen3-Next share one
+}
 
 }  // namespace
 
@@ -381,7 +383,7 @@ ModelHparams synth_preset(const std::string& arch, const std::string& preset, in
             h.n_layer = 4; h.n_embd = 256; h.n_head = 4; h.n_head_kv = 2; h.head_dim = 64; h.n_expert = 16;
             h.n_expert_used = 4; h.n_ff_exp = 256; h.n_ff = 768; *n_vocab = 0;
         } else fail("unknown preset '{}' for qwen3moe (known: tiny, qwen3-30b-a3b)", preset);
-    } else if (arch == "qwen3next") {
+    } else if (arch == "qwen3next" || arch == "qwen35moe") {
         // Qwen/Qwen3-Next-80B-A3B-Instruct config.json (Qwen3-Coder-Next-80B has the same shapes):
         // 48 layers, every 4th full attention (16 query / 2 KV heads of 256, output gate, a quarter
         // of each head rotated), the others Gated DeltaNet (16 key / 32 value heads of 128, conv 4),
@@ -391,13 +393,24 @@ ModelHparams synth_preset(const std::string& arch, const std::string& preset, in
         h.rms_eps = 1e-6; h.rope_freq_base = 1e7;
         h.ssm_d_conv = 4; h.ssm_d_state = 128; h.ssm_n_group = 16; h.ssm_dt_rank = 32; h.full_attn_interval = 4;
         *n_vocab = 151936;
-        if (preset == "qwen3-next-80b-a3b") {
+        if (arch == "qwen35moe") {
+            // Qwen/Qwen3.5-35B-A3B (transformers Qwen3_5MoeTextConfig defaults; Qwen3.6-35B-A3B has the
+            // same shapes): 40 layers, 256 experts, 8 used + shared, vocabulary 248,320; M-RoPE
+            // sections [11, 11, 10, 0] as convert_hf_to_gguf.py writes them.
+            h.n_layer = 40; h.n_expert = 256; h.n_expert_used = 8; *n_vocab = 248320;
+            h.rope_sections = {11, 11, 10, 0};
+        }
+        if (preset == "qwen3-next-80b-a3b" && arch == "qwen3next") {
+        } else if (preset == "qwen3.5-35b-a3b" && arch == "qwen35moe") {
         } else if (preset == "tiny") {
             // 3 DeltaNet layers then 1 attention layer; 2 key heads shared by 4 value heads.
             h.n_layer = 4; h.n_embd = 256; h.n_head = 4; h.n_head_kv = 2; h.head_dim = 64; h.n_expert = 16;
             h.n_expert_used = 4; h.n_ff_exp = 256; h.n_ff_shexp = 256; h.n_ff = 768;
             h.ssm_d_state = 64; h.ssm_n_group = 2; h.ssm_dt_rank = 4; *n_vocab = 0;
-        } else fail("unknown preset '{}' for qwen3next (known: tiny, qwen3-next-80b-a3b)", preset);
+        } else {
+            fail("unknown preset '{}' for {} (known: tiny, {})", preset, arch,
+                 arch == "qwen3next" ? "qwen3-next-80b-a3b" : "qwen3.5-35b-a3b");
+        }
         h.ssm_d_inner = h.ssm_d_state * h.ssm_dt_rank;
         h.head_dim_v = h.head_dim;
         h.rope_dim = h.head_dim / 4;  // partial_rotary_factor 0.25

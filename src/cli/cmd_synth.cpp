@@ -1,4 +1,4 @@
-// nitro synth --arch gpt-oss|qwen3moe|qwen3next --preset NAME [--type T] [--dense-type T] [--vocab-from FILE | --tokenizer DIR]
+// nitro synth --arch gpt-oss|qwen3moe|qwen3next|qwen35moe --preset NAME [--type T] [--dense-type T] [--vocab-from FILE | --tokenizer DIR]
 //             [--router-skew zipf:S] [--seed S] -o OUT.gguf
 #include "arch/summary.h"
 #include "arch/synth.h"
@@ -25,12 +25,12 @@ Action add_synth(CLI::App& app) {
     auto o = std::make_shared<Opts>();
     CLI::App* sub = app.add_subcommand("synth", "Write a GGUF of a real model's shapes with random weights "
                                                 "(streamed: no RAM needed for the model's size)");
-    sub->add_option("--arch", o->s.arch, "Architecture: gpt-oss, qwen3moe or qwen3next")->capture_default_str();
+    sub->add_option("--arch", o->s.arch, "Architecture: gpt-oss, qwen3moe, qwen3next or qwen35moe")->capture_default_str();
     sub->add_option("--preset", o->s.preset,
-                    "Shape preset: tiny (every arch), gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b, qwen3-next-80b-a3b")
+                    "Shape preset: tiny (every arch), gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b, qwen3-next-80b-a3b, qwen3.5-35b-a3b")
         ->capture_default_str();
     sub->add_option("--type", o->type, "Routed-expert weight type (mxfp4, q8_0, q4_0, q4_k, q5_k, q6_k, iq4_xs, f16...); "
-                                       "default mxfp4 for gpt-oss, q8_0 for qwen3moe and qwen3next");
+                                       "default mxfp4 for gpt-oss, q8_0 for the qwen architectures");
     sub->add_option("--dense-type", o->dense_type,
                     "Weight type of the dense matrices (attention, DeltaNet projections, shared expert): f16 (default), "
                     "bf16, q8_0, q6_k...; embeddings and LM head stay q8_0");

@@ -40,13 +40,22 @@ __global__ void swiglu_kernel(const float* gate, const float* __restrict__ up, i
 }
 
 __global__ void beta_decay_kernel(const float* __restrict__ ba, const float* __restrict__ dt, const float* __restrict__ A,
-                                  int64_t nv, int64_t r, float* __restrict__ beta, float* __restrict__ g, int64_t total) {
+                                  int64_t nv, int64_t r, bool separate, float* __restrict__ beta, float* __restrict__ g,
+                                  int64_t total) {
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;  // over [n, nv]
     if (i >= total) return;
     const int64_t h = i % nv, t = i / nv;
-    const float* row = ba + t * 2 * nv + (h / r) * 2 * r;
-    beta[i] = sigmoid_f(row[h % r]);
-    g[i] = softplus_f(row[r + h % r] + dt[h]) * A[h];
+    float b, a;
+    if (separate) {
+        b = ba[i];
+        a = ba[total + i];
+    } else {
+        const float* row = ba + t * 2 * nv + (h / r) * 2 * r;
+        b = row[h % r];
+        a = row[r + h % r];
+    }
+    beta[i] = sigmoid_f(b);
+    g[i] = softplus_f(a + dt[h]) * A[h];
 }
 
 __global__ void regroup_kernel(const float* __restrict__ in, int64_t nk, int64_t hd, int64_t r, float* __restrict__ qkv,
@@ -190,10 +199,10 @@ void swiglu(cudaStream_t s, const float* gate, const float* up, int64_t count, f
 }
 
 void ssm_beta_decay(cudaStream_t s, const float* ba, const float* dt_bias, const float* A, int64_t n, int64_t n_v,
-                    int64_t r, float* beta, float* g) {
+                    int64_t r, bool separate, float* beta, float* g) {
     const int64_t total = n * n_v;
     if (total <= 0) return;
-    beta_decay_kernel<<<blocks(total), 256, 0, s>>>(ba, dt_bias, A, n_v, r, beta, g, total);
+    beta_decay_kernel<<<blocks(total), 256, 0, s>>>(ba, dt_bias, A, n_v, r, separate, beta, g, total);
     NITRO_CUDA_LAUNCH_CHECK();
 }
 

@@ -22,9 +22,10 @@ void mul_silu(cudaStream_t s, float* x, const float* z, int64_t count);
 void swiglu(cudaStream_t s, const float* gate, const float* up, int64_t count, float* out);
 
 /// beta and log decay of n tokens from ssm_ba's output ba [n, 2 n_v] ([beta x r, alpha x r] per
-/// key head, r = n_v / n_k): beta[t, h] = sigmoid(b), g[t, h] = softplus(a + dt_bias[h]) * A[h].
+/// key head, r = n_v / n_k), or with `separate` from ssm_beta's and ssm_alpha's outputs ([n, n_v]
+/// each, alpha after beta): beta[t, h] = sigmoid(b), g[t, h] = softplus(a + dt_bias[h]) * A[h].
 void ssm_beta_decay(cudaStream_t s, const float* ba, const float* dt_bias, const float* A, int64_t n, int64_t n_v,
-                    int64_t r, float* beta, float* g);
+                    int64_t r, bool separate, float* beta, float* g);
 /// Older files' fused ssm_in output in [n, conv_dim + value_dim] ([q, k, v x r, z x r] per key
 /// head) regrouped into qkv [n, conv_dim] (all q, all k, all v) and z [n, value_dim].
 void ssm_in_regroup(cudaStream_t s, const float* in, int64_t n, int64_t n_k, int64_t hd, int64_t r, float* qkv, float* z);

@@ -110,7 +110,7 @@ struct GpuSession::Impl {
         uint64_t *th_wait = nullptr, *td_wait = nullptr;     // GPU clock at the start / end of the wait
         // Gated DeltaNet layers (qwen3next): weights and the sequence's recurrent state.
         bool recurrent = false;
-        DWeight wqkv, wqkv_gate, ssm_in, ssm_ba, ssm_out;
+        DWeight wqkv, wqkv_gate, ssm_in, ssm_ba, ssm_beta, ssm_alpha, ssm_out;
         const float *ssm_conv1d = nullptr, *ssm_dt = nullptr, *ssm_a = nullptr, *ssm_norm = nullptr;
         float *conv_state = nullptr, *delta_state = nullptr;  // [conv_dim, d_conv - 1], [n_v, d, d]
         // Shared expert with a sigmoid gate.
@@ -264,8 +264,13 @@ struct GpuSession::Impl {
             matmul(s, D.ssm_in, h, c.n, E, ssm_fused, cd + vd, nullptr, false, gs);
             ssm_in_regroup(s, ssm_fused, c.n, ss.n_k_heads, ss.head_dim, r, ssm_qkv, ssm_z);
         }
-        matmul(s, D.ssm_ba, h, c.n, E, ssm_ba, 2 * nv, nullptr, false, gs);
-        ssm_beta_decay(s, ssm_ba, D.ssm_dt, D.ssm_a, c.n, nv, r, ssm_beta, ssm_g);
+        if (D.ssm_ba.data) {
+            matmul(s, D.ssm_ba, h, c.n, E, ssm_ba, 2 * nv, nullptr, false, gs);
+        } else {  // qwen35moe: beta rows then alpha rows
+            matmul(s, D.ssm_beta, h, c.n, E, ssm_ba, nv, nullptr, false, gs);
+            matmul(s, D.ssm_alpha, h, c.n, E, ssm_ba + c.n * nv, nv, nullptr, false, gs);
+        }
+        ssm_beta_decay(s, ssm_ba, D.ssm_dt, D.ssm_a, c.n, nv, r, !D.ssm_ba.data, ssm_beta, ssm_g);
     }
     void ssm_conv(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
@@ -499,7 +504,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     for (const auto& L : model.layers())
         for (const GgufTensorInfo* t : {L.attn_norm, L.wq, L.bq, L.wk, L.bk, L.wv, L.bv, L.wo, L.bo, L.q_norm, L.k_norm,
                                         L.sinks, L.ffn_norm, L.gate_inp, L.gate_inp_b, L.gate_exps_b, L.up_exps_b, L.down_exps_b,
-                                        L.wqkv, L.wqkv_gate, L.wqkv ? nullptr : L.ssm_in, L.ssm_conv1d, L.ssm_dt, L.ssm_a, L.ssm_ba, L.ssm_norm,
+                                        L.wqkv, L.wqkv_gate, L.wqkv ? nullptr : L.ssm_in, L.ssm_conv1d, L.ssm_dt, L.ssm_a, L.ssm_ba, L.ssm_beta, L.ssm_alpha, L.ssm_norm,
                                         L.ssm_out, L.gate_inp_shexp, L.gate_shexp, L.up_shexp, L.down_shexp})
             count(t);
     Progress pr(go.progress, total);
@@ -523,6 +528,8 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
             D.wqkv_gate = opt_matrix(L.wqkv_gate);
             D.ssm_in = opt_matrix(L.wqkv ? nullptr : L.ssm_in);
             D.ssm_ba = opt_matrix(L.ssm_ba);
+            D.ssm_beta = opt_matrix(L.ssm_beta);
+            D.ssm_alpha = opt_matrix(L.ssm_alpha);
             D.ssm_out = opt_matrix(L.ssm_out);
             D.ssm_conv1d = upload_f32(ctx, ring, pr, L.ssm_conv1d);
             D.ssm_dt = upload_f32(ctx, ring, pr, L.ssm_dt);

@@ -27,6 +27,25 @@ void Model::check_ssm_hparams(const std::string& path) const {
              path, a, hp_.ssm_d_inner, hp_.ssm_d_state, hp_.ssm_dt_rank);
     if (hp_.rope_dim > hp_.head_dim || hp_.rope_dim % 2 != 0)
         fail("{}: {}rope.dimension_count = {} must be even and at most the head dim {}", path, a, hp_.rope_dim, hp_.head_dim);
+    if (config_.rope_imrope) {
+        // ggml_mrope_cache_init with is_imrope: rotated pair i (of rope_dim / 2) takes section
+        // i % (sum of sections); sections 0-2 (time, height, width) hold the token's position for
+        // text, section 3 a vision position. Supported: every pair in sections 0-2.
+        const auto& sc = hp_.rope_sections;
+        if (sc.size() < 3) fail("{}: metadata key '{}rope.dimension_sections' (4 integers) is missing", path, a);
+        int64_t sum = 0;
+        for (int32_t v : sc) sum += v;
+        if (sum <= 0) fail("{}: {}rope.dimension_sections has no positive section", path, a);
+        for (int64_t i = 0; i < hp_.rope_dim / 2; ++i) {
+            const int64_t sector = i % sum;
+            const bool text = (sector % 3 == 0 && sector < 3 * sc[0]) || (sector % 3 == 1 && sector < 3 * sc[1]) ||
+                              (sector % 3 == 2 && sector < 3 * sc[2]);
+            if (!text)
+                fail("{}: {}rope.dimension_sections puts rotated pair {} into the vision section; only text models (every "
+                     "pair in the first three sections) are supported",
+                     path, a, i);
+        }
+    }
 }
 
 Model::Model(const std::string& path) : gguf_(std::make_unique<GgufModel>(path)) {
@@ -97,6 +116,12 @@ Model::Model(const std::string& path) : gguf_(std::make_unique<GgufModel>(path))
             L.ssm_dt = opt(il, "ssm_dt.bias");
             L.ssm_a = opt(il, "ssm_a");
             L.ssm_ba = opt(il, "ssm_ba.weight");
+            L.ssm_beta = opt(il, "ssm_beta.weight");
+            L.ssm_alpha = opt(il, "ssm_alpha.weight");
+            if (!L.ssm_ba && !(L.ssm_beta && L.ssm_alpha))
+                fail("{}: layer {} is a Gated DeltaNet layer but has neither blk.{}.ssm_ba.weight nor blk.{}.ssm_beta.weight + "
+                     "ssm_alpha.weight",
+                     path, il, il, il);
             L.ssm_norm = opt(il, "ssm_norm.weight");
             L.ssm_out = opt(il, "ssm_out.weight");
             if (!(L.wqkv && L.wqkv_gate) && !L.ssm_in)

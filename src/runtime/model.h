@@ -49,6 +49,8 @@ struct LayerWeights {
     const GgufTensorInfo* ssm_dt = nullptr;         // [n_v_heads] dt_bias
     const GgufTensorInfo* ssm_a = nullptr;          // [n_v_heads] -exp(A_log)
     const GgufTensorInfo* ssm_ba = nullptr;         // [E, 2 n_v_heads] per key head: [beta x r, alpha x r], r = n_v / n_k
+    const GgufTensorInfo* ssm_beta = nullptr;       // [E, n_v_heads] qwen35moe: beta and alpha in two matrices
+    const GgufTensorInfo* ssm_alpha = nullptr;      // [E, n_v_heads]
     const GgufTensorInfo* ssm_norm = nullptr;       // [head_v_dim] gated RMSNorm weight
     const GgufTensorInfo* ssm_out = nullptr;        // [value_dim, E]
     // Shared expert with a sigmoid gate (qwen3next). Fs = n_ff_shexp.

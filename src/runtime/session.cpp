@@ -501,14 +501,19 @@ void Session::ssm_in(int il, const ChunkArgs& c) {
     s.ssm_qkv.resize(static_cast<size_t>(n * cd));
     s.ssm_z.resize(static_cast<size_t>(n * vd));
     s.ssm_ba.resize(static_cast<size_t>(n * 2 * nv));
+    // beta/alpha: one ssm_ba ([b x r, a x r] per key head, [n, 2 n_v]) or ssm_beta and ssm_alpha
+    // (qwen35moe: [n, n_v] each, stored one after the other).
+    std::vector<Proj> ps;
+    if (L.ssm_ba) ps.push_back({L.ssm_ba, s.ssm_ba.data()});
+    else ps.insert(ps.end(), {{L.ssm_beta, s.ssm_ba.data()}, {L.ssm_alpha, s.ssm_ba.data() + n * nv}});
     if (L.wqkv && L.wqkv_gate) {
-        const Proj ps[] = {{L.wqkv, s.ssm_qkv.data()}, {L.wqkv_gate, s.ssm_z.data()}, {L.ssm_ba, s.ssm_ba.data()}};
+        ps.insert(ps.end(), {{L.wqkv, s.ssm_qkv.data()}, {L.wqkv_gate, s.ssm_z.data()}});
         project(s.h.data(), n, E, ps);
     } else {
         // Older files: ssm_in holds [q (hd), k (hd), v (r hd), z (r hd)] per key head; regroup it
         // as q of all key heads, k of all key heads, v of all value heads, and z (build_qkvz's legacy path).
         s.ssm_tmp.resize(static_cast<size_t>(n * (cd + vd)));
-        const Proj ps[] = {{L.ssm_in, s.ssm_tmp.data()}, {L.ssm_ba, s.ssm_ba.data()}};
+        ps.push_back({L.ssm_in, s.ssm_tmp.data()});
         project(s.h.data(), n, E, ps);
         const int64_t grp = 2 * hd + 2 * r * hd;
         for (int64_t i = 0; i < n; ++i)
@@ -522,16 +527,24 @@ void Session::ssm_in(int il, const ChunkArgs& c) {
             }
     }
     // beta = sigmoid(b), log decay g = softplus(a + dt_bias) * A, A = -exp(A_log); ssm_ba holds
-    // [b x r, a x r] per key head, value head h = key head * r + j.
+    // [b x r, a x r] per key head (value head h = key head * r + j).
     s.ssm_beta.resize(static_cast<size_t>(n * nv));
     s.ssm_g.resize(static_cast<size_t>(n * nv));
     const float* dt = f32(L.ssm_dt);
     const float* A = f32(L.ssm_a);
     for (int64_t i = 0; i < n; ++i)
         for (int64_t h = 0; h < nv; ++h) {
-            const float* ba = &s.ssm_ba[i * 2 * nv + (h / r) * 2 * r];
-            s.ssm_beta[i * nv + h] = cpu::sigmoid(ba[h % r]);
-            s.ssm_g[i * nv + h] = cpu::softplus(ba[r + h % r] + dt[h]) * A[h];
+            float b, a;
+            if (L.ssm_ba) {
+                const float* ba = &s.ssm_ba[i * 2 * nv + (h / r) * 2 * r];
+                b = ba[h % r];
+                a = ba[r + h % r];
+            } else {
+                b = s.ssm_ba[i * nv + h];
+                a = s.ssm_ba[n * nv + i * nv + h];
+            }
+            s.ssm_beta[i * nv + h] = cpu::sigmoid(b);
+            s.ssm_g[i * nv + h] = cpu::softplus(a + dt[h]) * A[h];
         }
     mark(Phase::SsmProj);
 }

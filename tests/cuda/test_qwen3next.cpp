@@ -2,7 +2,7 @@
 //   - the new kernels (cuda/delta_net.h) against their CPU versions (cpu/delta_net.h) on fresh
 //     random inputs: conv1d with state, the gated delta rule for one token and for a prompt,
 //     including the state left behind (normalised error);
-//   - whole synthetic models (`nitro synth --arch qwen3next --preset tiny`, two weight mixes) in
+//   - whole synthetic models (`nitro synth --arch qwen3next|qwen35moe --preset tiny`, three mixes) in
 //     GPU-all and in hybrid placement (about half of the experts on the CPU), teacher-forced with
 //     prompt chunks through both matmul paths (ubatch 512: GEMM; 7: GEMV), and greedy decode steps
 //     (the CUDA decode graph);
@@ -102,9 +102,9 @@ int greedy(const Model& model, Engine& gpu, const std::vector<int32_t>& prompt, 
     return steps;
 }
 
-std::string synth(const char* tag, GgmlType experts, GgmlType dense) {
+std::string synth(const char* tag, GgmlType experts, GgmlType dense, const char* arch = "qwen3next") {
     SynthOptions o;
-    o.arch = "qwen3next";
+    o.arch = arch;
     o.preset = "tiny";
     o.expert_type = experts;
     o.dense_type = dense;
@@ -208,10 +208,12 @@ TEST(CudaQwen3Next, ConvAndDeltaRuleKernelsMatchCpu) {
 
 TEST(CudaQwen3Next, GpuAllMatchesCpu) {
     require_gpu();
-    struct Mix { const char* tag; GgmlType experts, dense; };
-    for (const Mix& mx : {Mix{"q8_0-f16", GgmlType::Q8_0, GgmlType::F16}, Mix{"iq4_xs-q8_0", GgmlType::IQ4_XS, GgmlType::Q8_0}}) {
+    struct Mix { const char* tag; GgmlType experts, dense; const char* arch; };
+    for (const Mix& mx : {Mix{"q8_0-f16", GgmlType::Q8_0, GgmlType::F16, "qwen3next"},
+                          Mix{"iq4_xs-q8_0", GgmlType::IQ4_XS, GgmlType::Q8_0, "qwen3next"},
+                          Mix{"qwen35moe-q4_k-q8_0", GgmlType::Q4_K, GgmlType::Q8_0, "qwen35moe"}}) {
         SCOPED_TRACE(mx.tag);
-        const std::string path = synth(mx.tag, mx.experts, mx.dense);
+        const std::string path = synth(mx.tag, mx.experts, mx.dense, mx.arch);
         {
             Model model(path);
             for (int64_t ub : {512, 7}) {

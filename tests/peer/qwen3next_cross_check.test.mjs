@@ -1,8 +1,10 @@
-// nitro vs llama.cpp (the live peer) on synthetic qwen3next models: Gated DeltaNet layers with a
-// recurrent state, gated attention with partial RoPE, 16 experts top-4 plus a sigmoid-gated shared
-// expert (`nitro synth --arch qwen3next --preset tiny`, the Qwen3 tokenizer copied from the qwen3moe
-// fixture). Weight types of real Qwen3-Next files, one model each: routed experts Q8_0 / IQ4_XS
-// (/ Q4_K / Q5_K) with dense matrices F16 / Q8_0 (/ Q6_K / BF16).
+// nitro vs llama.cpp (the live peer) on synthetic qwen3next and qwen35moe models: Gated DeltaNet
+// layers with a recurrent state, gated attention with partial RoPE, 16 experts top-4 plus a
+// sigmoid-gated shared expert (`nitro synth --arch qwen3next|qwen35moe --preset tiny`, the Qwen3
+// tokenizer copied from the qwen3moe fixture). Weight types of real files, one model each: qwen3next
+// with routed experts Q8_0 / IQ4_XS (/ Q4_K / Q5_K) and dense matrices F16 / Q8_0 (/ Q6_K / BF16);
+// qwen35moe (tiled value heads, separate beta and alpha matrices, M-RoPE sections) Q4_K / Q8_0
+// (/ IQ4_XS / BF16).
 //
 // For each model and prompt (golden prompt ids of the qwen3moe fixture; "long" has 79 tokens, more
 // than the delta rule's 64-token block), nitro at the CPU's best kernel level (the DeltaNet code is
@@ -17,7 +19,8 @@
 // one position (above all a router near-tie that swaps an expert) stays in the state and moves
 // later positions too; a near-tie exemption per position (cross_check.test.mjs) does not cover
 // that, so the bounds are on the distribution over positions. MEASURED (docs/peer.md "qwen3next":
-// 4 models x 3 kernel levels x 249 positions, 2026-12-02, 2-core AMD EPYC, peer variant zen4):
+// 6 models (4 qwen3next, 2 qwen35moe) x 3 kernel levels x 217-249 positions, 2026-12-02, 2-core
+// AMD EPYC, peer variant zen4):
 // largest top-5 |dp| 0.0173, median 0.0006-0.0012, no argmax difference at a llama.cpp margin
 // >= 0.25 (of 674 such positions per level):
 //   - top-5 |dp| <= MAX_DP (0.10) at every position, and <= DP_TYPICAL (0.04, cross_check's
@@ -38,15 +41,17 @@ const MAX_DP = 0.10;          // probability, any position
 const DP_TYPICAL = 0.04;      // probability
 const SHARE_OVER = 0.02;      // share of positions allowed above DP_TYPICAL
 const MAX_ARGMAX_MISS = 0.02; // share of the margin >= MARGIN positions
-const N_PREDICT = 24;
+const N_PREDICT = 16;
 const UBATCH = 32;
 const K = 5;
 const PROMPTS = ["sentence", "code", "unicode", "long"];
 const ALL = process.env.NITRO_XCHECK_ALL === "1";
 const MODELS = [
-    { type: "q8_0", dense: "f16" },
-    { type: "iq4_xs", dense: "q8_0" },  // as Qwen3-Coder-Next-80B IQ4_XS files (dense at 8 bits: ASSUMED)
-    ...(ALL ? [{ type: "q4_k", dense: "q6_k" }, { type: "q5_k", dense: "bf16" }] : []),
+    { arch: "qwen3next", type: "q8_0", dense: "f16" },
+    { arch: "qwen3next", type: "iq4_xs", dense: "q8_0" },  // as Qwen3-Coder-Next-80B IQ4_XS files (dense at 8 bits: ASSUMED)
+    { arch: "qwen35moe", type: "q4_k", dense: "q8_0" },    // Qwen3.5/3.6-35B-A3B's layout (tiled value heads, ssm_beta/ssm_alpha)
+    ...(ALL ? [{ arch: "qwen3next", type: "q4_k", dense: "q6_k" }, { arch: "qwen3next", type: "q5_k", dense: "bf16" },
+               { arch: "qwen35moe", type: "iq4_xs", dense: "bf16" }] : []),
 ];
 const FIXTURE = "tiny-qwen3moe-q8";
 // NITRO_XCHECK_DUMP=FILE appends one JSON line per compared position (for measuring the bounds).
@@ -80,11 +85,11 @@ function nitroRun(model, ids, n, echo, level) {
     return out;
 }
 
-describe("nitro vs llama.cpp on synthetic qwen3next models", () => {
+describe("nitro vs llama.cpp on synthetic qwen3next and qwen35moe models", () => {
     const all = nitroIsaLevels();
     const levels = ALL ? all : [all[all.length - 1]];
     for (const m of MODELS) {
-        it(`qwen3next experts ${m.type}, dense ${m.dense} (nitro at ${levels.join(", ")})`, async () => {
+        it(`${m.arch} experts ${m.type}, dense ${m.dense} (nitro at ${levels.join(", ")})`, async () => {
             const shared = sharedDir();
             const golden = JSON.parse(readFileSync(path.join(shared, "fixtures", `${FIXTURE}.golden.json`), "utf8"));
             const prompts = PROMPTS.map((name) => {
@@ -95,8 +100,8 @@ describe("nitro vs llama.cpp on synthetic qwen3next models", () => {
             assert.ok(prompts.some((p) => p.ids.length > 64), "one prompt must be longer than a 64-token block");
             const dir = mkdtempSync(path.join(tmpdir(), "nitro-xcheck-qn-"));
             try {
-                const model = path.join(dir, `qwen3next-${m.type}-${m.dense}.gguf`);
-                const s = run(nitroBinary(), ["synth", "--arch", "qwen3next", "--preset", "tiny", "--type", m.type, "--dense-type",
+                const model = path.join(dir, `${m.arch}-${m.type}-${m.dense}.gguf`);
+                const s = run(nitroBinary(), ["synth", "--arch", m.arch, "--preset", "tiny", "--type", m.type, "--dense-type",
                                               m.dense, "--vocab-from", path.join(shared, "fixtures", `${FIXTURE}.gguf`), "-o", model]);
                 assert.equal(s.status, 0, `nitro synth failed: ${s.stderr}`);
                 const greedy = await runPeer(prompts.map((p) => ({ model, prompt_ids: p.ids, n_predict: N_PREDICT, n_probs: K })));
@@ -109,10 +114,10 @@ describe("nitro vs llama.cpp on synthetic qwen3next models", () => {
                         const out = nitroRun(model, seq, 1, true, level);
                         assert.equal(out.prompt_probs?.length, seq.length, `${p.name}: prompt_probs has ${out.prompt_probs?.length} entries`);
                         for (let j = 0; j < seq.length; ++j) {
-                            const where = `qwen3next ${m.type}/${m.dense} ${level} ${p.name} teacher-forced position ${j}`;
+                            const where = `${m.arch} ${m.type}/${m.dense} ${level} ${p.name} teacher-forced position ${j}`;
                             const dp = topKDiff(out.prompt_probs[j], tf[j]);
                             const same = out.prompt_probs[j][0].id === tf[j][0].id;
-                            if (DUMP) appendFileSync(DUMP, JSON.stringify({ model: `${m.type}-${m.dense}`, level, prompt: p.name, pos: j, dp,
+                            if (DUMP) appendFileSync(DUMP, JSON.stringify({ model: `${m.arch}-${m.type}-${m.dense}`, level, prompt: p.name, pos: j, dp,
                                                                             router_margin: out.prompt_router_margins?.[j] ?? null,
                                                                             peer_margin: margin(tf[j]), argmax_same: same }) + "\n");
                             ++positions;
@@ -130,7 +135,7 @@ describe("nitro vs llama.cpp on synthetic qwen3next models", () => {
                             const lp = greedy[i].probs[st];
                             assert.ok(topKDiff(free.probs[st], lp) <= MAX_DP, `${p.name} greedy step ${st}: top-${K} |dp| > ${MAX_DP}`);
                             if (margin(lp) < MARGIN) break;
-                            assert.equal(free.ids[st], G[st], `qwen3next ${m.type}/${m.dense} ${level} ${p.name} greedy step ${st}: nitro ${free.ids[st]}, llama.cpp ${G[st]} (margin ${margin(lp).toFixed(3)})`);
+                            assert.equal(free.ids[st], G[st], `${m.arch} ${m.type}/${m.dense} ${level} ${p.name} greedy step ${st}: nitro ${free.ids[st]}, llama.cpp ${G[st]} (margin ${margin(lp).toFixed(3)})`);
                             ++greedySteps;
                         }
                     });
@@ -138,7 +143,7 @@ describe("nitro vs llama.cpp on synthetic qwen3next models", () => {
                     assert.ok(missed <= MAX_ARGMAX_MISS * checked,
                               `${level}: argmax differs at ${missed} of ${checked} positions with a llama.cpp margin >= ${MARGIN}`);
                     assert.ok(over <= SHARE_OVER * positions, `${level}: ${over} of ${positions} positions have top-${K} |dp| > ${DP_TYPICAL}`);
-                    console.log(`qwen3next ${m.type}/${m.dense} ${level}: ${positions} positions, argmax checked at ${checked} ` +
+                    console.log(`${m.arch} ${m.type}/${m.dense} ${level}: ${positions} positions, argmax checked at ${checked} ` +
                                 `(${missed} differ), |dp| > ${DP_TYPICAL} at ${over}, max top-${K} |dp| ${worst.toFixed(4)}, ` +
                                 `greedy equal for ${greedySteps} steps`);
                 }

@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 using namespace nitro;
@@ -291,4 +292,38 @@ TEST_F(Qwen3Next, BadFilesAreClearErrors) {
     // The interval says layer 1 is attention: its attn_q is missing.
     e = err(rewrite(src, dir + "/e.gguf", [](GgufMetadata& m) { m.set("qwen3next.full_attention_interval", uint32_t{2}); }, all));
     EXPECT_NE(e.find("blk.1.attn_q.weight"), std::string::npos) << e;
+}
+
+TEST(Qwen35Moe, TiledHeadsSeparateBetaAlphaAndRopeSections) {
+    // qwen35moe: the qwen3next layers with value heads tiled over the key heads, beta and alpha from
+    // ssm_beta / ssm_alpha, and M-RoPE sections that must keep every rotated pair on the text position.
+    const std::string dir = test::temp_dir("qwen35moe");
+    SynthOptions o;
+    o.arch = "qwen35moe";
+    o.preset = "tiny";
+    o.out = dir + "/q35.gguf";
+    synth_model(o);
+    Model m(o.out);
+    EXPECT_EQ(m.hp().rope_sections, (std::vector<int32_t>{11, 11, 10, 0}));
+    EXPECT_TRUE(m.layers()[0].ssm_beta && m.layers()[0].ssm_alpha && !m.layers()[0].ssm_ba);
+    Session s(m, opts());
+    EXPECT_EQ(s.spec().ssm.k_head(1), 1);  // h % n_k (qwen3next: h / (n_v / n_k) = 0)
+    EXPECT_EQ(s.spec().ssm.k_head(2), 0);
+    std::vector<float> l;
+    s.eval(tokens(20, 5, static_cast<int32_t>(m.n_vocab())), false, l);
+    for (float v : l) ASSERT_TRUE(std::isfinite(v));
+    // Sections [1, 2, 3, 0] (ggml's interleaved rule: pair i takes section i % 6, a t/h/w section k
+    // only while i % 6 < 3 x sections[k]) leave rotated pair 3 (of 8) to the vision position.
+    auto sections = std::make_shared<GgufArray>();
+    sections->type = GgufType::INT32;
+    sections->data = std::vector<int32_t>{1, 2, 3, 0};
+    const std::string bad = rewrite(o.out, dir + "/bad.gguf", [&](GgufMetadata& md) { md.set("qwen35moe.rope.dimension_sections", sections); },
+                                    [](const std::string&) { return true; });
+    const std::string e = test::error_of([&] { Model b(bad); });
+    EXPECT_NE(e.find("rope.dimension_sections puts rotated pair 3"), std::string::npos) << e;
+    const std::string e2 = test::error_of([&] {
+        Model b(rewrite(o.out, dir + "/none.gguf", [](GgufMetadata&) {}, [](const std::string&) { return true; },
+                        "qwen35moe.rope.dimension_sections"));
+    });
+    EXPECT_NE(e2.find("qwen35moe.rope.dimension_sections"), std::string::npos) << e2;
 }
