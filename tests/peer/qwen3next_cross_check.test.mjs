@@ -22,7 +22,7 @@
 // 6 models (4 qwen3next, 2 qwen35moe) x 3 kernel levels x 217-249 positions, 2026-12-02, 2-core
 // AMD EPYC, peer variant zen4):
 // largest top-5 |dp| 0.0173, median 0.0006-0.0012, no argmax difference at a llama.cpp margin
-// >= 0.25 (of 674 such positions per level):
+// >= 0.25 (none of about 2,600 such positions):
 //   - top-5 |dp| <= MAX_DP (0.10) at every position, and <= DP_TYPICAL (0.04, cross_check's
 //     per-position bound) at all but SHARE_OVER (2%) of them;
 //   - argmax equal wherever llama.cpp's margin is >= MARGIN, except at most MAX_ARGMAX_MISS (2%)
