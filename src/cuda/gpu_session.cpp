@@ -957,9 +957,9 @@ void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vec
             m.counters.prefill_tokens += static_cast<uint64_t>(k);
         }
         n_past_ += k;
-        if (m.rstate) {  // the tokens held, and a snapshot after a multi-token chunk
+        if (m.rstate) {  // the tokens held, and a snapshot at the end of a multi-token evaluation
             m.history.insert(m.history.end(), m.tokens.begin(), m.tokens.end());
-            if (k > 1 && m.n_snapshots > 0) {
+            if (n > 1 && i + k == n && m.n_snapshots > 0) {
                 Impl::Snapshot sn;
                 if (static_cast<int>(m.snapshots.size()) >= m.n_snapshots) {
                     sn = std::move(m.snapshots.front());

@@ -37,7 +37,8 @@ struct SessionOptions {
     int n_threads = 0;       ///< CPU threads (0 = all hardware threads)
     int n_seq = 1;           ///< sequences held, each with its own K/V of n_ctx positions (server --parallel)
     /// Models with recurrent (Gated DeltaNet) layers: snapshots of a sequence's recurrent state kept
-    /// for prefix reuse (one after every multi-token evaluation of that sequence, the newest kept).
+    /// for prefix reuse, the newest ones (the CPU takes one after every forward chunk in which the
+    /// sequence had several rows; the GPU engine one at the end of every multi-token evaluation).
     /// Truncating to a position without one recomputes from the nearest earlier snapshot.
     int n_checkpoints = 4;
 };

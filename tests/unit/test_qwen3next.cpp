@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "gguf/writer.h"
 #include "gguf_bytes.h"
+#include "runtime/placement.h"
 #include "runtime/session.h"
 
 #include <gtest/gtest.h>
@@ -326,4 +327,30 @@ TEST(Qwen35Moe, TiledHeadsSeparateBetaAlphaAndRopeSections) {
                         "qwen35moe.rope.dimension_sections"));
     });
     EXPECT_NE(e2.find("qwen35moe.rope.dimension_sections"), std::string::npos) << e2;
+}
+
+TEST(Qwen3NextPlan, EightyBPresetShapesByHand) {
+    // nitro plan --synth qwen3next:qwen3-next-80b-a3b:iq4_xs: the real shapes, counted by hand.
+    SessionOptions so;
+    so.n_ctx = 4096;
+    const ModelLayout l = synth_layout("qwen3next", "qwen3-next-80b-a3b", GgmlType::IQ4_XS, so);
+    ASSERT_EQ(l.spec.n_layer, 48);
+    int deltanet = 0;
+    for (const auto& L : l.spec.layers) deltanet += L.kind == LayerKind::DeltaNet;
+    EXPECT_EQ(deltanet, 36);  // 3 of every 4
+    EXPECT_EQ(l.spec.n_expert, 512);
+    EXPECT_EQ(l.spec.n_expert_used, 10);
+    EXPECT_EQ(l.spec.rope.n_rot, 64);  // a quarter of head_dim 256
+    // One expert: gate, up and down of 2048 x 512 values in IQ4_XS (136 bytes per 256 values).
+    const uint64_t per_matrix_expert = 2048ull * 512 / 256 * 136;
+    for (const auto& t : l.experts[0]) EXPECT_EQ(t.bytes, 512 * per_matrix_expert) << t.name;
+    PlacementOptions po;
+    po.vram_budget_gib = 16;
+    const Plan p = plan_placement(l, po);
+    EXPECT_EQ(p.expert_bytes, 3 * per_matrix_expert);  // 1.59 MiB
+    // K/V: 12 attention layers x 4096 positions x 2 heads x 256 x 2 bytes, K and V; slot tables of
+    // 512 int32 per layer; DeltaNet state per layer: conv 3 x 8192 and delta 32 x 128 x 128 floats.
+    // (The plan counts 256 bytes each for the empty K and V of a DeltaNet layer.)
+    const uint64_t kv = 12 * 2 * (4096ull * 512 * 2) + 48 * 2048 + 36 * (2 * 256 + 3 * 8192 * 4 + 32 * 128 * 128 * 4);
+    EXPECT_EQ(p.kv_bytes, vram_alloc_size(kv));
 }
