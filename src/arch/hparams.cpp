@@ -3,6 +3,8 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <type_traits>
+#include <variant>
 
 namespace nitro {
 
@@ -71,6 +73,44 @@ ModelHparams read_hparams(const GgufMetadata& m) {
     h.rope_yarn_beta_fast = m.get_float(a + "rope.scaling.yarn_beta_fast").value_or(32.0);
     h.rope_yarn_beta_slow = m.get_float(a + "rope.scaling.yarn_beta_slow").value_or(1.0);
     h.swa_period = m.get_int(a + "attention.sliding_window_pattern").value_or(0);
+    // Gated DeltaNet layers (llama.cpp LLM_KV_SSM_*, qwen3next / qwen35moe load_arch_hparams).
+    h.ssm_d_conv = m.get_int(a + "ssm.conv_kernel").value_or(0);
+    h.ssm_d_inner = m.get_int(a + "ssm.inner_size").value_or(0);
+    h.ssm_d_state = m.get_int(a + "ssm.state_size").value_or(0);
+    h.ssm_dt_rank = m.get_int(a + "ssm.time_step_rank").value_or(0);
+    h.ssm_n_group = m.get_int(a + "ssm.group_count").value_or(0);
+    h.full_attn_interval = m.get_int(a + "full_attention_interval").value_or(0);
+    h.n_layer_nextn = m.get_int(a + "nextn_predict_layers").value_or(0);
+    if (h.n_layer_nextn < 0 || h.n_layer_nextn >= h.n_layer)
+        fail("{}: {}nextn_predict_layers = {} must be in [0, block_count = {})", m.source, a, h.n_layer_nextn, h.n_layer);
+    if (m.find(a + "attention.recurrent_layers")) {
+        const GgufArray* arr = m.get_array(a + "attention.recurrent_layers");
+        if (!arr) fail("{}: metadata key '{}attention.recurrent_layers' must be an array", m.source, a);
+        std::visit(
+            [&](const auto& vec) {
+                using E = typename std::decay_t<decltype(vec)>::value_type;
+                if constexpr (std::is_integral_v<E>)
+                    for (auto x : vec) h.recurrent_layers.push_back(x != 0);
+                else fail("{}: metadata key '{}attention.recurrent_layers' is not an array of booleans or integers", m.source, a);
+            },
+            arr->data);
+        if (static_cast<int64_t>(h.recurrent_layers.size()) < h.n_layer - h.n_layer_nextn)
+            fail("{}: {}attention.recurrent_layers has {} entries but the model has {} layers", m.source, a,
+                 h.recurrent_layers.size(), h.n_layer - h.n_layer_nextn);
+    }
+    h.n_layer -= h.n_layer_nextn;  // MTP blocks follow the trunk; the forward pass does not run them
+    if (m.find(a + "rope.dimension_sections")) {
+        const GgufArray* arr = m.get_array(a + "rope.dimension_sections");
+        if (!arr) fail("{}: metadata key '{}rope.dimension_sections' must be an array", m.source, a);
+        std::visit(
+            [&](const auto& vec) {
+                using E = typename std::decay_t<decltype(vec)>::value_type;
+                if constexpr (std::is_integral_v<E> && !std::is_same_v<E, bool>)
+                    for (auto x : vec) h.rope_sections.push_back(static_cast<int32_t>(x));
+                else fail("{}: metadata key '{}rope.dimension_sections' is not an array of integers", m.source, a);
+            },
+            arr->data);
+    }
     // Bounds well above any real model (llama.cpp: LLAMA_MAX_LAYERS 512, experts up to 512) that
     // stop a corrupt header from driving huge allocations.
     if (h.n_layer > kMaxLayers) fail("{}: {}block_count = {} exceeds the maximum of {}", m.source, a, h.n_layer, kMaxLayers);
@@ -85,7 +125,7 @@ void write_hparams(GgufMetadata& m, const ModelHparams& hp) {
     m.set("general.architecture", hp.arch);
     m.set("general.type", std::string("model"));
     m.set("general.name", hp.name);
-    m.set(a + "block_count", static_cast<uint32_t>(hp.n_layer));
+    m.set(a + "block_count", static_cast<uint32_t>(hp.n_layer + hp.n_layer_nextn));
     m.set(a + "context_length", static_cast<uint32_t>(hp.n_ctx_train));
     m.set(a + "embedding_length", static_cast<uint32_t>(hp.n_embd));
     m.set(a + "feed_forward_length", static_cast<uint32_t>(hp.n_ff));
@@ -104,6 +144,22 @@ void write_hparams(GgufMetadata& m, const ModelHparams& hp) {
         m.set(a + "rope.scaling.original_context_length", static_cast<uint32_t>(hp.rope_orig_ctx));
     }
     if (hp.sliding_window > 0) m.set(a + "attention.sliding_window", static_cast<uint32_t>(hp.sliding_window));
+    if (hp.rope_dim > 0 && hp.rope_dim != hp.head_dim) m.set(a + "rope.dimension_count", static_cast<uint32_t>(hp.rope_dim));
+    if (hp.n_ff_shexp > 0) m.set(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(hp.n_ff_shexp));
+    if (hp.ssm_d_inner > 0) {  // as convert_hf_to_gguf.py's Qwen3NextModel writes them
+        m.set(a + "ssm.conv_kernel", static_cast<uint32_t>(hp.ssm_d_conv));
+        m.set(a + "ssm.state_size", static_cast<uint32_t>(hp.ssm_d_state));
+        m.set(a + "ssm.group_count", static_cast<uint32_t>(hp.ssm_n_group));
+        m.set(a + "ssm.time_step_rank", static_cast<uint32_t>(hp.ssm_dt_rank));
+        m.set(a + "ssm.inner_size", static_cast<uint32_t>(hp.ssm_d_inner));
+        m.set(a + "full_attention_interval", static_cast<uint32_t>(hp.full_attn_interval));
+    }
+    if (!hp.rope_sections.empty()) {  // as convert_hf_to_gguf.py's _Qwen35MRopeMixin writes it (INT32 array)
+        auto arr = std::make_shared<GgufArray>();
+        arr->type = GgufType::INT32;
+        arr->data = hp.rope_sections;
+        m.set(a + "rope.dimension_sections", arr);
+    }
 }
 
 uint32_t llama_file_type_for(GgmlType t) {

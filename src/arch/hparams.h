@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace nitro {
 
@@ -14,7 +15,7 @@ namespace nitro {
 struct ModelHparams {
     std::string arch;             ///< general.architecture ("gpt-oss", "qwen3moe", ...)
     std::string name;             ///< general.name
-    int64_t n_layer = 0;          ///< {arch}.block_count
+    int64_t n_layer = 0;          ///< {arch}.block_count minus n_layer_nextn: the layers the forward pass runs
     int64_t n_embd = 0;           ///< {arch}.embedding_length
     int64_t n_head = 0;           ///< {arch}.attention.head_count
     int64_t n_head_kv = 0;        ///< {arch}.attention.head_count_kv (defaults to n_head)
@@ -37,6 +38,19 @@ struct ModelHparams {
     double rope_yarn_beta_fast = 32.0;    ///< {arch}.rope.scaling.yarn_beta_fast (llama.cpp default 32)
     double rope_yarn_beta_slow = 1.0;     ///< {arch}.rope.scaling.yarn_beta_slow (llama.cpp default 1)
     int64_t swa_period = 0;               ///< {arch}.attention.sliding_window_pattern: every Nth layer is full attention (0 = none)
+    /// Gated DeltaNet (linear attention) layers, llama.cpp's ssm_* hyperparameters (qwen3next,
+    /// qwen35moe); 0 where the model has none.
+    int64_t ssm_d_conv = 0;               ///< {arch}.ssm.conv_kernel: causal conv1d width (4)
+    int64_t ssm_d_inner = 0;              ///< {arch}.ssm.inner_size: value width n_v_heads * head_v_dim
+    int64_t ssm_d_state = 0;              ///< {arch}.ssm.state_size: key head dim (= value head dim)
+    int64_t ssm_dt_rank = 0;              ///< {arch}.ssm.time_step_rank: number of value heads
+    int64_t ssm_n_group = 0;              ///< {arch}.ssm.group_count: number of key heads
+    int64_t full_attn_interval = 0;       ///< {arch}.full_attention_interval: layer il is full attention when (il + 1) % it == 0
+    /// {arch}.attention.recurrent_layers: per layer, nonzero = Gated DeltaNet (empty: from the interval).
+    std::vector<uint8_t> recurrent_layers;
+    int64_t n_layer_nextn = 0;            ///< {arch}.nextn_predict_layers: MTP blocks after the trunk (not run), included in block_count
+    /// {arch}.rope.dimension_sections: M-RoPE sections (qwen35moe: [11, 11, 10, 0]); empty when absent.
+    std::vector<int32_t> rope_sections;
 };
 
 /// Writes the hyperparameters under llama.cpp's keys (the inverse of read_hparams): general.*

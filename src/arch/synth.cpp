@@ -50,6 +50,11 @@ struct InitScale {
     double std = 0;
     double mean = 0;
     bool random_sign = false;
+    /// Gated DeltaNet decay parameters instead of Gaussian values (two uniform draws per value,
+    /// like normal(), so draws_per_row holds): SsmA: -A with A uniform in [lo, hi]; SsmDt: the
+    /// dt_bias whose softplus is dt, log-uniform in [lo, hi].
+    enum class Dist { Normal, SsmA, SsmDt } dist = Dist::Normal;
+    double lo = 0, hi = 0;
 };
 
 bool has(const std::string& name, const char* part) { return name.find(part) != std::string::npos; }
@@ -67,8 +72,38 @@ bool has(const std::string& name, const char* part) { return name.find(part) != 
 ///    logits of std 3 as the fixtures have (their 1.76 is this g at n_embd 32; kept at 1.76 for a
 ///    wider model, the logits get sharper by sqrt(n_embd / 32) and magnify every rounding
 ///    difference); untied: output gain 3.
+/// qwen3next: the defaults of ../shared/tools/build_qwen3next_hf.py (the fixture's generator):
+/// token_embd std 1.5; untied output gain 3 (logit std ~3); full attention q(+gate)/k/v/o gain 2,
+/// q_norm/k_norm 2 (1 + 0.1 N); attn_qkv, attn_gate and ssm_ba gain 1, ssm_conv1d gain 1 (fan-in
+/// d_conv), ssm_out gain 1.5; A uniform in [1, 8] and dt log-uniform in [0.005, 0.1] (per-step decay
+/// exp(-A dt) from about 0.45 to 0.995: short- and long-memory heads); router gain 2; routed and
+/// shared experts gate/up 0.5, down 2; shared-expert gate gain 1; norms 1 + 0.1 N.
+InitScale qwen3next_init_scale(const TensorSpec& s, double inv) {
+    switch (s.kind) {
+        case TensorKind::Embedding: return {1.5};
+        case TensorKind::Output: return {3.0 * inv};
+        case TensorKind::Norm:
+            if (has(s.name, "attn_q_norm") || has(s.name, "attn_k_norm")) return {0.2, 2.0};
+            return {0.1, 1.0};
+        case TensorKind::Matrix:
+            if (has(s.name, "attn_q.") || has(s.name, "attn_k.") || has(s.name, "attn_v.") || has(s.name, "attn_output"))
+                return {2.0 * inv};
+            if (has(s.name, "ssm_out")) return {1.5 * inv};
+            if (has(s.name, "ffn_down_shexp")) return {2.0 * inv};
+            if (has(s.name, "_shexp")) return {0.5 * inv};
+            return {inv};  // attn_qkv, attn_gate, ssm_ba
+        case TensorKind::Router: return {2.0 * inv};
+        case TensorKind::Expert: return {(has(s.name, "ffn_down_exps") ? 2.0 : 0.5) * inv};
+        case TensorKind::SsmConv: case TensorKind::ShexpGate: return {inv};
+        case TensorKind::SsmA: { InitScale i; i.dist = InitScale::Dist::SsmA; i.lo = 1.0; i.hi = 8.0; return i; }
+        case TensorKind::SsmDt: { InitScale i; i.dist = InitScale::Dist::SsmDt; i.lo = 0.005; i.hi = 0.1; return i; }
+        default: return {0.02};
+    }
+}
+
 InitScale init_scale(const std::string& arch, const TensorSpec& s, bool tied_output) {
     const double inv = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(s.fan_in, 1)));
+    if (arch == "qwen3next" || arch == "qwen35moe") return qwen3next_init_scale(s, inv);
     const bool qwen = arch == "qwen3moe";
     switch (s.kind) {
         case TensorKind::Embedding: return {qwen ? 0.3 : 1.5};
@@ -90,6 +125,7 @@ InitScale init_scale(const std::string& arch, const TensorSpec& s, bool tied_out
         case TensorKind::Expert:
             if (has(s.name, "ffn_down_exps")) return {(qwen ? 2.0 : 1.4) * inv};
             return {0.5 * inv};
+        default: break;
     }
     return {inv};
 }
@@ -119,6 +155,19 @@ void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const InitScale& init, R
     uint8_t* p = out.data();
     const int64_t n = ne0 * n_rows;
     auto gaussian = [&](float* dst, int64_t count) {
+        if (init.dist != InitScale::Dist::Normal) {
+            for (int64_t i = 0; i < count; ++i) {
+                const double u = rng.uniform();
+                (void)rng.uniform();  // two draws per value, as normal()
+                if (init.dist == InitScale::Dist::SsmA) {
+                    dst[i] = static_cast<float>(-(init.lo + (init.hi - init.lo) * u));
+                } else {  // dt log-uniform; the bias b with softplus(b) = dt: b = dt + log(1 - exp(-dt))
+                    const double dt = std::exp(std::log(init.lo) + (std::log(init.hi) - std::log(init.lo)) * u);
+                    dst[i] = static_cast<float>(dt + std::log(-std::expm1(-dt)));
+                }
+            }
+            return;
+        }
         for (int64_t i = 0; i < count; ++i) {
             float v = static_cast<float>(init.mean) + rng.normal() * static_cast<float>(sd);
             if (init.random_sign && (rng.next() & 1)) v = -v;
@@ -256,7 +305,7 @@ int64_t layer_of(const std::string& name);
 void apply_router_skew(const std::string& arch, const TensorSpec& spec, const SynthOptions& opt, int64_t r0, int64_t n,
                        std::vector<uint8_t>& buf) {
     const bool bias = arch == "gpt-oss" && spec.kind == TensorKind::RouterBias;
-    const bool rows = arch == "qwen3moe" && spec.kind == TensorKind::Router;
+    const bool rows = arch != "gpt-oss" && spec.kind == TensorKind::Router;  // no router bias
     if (!bias && !rows) return;
     const int64_t n_expert = bias ? spec.ne[0] : spec.ne[1];
     const std::vector<int> rank = synth_router_ranks(opt.seed, layer_of(spec.name), n_expert);
@@ -279,7 +328,9 @@ int64_t layer_of(const std::string& name) {
 }
 
 /// The vocabulary size of the real models of an architecture (config.json vocab_size).
-int64_t real_vocab_size(const std::string& arch) { return arch == "gpt-oss" ? 201088 : 151936; }
+int64_t real_vocab_size(const std::string& arch) {
+    return arch == "gpt-oss" ? 201088 : arch == "qwen35moe" ? 248320 : 151936;  // Qwen3 and Qwen3-Next share one
+}
 
 }  // namespace
 
@@ -294,16 +345,16 @@ std::vector<int> synth_router_ranks(uint64_t seed, int64_t layer, int64_t n_expe
     return rank;
 }
 
-GgmlType synth_tensor_type(TensorKind k, GgmlType expert_type) {
+GgmlType synth_tensor_type(TensorKind k, GgmlType expert_type, GgmlType dense_type) {
     switch (k) {
         case TensorKind::Embedding: case TensorKind::Output: return GgmlType::Q8_0;
-        case TensorKind::Matrix: return GgmlType::F16;
+        case TensorKind::Matrix: return dense_type;
         case TensorKind::Expert: return expert_type;
         default: return GgmlType::F32;
     }
 }
 
-GgmlType synth_default_expert_type(const std::string& arch) { return arch == "gpt-oss" ? GgmlType::MXFP4 : GgmlType::Q8_0; }
+GgmlType synth_default_expert_type(const std::string& arch) { return arch == "gpt-oss" ? GgmlType::MXFP4 : GgmlType::Q8_0; }  // Q8_0 for qwen3moe, qwen3next
 
 ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab) {
     ModelHparams h;
@@ -332,6 +383,38 @@ ModelHparams synth_preset(const std::string& arch, const std::string& preset, in
             h.n_layer = 4; h.n_embd = 256; h.n_head = 4; h.n_head_kv = 2; h.head_dim = 64; h.n_expert = 16;
             h.n_expert_used = 4; h.n_ff_exp = 256; h.n_ff = 768; *n_vocab = 0;
         } else fail("unknown preset '{}' for qwen3moe (known: tiny, qwen3-30b-a3b)", preset);
+    } else if (arch == "qwen3next" || arch == "qwen35moe") {
+        // Qwen/Qwen3-Next-80B-A3B-Instruct config.json (Qwen3-Coder-Next-80B has the same shapes):
+        // 48 layers, every 4th full attention (16 query / 2 KV heads of 256, output gate, a quarter
+        // of each head rotated), the others Gated DeltaNet (16 key / 32 value heads of 128, conv 4),
+        // 512 experts of 512, 10 used, a shared expert of 512.
+        h.n_layer = 48; h.n_embd = 2048; h.n_head = 16; h.n_head_kv = 2; h.head_dim = 256; h.n_expert = 512;
+        h.n_expert_used = 10; h.n_ff_exp = 512; h.n_ff_shexp = 512; h.n_ff = 5120; h.n_ctx_train = 262144;
+        h.rms_eps = 1e-6; h.rope_freq_base = 1e7;
+        h.ssm_d_conv = 4; h.ssm_d_state = 128; h.ssm_n_group = 16; h.ssm_dt_rank = 32; h.full_attn_interval = 4;
+        *n_vocab = 151936;
+        if (arch == "qwen35moe") {
+            // Qwen/Qwen3.5-35B-A3B (transformers Qwen3_5MoeTextConfig defaults; Qwen3.6-35B-A3B has the
+            // same shapes): 40 layers, 256 experts, 8 used + shared, vocabulary 248,320; M-RoPE
+            // sections [11, 11, 10, 0] as convert_hf_to_gguf.py writes them.
+            h.n_layer = 40; h.n_expert = 256; h.n_expert_used = 8; *n_vocab = 248320;
+            h.rope_sections = {11, 11, 10, 0};
+        }
+        if (preset == "qwen3-next-80b-a3b" && arch == "qwen3next") {
+        } else if (preset == "qwen3.5-35b-a3b" && arch == "qwen35moe") {
+        } else if (preset == "tiny") {
+            // 3 DeltaNet layers then 1 attention layer; 2 key heads shared by 4 value heads.
+            h.n_layer = 4; h.n_embd = 256; h.n_head = 4; h.n_head_kv = 2; h.head_dim = 64; h.n_expert = 16;
+            h.n_expert_used = 4; h.n_ff_exp = 256; h.n_ff_shexp = 256; h.n_ff = 768;
+            h.ssm_d_state = 64; h.ssm_n_group = 2; h.ssm_dt_rank = 4; *n_vocab = 0;
+        } else {
+            fail("unknown preset '{}' for {} (known: tiny, {})", preset, arch,
+                 arch == "qwen3next" ? "qwen3-next-80b-a3b" : "qwen3.5-35b-a3b");
+        }
+        h.ssm_d_inner = h.ssm_d_state * h.ssm_dt_rank;
+        h.head_dim_v = h.head_dim;
+        h.rope_dim = h.head_dim / 4;  // partial_rotary_factor 0.25
+        return h;
     } else {
         fail("nitro synth: unknown architecture '{}' (known: {})", arch, known_arch_names());
     }
@@ -383,9 +466,18 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     const bool tie_output = hp.arch == "qwen3moe" && opt.preset == "tiny";
     std::vector<TensorSpec> written;
     std::vector<InitScale> inits;
+    const GgmlType dense_type = opt.dense_type.value_or(GgmlType::F16);
+    if (dense_type != GgmlType::F16 && dense_type != GgmlType::BF16 && dense_type != GgmlType::F32 &&
+        !type_traits(dense_type).quantize && dense_type != GgmlType::Q8_0 && dense_type != GgmlType::Q4_0)
+        fail("nitro synth: dense type {} has no quantizer in this build", type_display_name(dense_type));
     for (auto& s : specs) {
         if (tie_output && s.name == "output.weight") continue;
-        w.add_tensor(s.name, synth_tensor_type(s.kind, expert_type), s.ne);
+        if (s.legacy) continue;  // an older layout's alternative (qwen3next ssm_in)
+        const GgmlType t = synth_tensor_type(s.kind, expert_type, dense_type);
+        if (s.ne[0] % type_traits(t).block_size != 0)
+            fail("nitro synth: tensor '{}' has rows of {} values, not a multiple of {}'s block of {}", s.name, s.ne[0],
+                 type_display_name(t), type_traits(t).block_size);
+        w.add_tensor(s.name, t, s.ne);
         written.push_back(s);
         inits.push_back(init_scale(hp.arch, s, tie_output));
     }

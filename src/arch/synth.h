@@ -18,9 +18,10 @@
 namespace nitro {
 
 struct SynthOptions {
-    std::string arch = "gpt-oss";         ///< "gpt-oss" or "qwen3moe"
-    std::string preset = "tiny";          ///< tiny, gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b
-    std::optional<GgmlType> expert_type;  ///< routed-expert weight type (default: MXFP4 for gpt-oss, Q8_0 for qwen3moe)
+    std::string arch = "gpt-oss";         ///< "gpt-oss", "qwen3moe" or "qwen3next"
+    std::string preset = "tiny";          ///< tiny, gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b, qwen3-next-80b-a3b
+    std::optional<GgmlType> expert_type;  ///< routed-expert weight type (default: MXFP4 for gpt-oss, Q8_0 for qwen3moe and qwen3next)
+    std::optional<GgmlType> dense_type;   ///< dense matrices (attention, DeltaNet, shared expert); default F16
     std::string vocab_from;               ///< copy tokenizer.* metadata (and n_vocab) from this GGUF
     std::string tokenizer_dir;            ///< Hugging Face tokenizer folder (tokenizer.json ...), see gguf/hf_tokenizer.h
     double router_skew = 0;               ///< Zipf exponent S of expert popularity (0: no skew), see synth_router_ranks
@@ -41,8 +42,9 @@ ModelHparams synth_preset(const std::string& arch, const std::string& preset, in
 std::vector<int> synth_router_ranks(uint64_t seed, int64_t layer, int64_t n_expert);
 
 /// The weight type `nitro synth` writes for a tensor of this kind (routed experts: expert_type;
-/// embeddings and LM head Q8_0; dense matrices F16; norms, biases, router, sinks F32).
-GgmlType synth_tensor_type(TensorKind kind, GgmlType expert_type);
+/// embeddings and LM head Q8_0; dense matrices dense_type (F16 by default); norms, biases, router,
+/// sinks, conv kernels, decay parameters F32).
+GgmlType synth_tensor_type(TensorKind kind, GgmlType expert_type, GgmlType dense_type = GgmlType::F16);
 /// The routed-expert type a preset gets by default (MXFP4 for gpt-oss, Q8_0 for qwen3moe).
 GgmlType synth_default_expert_type(const std::string& arch);
 

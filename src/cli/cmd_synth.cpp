@@ -1,4 +1,4 @@
-// nitro synth --arch gpt-oss|qwen3moe --preset NAME [--type T] [--vocab-from FILE | --tokenizer DIR]
+// nitro synth --arch gpt-oss|qwen3moe|qwen3next|qwen35moe --preset NAME [--type T] [--dense-type T] [--vocab-from FILE | --tokenizer DIR]
 //             [--router-skew zipf:S] [--seed S] -o OUT.gguf
 #include "arch/summary.h"
 #include "arch/synth.h"
@@ -19,16 +19,21 @@ Action add_synth(CLI::App& app) {
     struct Opts {
         SynthOptions s;
         std::string type;
+        std::string dense_type;
         std::string skew;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* sub = app.add_subcommand("synth", "Write a GGUF of a real model's shapes with random weights "
                                                 "(streamed: no RAM needed for the model's size)");
-    sub->add_option("--arch", o->s.arch, "Architecture: gpt-oss or qwen3moe")->capture_default_str();
-    sub->add_option("--preset", o->s.preset, "Shape preset: tiny, gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b")
+    sub->add_option("--arch", o->s.arch, "Architecture: gpt-oss, qwen3moe, qwen3next or qwen35moe")->capture_default_str();
+    sub->add_option("--preset", o->s.preset,
+                    "Shape preset: tiny (every arch), gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b, qwen3-next-80b-a3b, qwen3.5-35b-a3b")
         ->capture_default_str();
     sub->add_option("--type", o->type, "Routed-expert weight type (mxfp4, q8_0, q4_0, q4_k, q5_k, q6_k, iq4_xs, f16...); "
-                                       "default mxfp4 for gpt-oss, q8_0 for qwen3moe");
+                                       "default mxfp4 for gpt-oss, q8_0 for the qwen architectures");
+    sub->add_option("--dense-type", o->dense_type,
+                    "Weight type of the dense matrices (attention, DeltaNet projections, shared expert): f16 (default), "
+                    "bf16, q8_0, q6_k...; embeddings and LM head stay q8_0");
     sub->add_option("--vocab-from", o->s.vocab_from, "Copy the tokenizer (tokenizer.* keys) from this GGUF");
     sub->add_option("--tokenizer", o->s.tokenizer_dir,
                     "Take the tokenizer from a Hugging Face folder (tokenizer.json; optional tokenizer_config.json, "
@@ -43,6 +48,11 @@ Action add_synth(CLI::App& app) {
             auto t = type_from_name(o->type);
             if (!t) fail("nitro synth: unknown weight type '{}'", o->type);
             o->s.expert_type = *t;
+        }
+        if (!o->dense_type.empty()) {
+            auto t = type_from_name(o->dense_type);
+            if (!t) fail("nitro synth: unknown weight type '{}' (--dense-type)", o->dense_type);
+            o->s.dense_type = *t;
         }
         if (!o->skew.empty()) {
             const std::string p = "zipf:";

@@ -6,6 +6,7 @@
 #include "cpu/moe.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/delta_net.h"
 #include "cuda/ops.h"
 #include "cuda/slot_copier.h"
 #include "runtime/forward.h"
@@ -109,6 +110,14 @@ struct GpuSession::Impl {
         uint32_t *ph_done = nullptr, *pd_done = nullptr;     // CPU -> GPU: partial of step N is there
         uint64_t *th_route = nullptr, *td_route = nullptr;   // GPU clock when the router flag was set
         uint64_t *th_wait = nullptr, *td_wait = nullptr;     // GPU clock at the start / end of the wait
+        // Gated DeltaNet layers (qwen3next): weights and the sequence's recurrent state.
+        bool recurrent = false;
+        DWeight wqkv, wqkv_gate, ssm_in, ssm_ba, ssm_beta, ssm_alpha, ssm_out;
+        const float *ssm_conv1d = nullptr, *ssm_dt = nullptr, *ssm_a = nullptr, *ssm_norm = nullptr;
+        float *conv_state = nullptr, *delta_state = nullptr;  // [conv_dim, d_conv - 1], [n_v, d, d]
+        // Shared expert with a sigmoid gate.
+        DWeight gate_shexp, up_shexp, down_shexp;
+        const float* gate_inp_shexp = nullptr;
     };
     std::vector<Layer> layers;
     DWeight token_embd, output;
@@ -120,6 +129,40 @@ struct GpuSession::Impl {
     float *d_w = nullptr, *d_margin = nullptr, *logits = nullptr, *attn_partial = nullptr, *partial = nullptr;
     int32_t *d_tok = nullptr, *d_pos = nullptr;
     uint32_t* d_step = nullptr;
+    // qwen3next: attention output gate, DeltaNet and shared-expert activations (runtime/placement.h)
+    float *qg = nullptr, *gate = nullptr, *ssm_qkv = nullptr, *ssm_z = nullptr, *ssm_ba = nullptr, *ssm_beta = nullptr,
+          *ssm_g = nullptr, *ssm_convout = nullptr, *ssm_core = nullptr, *ssm_fused = nullptr;
+    float *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr;
+    float* rstate = nullptr;   ///< every DeltaNet layer's state, one block (snapshots copy it whole)
+    int64_t rstate_floats = 0;
+    // Prefix reuse with a recurrent state (as runtime/session.h seq_truncate): the tokens held and
+    // host snapshots of rstate after multi-token chunks, newest last.
+    std::vector<int32_t> history;
+    struct Snapshot {
+        int64_t pos;
+        std::vector<float> state;
+    };
+    std::vector<Snapshot> snapshots;
+    int n_snapshots = 4;
+    cudaStream_t compute = nullptr;  ///< the compute stream (non-blocking: state copies are ordered on it)
+    /// Zero state, no history, no snapshots (a fresh sequence).
+    void reset_recurrent() {
+        if (!rstate) return;
+        NITRO_CUDA_CHECK(cudaMemsetAsync(rstate, 0, static_cast<size_t>(rstate_floats) * 4, compute));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
+        history.clear();
+        snapshots.clear();
+    }
+    /// Copies the recurrent state to / from host memory (stream-ordered, then synchronised).
+    void state_to_host(std::vector<float>& out) {
+        out.resize(static_cast<size_t>(rstate_floats));
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(out.data(), rstate, out.size() * 4, cudaMemcpyDeviceToHost, compute));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
+    }
+    void state_from_host(const std::vector<float>& in) {
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(rstate, in.data(), in.size() * 4, cudaMemcpyHostToDevice, compute));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
+    }
     // pinned host
     int32_t *h_tok = nullptr, *h_pos = nullptr;
     uint32_t* h_step = nullptr;
@@ -229,7 +272,12 @@ struct GpuSession::Impl {
     void qkv(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
         const GemmScratch* gs = gemm.cublas ? &gemm : nullptr;
-        matmul(s, D.wq, h, c.n, E, q, spec.n_q(), D.bq, false, gs);
+        if (spec.attn_gate) {  // attn_q gives [q, gate] per head, split into q and gate
+            matmul(s, D.wq, h, c.n, E, qg, 2 * spec.n_q(), D.bq, false, gs);
+            split_q_gate(s, qg, c.n, spec.n_head, spec.head_dim, q, gate);
+        } else {
+            matmul(s, D.wq, h, c.n, E, q, spec.n_q(), D.bq, false, gs);
+        }
         matmul(s, D.wk, h, c.n, E, k, spec.n_k(), D.bk, false, gs);
         matmul(s, D.wv, h, c.n, E, v, spec.n_v(), D.bv, false, gs);
     }
@@ -265,7 +313,72 @@ struct GpuSession::Impl {
     }
     void attn_out(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
+        if (spec.attn_gate) mul_sigmoid(s, attn, gate, c.n * spec.n_o());  // attn *= sigmoid(gate)
         matmul(s, D.wo, attn, c.n, spec.n_o(), x, E, D.bo, true, gemm.cublas ? &gemm : nullptr);  // x += attn W_o + b_o
+    }
+    // Gated DeltaNet (llama.cpp qwen3next build_layer_attn_linear; CPU: runtime/session.cpp).
+    void ssm_in(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const SsmSpec& ss = spec.ssm;
+        const GemmScratch* gs = gemm.cublas ? &gemm : nullptr;
+        const int64_t cd = ss.conv_dim(), vd = ss.value_dim(), nv = ss.n_v_heads, r = nv / ss.n_k_heads;
+        if (D.wqkv.data) {
+            matmul(s, D.wqkv, h, c.n, E, ssm_qkv, cd, nullptr, false, gs);
+            matmul(s, D.wqkv_gate, h, c.n, E, ssm_z, vd, nullptr, false, gs);
+        } else {
+            matmul(s, D.ssm_in, h, c.n, E, ssm_fused, cd + vd, nullptr, false, gs);
+            ssm_in_regroup(s, ssm_fused, c.n, ss.n_k_heads, ss.head_dim, r, ssm_qkv, ssm_z);
+        }
+        if (D.ssm_ba.data) {
+            matmul(s, D.ssm_ba, h, c.n, E, ssm_ba, 2 * nv, nullptr, false, gs);
+        } else {  // qwen35moe: beta rows then alpha rows
+            matmul(s, D.ssm_beta, h, c.n, E, ssm_ba, nv, nullptr, false, gs);
+            matmul(s, D.ssm_alpha, h, c.n, E, ssm_ba + c.n * nv, nv, nullptr, false, gs);
+        }
+        ssm_beta_decay(s, ssm_ba, D.ssm_dt, D.ssm_a, c.n, nv, r, !D.ssm_ba.data, ssm_beta, ssm_g);
+    }
+    void ssm_conv(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        ssm_conv_silu(s, ssm_qkv, c.n, spec.ssm.conv_dim(), D.ssm_conv1d, spec.ssm.d_conv, D.conv_state, ssm_convout);
+    }
+    void delta_net(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const SsmSpec& ss = spec.ssm;
+        l2_norm_heads(s, ssm_convout, c.n, 2 * ss.n_k_heads, ss.head_dim, ss.conv_dim(), spec.rms_eps);
+        DeltaArgs a;
+        a.qkv = ssm_convout;
+        a.ld = ss.conv_dim();
+        a.key_dim = ss.key_dim();
+        a.n_k_heads = ss.n_k_heads;
+        a.n_v_heads = ss.n_v_heads;
+        a.d = ss.head_dim;
+        a.tiled = ss.head_map == SsmHeadMap::Tiled;
+        a.g = ssm_g;
+        a.beta = ssm_beta;
+        a.n = c.n;
+        a.M = D.delta_state;
+        a.out = ssm_core;
+        a.ld_out = ss.value_dim();
+        gated_delta_rule(s, a);
+    }
+    void ssm_out(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const SsmSpec& ss = spec.ssm;
+        const int64_t hd = ss.head_dim, vd = ss.value_dim();
+        // Gated RMSNorm per value head, then x += core W_out.
+        rms_norm(s, ssm_core, D.ssm_norm, c.n * ss.n_v_heads, hd, hd, spec.rms_eps, ssm_core, hd);
+        mul_silu(s, ssm_core, ssm_z, c.n * vd);
+        matmul(s, D.ssm_out, ssm_core, c.n, vd, x, E, nullptr, true, gemm.cublas ? &gemm : nullptr);
+    }
+    void shared_expert(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const GemmScratch* gs = gemm.cublas ? &gemm : nullptr;
+        const int64_t Fs = spec.n_ff_shexp;
+        matmul(s, D.gate_shexp, h, c.n, E, sh_gate, Fs, nullptr, false, gs);
+        matmul(s, D.up_shexp, h, c.n, E, sh_up, Fs, nullptr, false, gs);
+        swiglu(s, sh_gate, sh_up, c.n * Fs, sh_gate);
+        matmul(s, D.down_shexp, sh_gate, c.n, Fs, sh_down, E, nullptr, false, gs);
+        shexp_gate_add(s, x, h, D.gate_inp_shexp, sh_down, c.n, E);  // x += sigmoid(h . g) * ffn_shexp(h)
     }
     void ffn_norm(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
@@ -428,6 +541,13 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     m.F = sp.n_ff_exp;
     m.V = sp.n_vocab;
     m.z = gpu_scratch_sizes(sp);
+    if (so.n_checkpoints < 0) fail("the number of recurrent-state checkpoints must be >= 0 (got {})", so.n_checkpoints);
+    m.n_snapshots = so.n_checkpoints;
+    m.compute = ctx.compute();
+    if (sp.has_recurrent() && (sp.ssm.head_dim % 32 != 0 || sp.ssm.head_dim > 256 || sp.ssm.d_conv > 64))
+        fail("the GPU engine's Gated DeltaNet kernels need a head dim that is a multiple of 32 up to 256 (got {}) and a conv "
+             "kernel up to 64 (got {})",
+             sp.ssm.head_dim, sp.ssm.d_conv);
 
     // ---- the plan, first with the runtime overhead measured so far plus an ASSUMED margin for
     // kernel modules the driver loads lazily on first use: fails early (before any upload) if the
@@ -454,7 +574,9 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     if (&model.output() != &model.token_embd()) count(&model.output());
     for (const auto& L : model.layers())
         for (const GgufTensorInfo* t : {L.attn_norm, L.wq, L.bq, L.wk, L.bk, L.wv, L.bv, L.wo, L.bo, L.q_norm, L.k_norm,
-                                        L.sinks, L.ffn_norm, L.gate_inp, L.gate_inp_b, L.gate_exps_b, L.up_exps_b, L.down_exps_b})
+                                        L.sinks, L.ffn_norm, L.gate_inp, L.gate_inp_b, L.gate_exps_b, L.up_exps_b, L.down_exps_b,
+                                        L.wqkv, L.wqkv_gate, L.wqkv ? nullptr : L.ssm_in, L.ssm_conv1d, L.ssm_dt, L.ssm_a, L.ssm_ba, L.ssm_beta, L.ssm_alpha, L.ssm_norm,
+                                        L.ssm_out, L.gate_inp_shexp, L.gate_shexp, L.up_shexp, L.down_shexp})
             count(t);
     Progress pr(go.progress, total);
     ctx.alloc().begin_arena(arena, "dense core");
@@ -467,10 +589,27 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
             const LayerWeights& L = model.layers()[il];
             Impl::Layer D;
             D.attn_norm = upload_f32(ctx, ring, pr, L.attn_norm);
-            D.wq = upload_matrix(ctx, ring, pr, *L.wq);
-            D.wk = upload_matrix(ctx, ring, pr, *L.wk);
-            D.wv = upload_matrix(ctx, ring, pr, *L.wv);
-            D.wo = upload_matrix(ctx, ring, pr, *L.wo);
+            auto opt_matrix = [&](const GgufTensorInfo* t) { return t ? upload_matrix(ctx, ring, pr, *t) : DWeight{}; };
+            D.recurrent = L.recurrent;
+            D.wq = opt_matrix(L.wq);  // absent in DeltaNet layers
+            D.wk = opt_matrix(L.wk);
+            D.wv = opt_matrix(L.wv);
+            D.wo = opt_matrix(L.wo);
+            D.wqkv = opt_matrix(L.wqkv);
+            D.wqkv_gate = opt_matrix(L.wqkv_gate);
+            D.ssm_in = opt_matrix(L.wqkv ? nullptr : L.ssm_in);
+            D.ssm_ba = opt_matrix(L.ssm_ba);
+            D.ssm_beta = opt_matrix(L.ssm_beta);
+            D.ssm_alpha = opt_matrix(L.ssm_alpha);
+            D.ssm_out = opt_matrix(L.ssm_out);
+            D.ssm_conv1d = upload_f32(ctx, ring, pr, L.ssm_conv1d);
+            D.ssm_dt = upload_f32(ctx, ring, pr, L.ssm_dt);
+            D.ssm_a = upload_f32(ctx, ring, pr, L.ssm_a);
+            D.ssm_norm = upload_f32(ctx, ring, pr, L.ssm_norm);
+            D.gate_shexp = opt_matrix(L.gate_shexp);
+            D.up_shexp = opt_matrix(L.up_shexp);
+            D.down_shexp = opt_matrix(L.down_shexp);
+            D.gate_inp_shexp = upload_f32(ctx, ring, pr, L.gate_inp_shexp);
             D.bq = upload_f32(ctx, ring, pr, L.bq);
             D.bk = upload_f32(ctx, ring, pr, L.bk);
             D.bv = upload_f32(ctx, ring, pr, L.bv);
@@ -496,11 +635,39 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     // ---- slot tables, KV cache (one arena), decode-step exchange buffers
     const int64_t ub = sp.n_ubatch;
     uint64_t kv_arena = 0;
-    for (const LayerSpec& ls : sp.layers)
+    for (const LayerSpec& ls : sp.layers) {
         kv_arena += (static_cast<uint64_t>(ls.kv_capacity * sp.n_k()) * 2 + 255) / 256 * 256 +
                     (static_cast<uint64_t>(ls.kv_capacity * sp.n_v()) * 2 + 255) / 256 * 256 +
                     (static_cast<uint64_t>(m.X) * 4 + 255) / 256 * 256;
-    ctx.alloc().begin_arena(kv_arena, "K/V cache and slot tables");
+        if (ls.kind == LayerKind::DeltaNet) {  // its recurrent state, as runtime/placement.cpp counts it
+            kv_arena += (static_cast<uint64_t>(sp.ssm.conv_state_size()) * 4 + 255) / 256 * 256 +
+                        (static_cast<uint64_t>(sp.ssm.delta_state_size()) * 4 + 255) / 256 * 256;
+            m.rstate_floats += sp.ssm.conv_state_size() + sp.ssm.delta_state_size();
+        }
+    }
+    ctx.alloc().begin_arena(kv_arena, "K/V cache, recurrent state and slot tables");
+    // The recurrent state of all DeltaNet layers: one block, so a snapshot is one copy; each
+    // layer's conv and delta state at 256-byte aligned offsets inside it (conv_state_size() and
+    // delta_state_size() are multiples of 64 floats in every real model; the arena counted
+    // each piece's alignment separately, which covers this block).
+    if (m.rstate_floats > 0) {
+        int64_t floats = 0;
+        auto al = [](int64_t f) { return (f + 63) / 64 * 64; };
+        for (const LayerSpec& ls : sp.layers)
+            if (ls.kind == LayerKind::DeltaNet) floats += al(sp.ssm.conv_state_size()) + al(sp.ssm.delta_state_size());
+        m.rstate_floats = floats;
+        m.rstate = ctx.alloc_n<float>(static_cast<size_t>(floats), "recurrent state");
+        NITRO_CUDA_CHECK(cudaMemsetAsync(m.rstate, 0, static_cast<size_t>(floats) * 4, ctx.compute()));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(ctx.compute()));
+        float* at = m.rstate;
+        for (size_t il = 0; il < m.layers.size(); ++il) {
+            if (sp.layers[il].kind != LayerKind::DeltaNet) continue;
+            m.layers[il].conv_state = at;
+            at += al(sp.ssm.conv_state_size());
+            m.layers[il].delta_state = at;
+            at += al(sp.ssm.delta_state_size());
+        }
+    }
     // One slot table for all layers (no more than the plan counted: one rounding instead of n_layer).
     const size_t table = m.layers.size() * static_cast<size_t>(m.X);
     m.d_slot_tables = ctx.alloc_n<int32_t>(table, "slot tables");
@@ -514,8 +681,10 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
         D.ex.slot_of = D.d_slot_of;
         D.window = sp.layers[il].window;
         D.capacity = sp.layers[il].kv_capacity;
-        D.kc = ctx.alloc_n<uint16_t>(static_cast<size_t>(D.capacity * sp.n_k()), fmt::format("K cache of layer {}", il));
-        D.vc = ctx.alloc_n<uint16_t>(static_cast<size_t>(D.capacity * sp.n_v()), fmt::format("V cache of layer {}", il));
+        if (D.capacity > 0) {  // DeltaNet layers have none
+            D.kc = ctx.alloc_n<uint16_t>(static_cast<size_t>(D.capacity * sp.n_k()), fmt::format("K cache of layer {}", il));
+            D.vc = ctx.alloc_n<uint16_t>(static_cast<size_t>(D.capacity * sp.n_v()), fmt::format("V cache of layer {}", il));
+        }
         const int64_t keys = D.window > 0 ? std::min(D.window, sp.n_ctx) : sp.n_ctx;
         D.n_split_decode = static_cast<int>(std::clamp<int64_t>((keys + 255) / 256, 1, m.z.max_split));
         // [h E][ids K][w K][margin 1][ready 1][partial E][done 1][t_route 1 u64][t_wait 2 u64], 64-byte aligned parts
@@ -567,6 +736,19 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     m.moe_sc.act = A(z.moe_act, "expert activations");
     m.moe_sc.down = A(z.moe_down, "expert outputs");
     m.partial = A(z.partial, "CPU experts' partial sums");
+    m.qg = A(z.qg, "q and output gate");
+    m.gate = A(z.gate, "attention output gate");
+    m.ssm_qkv = A(z.ssm_qkv, "DeltaNet q|k|v");
+    m.ssm_z = A(z.ssm_z, "DeltaNet z");
+    m.ssm_ba = A(z.ssm_ba, "DeltaNet beta/alpha");
+    m.ssm_beta = A(z.ssm_beta, "DeltaNet beta");
+    m.ssm_g = A(z.ssm_g, "DeltaNet decay");
+    m.ssm_convout = A(z.ssm_conv, "DeltaNet conv output");
+    m.ssm_core = A(z.ssm_core, "DeltaNet output");
+    m.ssm_fused = A(z.ssm_in, "DeltaNet fused projection");
+    m.sh_gate = A(z.sh_gate, "shared expert gate");
+    m.sh_up = A(z.sh_up, "shared expert up");
+    m.sh_down = A(z.sh_down, "shared expert output");
     const int64_t R = ub * m.K;
     if (z.moe_gate > 0) {
         m.moe_sc.gate = A(z.moe_gate, "expert gate outputs");
@@ -624,6 +806,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
             eval(std::span<const int32_t>(dummy.data(), 1), false, l);
         }
         n_past_ = 0;
+        m.reset_recurrent();
         m.drop_graph();
         m.counters = ExpertCounters{};
         m.counters.layers.resize(m.layers.size());
@@ -767,7 +950,29 @@ int64_t GpuSession::n_ctx() const { return m_->spec.n_ctx; }
 
 void GpuSession::truncate(int64_t n) {
     if (n < 0 || n > n_past_) fail("cannot truncate a session of {} tokens to {}", n_past_, n);
-    n_past_ = n;
+    Impl& m = *m_;
+    if (!m.rstate || n == n_past_) {
+        n_past_ = n;
+        return;
+    }
+    // A recurrent state holds every token before it: restore the newest snapshot at or before n
+    // (or the initial state) and evaluate the held tokens from there to n again (Session::seq_truncate).
+    while (!m.snapshots.empty() && m.snapshots.back().pos > n) m.snapshots.pop_back();
+    int64_t from = 0;
+    if (m.snapshots.empty()) {
+        std::vector<int32_t> keep = std::move(m.history);
+        m.reset_recurrent();
+        m.history = std::move(keep);
+    } else {
+        m.state_from_host(m.snapshots.back().state);
+        from = m.snapshots.back().pos;
+    }
+    std::vector<int32_t> redo(m.history.begin() + from, m.history.begin() + n);
+    m.history.resize(static_cast<size_t>(from));
+    n_past_ = from;
+    if (redo.empty()) return;
+    std::vector<float> unused;
+    eval(redo, false, unused);
 }
 
 const Plan& GpuSession::plan() const { return m_->plan; }
@@ -914,6 +1119,19 @@ void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vec
             m.sync_cache_counters();
         }
         n_past_ += k;
+        if (m.rstate) {  // the tokens held, and a snapshot at the end of a multi-token evaluation
+            m.history.insert(m.history.end(), m.tokens.begin(), m.tokens.end());
+            if (n > 1 && i + k == n && m.n_snapshots > 0) {
+                Impl::Snapshot sn;
+                if (static_cast<int>(m.snapshots.size()) >= m.n_snapshots) {
+                    sn = std::move(m.snapshots.front());
+                    m.snapshots.erase(m.snapshots.begin());
+                }
+                sn.pos = n_past_;
+                m.state_to_host(sn.state);
+                m.snapshots.push_back(std::move(sn));
+            }
+        }
     }
 }
 

@@ -99,6 +99,14 @@ PhaseTimes decode_weight_bytes(const Model& model) {
         add(Phase::AttnProj, L.wk);
         add(Phase::AttnProj, L.wv);
         add(Phase::AttnOut, L.wo);
+        add(Phase::SsmProj, L.wqkv);
+        add(Phase::SsmProj, L.wqkv_gate);
+        add(Phase::SsmProj, L.ssm_in);
+        add(Phase::SsmProj, L.ssm_ba);
+        add(Phase::SsmOut, L.ssm_out);
+        add(Phase::SharedExpert, L.gate_shexp);
+        add(Phase::SharedExpert, L.up_shexp);
+        add(Phase::SharedExpert, L.down_shexp);
         add(Phase::Router, L.gate_inp);
         add(Phase::ExpertGateUp, L.gate_exps, used);
         add(Phase::ExpertGateUp, L.up_exps, used);

@@ -3,14 +3,22 @@
 // placement. An executor supplies the ops (`B`) with these names; what differs between placements
 // is inside the ops (which device runs them, which experts are resident), never the order.
 //
-// Per layer (llama.cpp src/models/openai-moe-iswa.cpp, src/models/qwen3moe.cpp):
+// Per layer (llama.cpp src/models/openai-moe-iswa.cpp, src/models/qwen3moe.cpp,
+// src/models/qwen3next.cpp):
 //   h = rms_norm(x) * attn_norm
-//   q, k, v = h W_q, h W_k, h W_v (+ biases)
-//   [q, k = rms_norm per head]; RoPE(q, k); append k, v to the K/V cache (F16)
-//   attn = softmax(q K^T / sqrt(head_dim) [+ sink logits], causal [, sliding window]) V
-//   x += attn W_o (+ b_o)
+//   attention layer:
+//     q, k, v = h W_q, h W_k, h W_v (+ biases)       [gated: W_q gives q and an output gate g per head]
+//     [q, k = rms_norm per head]; RoPE(q, k) (partial: the first n_rot dims); append k, v to the K/V cache (F16)
+//     attn = softmax(q K^T / sqrt(head_dim) [+ sink logits], causal [, sliding window]) V
+//     x += (attn [* sigmoid(g)]) W_o (+ b_o)
+//   Gated DeltaNet layer (linear attention with a recurrent state per sequence):
+//     q|k|v = h W_qkv, z = h W_gate, beta = sigmoid(h W_b), decay = exp(softplus(h W_a + dt_bias) * A)
+//     q|k|v = silu(causal_conv1d(conv state | q|k|v)); q, k = l2_norm per head
+//     o = gated delta rule over the chunk (state S per value head: S = decay S + k (beta (v - S^T k))^T, o = S^T q / sqrt(d))
+//     x += (rms_norm(o) * ssm_norm * silu(z)) W_out
 //   h = rms_norm(x) * ffn_norm
 //   ids, weights = top-k of the router (h W_router + b)
+//   [x += sigmoid(h . w_shexp_gate) * shared_expert(h)]
 //   x += sum_j weights_j * expert_{ids_j}(h)        (resident experts + a partial sum from elsewhere)
 // then logits = rms_norm(x) * output_norm W_output.
 #pragma once
@@ -45,12 +53,22 @@ void forward_chunk(B& b, const ModelSpec& spec, const ChunkArgs& c) {
     b.embed(c);                        // x = token_embd[ids]; RoPE tables for the positions
     for (int il = 0; il < static_cast<int>(spec.n_layer); ++il) {
         b.attn_norm(il, c);            // h = rms_norm(x) * attn_norm
-        b.qkv(il, c);                  // q, k, v = h W (+ b)
-        b.rope_kv_store(il, c);        // [q/k norm], RoPE, K/V cache append
-        b.attention(il, c);            // attn = softmax(q K^T * scale [+ sinks], window) V
-        b.attn_out(il, c);             // x += attn W_o (+ b_o)
+        if (spec.layers[static_cast<size_t>(il)].kind == LayerKind::DeltaNet) {
+            b.ssm_in(il, c);           // q|k|v, z, beta, decay = projections of h
+            b.ssm_conv(il, c);         // causal conv1d over the conv state and the chunk, silu; conv state update
+            b.delta_net(il, c);        // l2-norm q, k; gated delta rule over the chunk; state update
+            b.ssm_out(il, c);          // x += (rms_norm(o) * ssm_norm * silu(z)) W_out
+        } else {
+            b.qkv(il, c);              // q, k, v = h W (+ b) [q and its output gate]
+            b.rope_kv_store(il, c);    // [q/k norm], RoPE, K/V cache append
+            b.attention(il, c);        // attn = softmax(q K^T * scale [+ sinks], window) V
+            b.attn_out(il, c);         // x += (attn [* sigmoid(gate)]) W_o (+ b_o)
+        }
         b.ffn_norm(il, c);             // h = rms_norm(x) * ffn_norm
         b.route(il, c);                // router: expert ids and weights per token (+ route events)
+        // The shared expert before the routed ones: a hybrid GPU computes it while the CPU works on
+        // the non-resident experts (the router's result has gone to the CPU already).
+        if (spec.shared_expert) b.shared_expert(il, c);  // x += sigmoid(h . g) * ffn_shexp(h)
         b.moe(il, c);                  // x += sum_j w_j expert_j(h), resident here + partial from elsewhere
     }
     if (c.logits != ChunkArgs::Logits::None) b.lm_head(c);  // logits = rms_norm(x) W_out

@@ -53,13 +53,26 @@ ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t
     s.expert_bias = cfg.expert_bias;
     s.gating = cfg.gating;
     s.act = cfg.act;
+    s.attn_gate = cfg.attn_output_gate;
+    s.shared_expert = cfg.shared_expert_gated;
+    s.n_ff_shexp = cfg.shared_expert_gated ? (hp.n_ff_shexp > 0 ? hp.n_ff_shexp : hp.n_ff) : 0;
+    if (cfg.recurrent) {
+        s.ssm.d_conv = hp.ssm_d_conv;
+        s.ssm.n_k_heads = hp.ssm_n_group;
+        s.ssm.n_v_heads = hp.ssm_dt_rank;
+        s.ssm.head_dim = hp.ssm_d_state;
+        s.ssm.head_map = cfg.ssm_head_map;
+    }
 
     // K/V capacity: a sliding-window layer's ring must hold the window behind the oldest query of
     // a prompt chunk plus the chunk itself (src/runtime/kv_cache.h).
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         LayerSpec ls;
+        ls.kind = layer_is_recurrent(cfg, hp, il) ? LayerKind::DeltaNet : LayerKind::Attention;
         ls.window = layer_uses_swa(cfg, il) ? hp.sliding_window : 0;
-        ls.kv_capacity = ls.window > 0 ? std::min(s.n_ctx, ls.window + s.n_ubatch - 1) : s.n_ctx;
+        ls.kv_capacity = ls.kind == LayerKind::DeltaNet ? 0
+                         : ls.window > 0                ? std::min(s.n_ctx, ls.window + s.n_ubatch - 1)
+                                                        : s.n_ctx;
         s.layers.push_back(ls);
     }
     return s;

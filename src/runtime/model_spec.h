@@ -18,10 +18,35 @@ namespace nitro {
 
 struct SessionOptions;
 
+/// What mixes tokens in a layer: softmax attention over a K/V cache, or a Gated DeltaNet (linear
+/// attention with a recurrent state per sequence, qwen3next).
+enum class LayerKind { Attention, DeltaNet };
+
 /// One layer's attention geometry.
 struct LayerSpec {
+    LayerKind kind = LayerKind::Attention;
     int64_t window = 0;       ///< sliding window in tokens (0 = full attention)
-    int64_t kv_capacity = 0;  ///< K/V positions held: n_ctx, or window + n_ubatch - 1 for SWA layers
+    int64_t kv_capacity = 0;  ///< K/V positions held: n_ctx, or window + n_ubatch - 1 for SWA layers; 0 for DeltaNet layers
+};
+
+/// Gated DeltaNet geometry (llama.cpp hparams ssm_*; src/models/qwen3next.cpp).
+struct SsmSpec {
+    int64_t d_conv = 0;       ///< causal conv1d width (the conv state holds d_conv - 1 inputs)
+    int64_t n_k_heads = 0;    ///< key heads (ssm_n_group)
+    int64_t n_v_heads = 0;    ///< value heads (ssm_dt_rank); a multiple of n_k_heads
+    int64_t head_dim = 0;     ///< key and value head dim (ssm_d_state): the state per value head is [head_dim, head_dim]
+    SsmHeadMap head_map = SsmHeadMap::Interleaved;
+    int64_t key_dim() const { return n_k_heads * head_dim; }
+    int64_t value_dim() const { return n_v_heads * head_dim; }
+    int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }   ///< channels of the conv: q, k, v
+    /// Key head of value head h.
+    int64_t k_head(int64_t h) const {
+        return head_map == SsmHeadMap::Interleaved ? h / (n_v_heads / n_k_heads) : h % n_k_heads;
+    }
+    /// Floats of one sequence's conv state in one layer: [conv_dim, d_conv - 1] (per channel, oldest first).
+    int64_t conv_state_size() const { return (d_conv - 1) * conv_dim(); }
+    /// Floats of one sequence's delta-rule state in one layer: [n_v_heads, head_dim (v), head_dim (k)].
+    int64_t delta_state_size() const { return n_v_heads * head_dim * head_dim; }
 };
 
 struct ModelSpec {
@@ -33,6 +58,14 @@ struct ModelSpec {
     float attn_scale = 0;  ///< 1 / sqrt(head_dim)
     cpu::RopeParams rope;  ///< NEOX RoPE (+ YaRN / linear scaling) as llama.cpp computes it
     bool attn_bias = false, qk_norm = false, attn_sinks = false, expert_bias = false;
+    /// attn_q holds [q, gate] per head; the attention output is multiplied by sigmoid(gate).
+    bool attn_gate = false;
+    /// Every layer adds a shared expert scaled by sigmoid(h . ffn_gate_inp_shexp) to the MoE output.
+    bool shared_expert = false;
+    int64_t n_ff_shexp = 0;  ///< shared expert width
+    SsmSpec ssm;             ///< Gated DeltaNet geometry (zeros when no layer is one)
+    /// True when some layer is a DeltaNet layer (the executor holds a recurrent state per sequence).
+    bool has_recurrent() const { return ssm.n_v_heads > 0; }
     MoeGating gating = MoeGating::SoftmaxAll;
     FfnAct act = FfnAct::Swiglu;
     /// gpt-oss clamped SwiGLU constants (ggml_swiglu_oai): alpha, limit.

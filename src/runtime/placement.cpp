@@ -124,6 +124,24 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
     z.x = ub * E;
     z.h = ub * std::max(E, sp.n_o());
     z.q = ub * sp.n_q();
+    z.qg = sp.attn_gate ? 2 * ub * sp.n_q() : 0;
+    z.gate = sp.attn_gate ? ub * sp.n_q() : 0;
+    if (sp.has_recurrent()) {
+        const int64_t cd = sp.ssm.conv_dim(), vd = sp.ssm.value_dim(), nv = sp.ssm.n_v_heads;
+        z.ssm_qkv = ub * cd;
+        z.ssm_z = ub * vd;
+        z.ssm_ba = ub * 2 * nv;
+        z.ssm_beta = ub * nv;
+        z.ssm_g = ub * nv;
+        z.ssm_conv = ub * cd;
+        z.ssm_core = ub * vd;
+        z.ssm_in = ub * (cd + vd);
+    }
+    if (sp.shared_expert) {
+        z.sh_gate = ub * sp.n_ff_shexp;
+        z.sh_up = ub * sp.n_ff_shexp;
+        z.sh_down = ub * E;
+    }
     z.k = ub * sp.n_k();
     z.v = ub * sp.n_v();
     z.attn = ub * sp.n_o();
@@ -144,7 +162,7 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
         z.moe_gate = R * F;
         z.moe_up = R * F;
         z.group = R;
-        const int64_t max_ne0 = std::max({E, sp.n_o(), F});
+        const int64_t max_ne0 = std::max({E, sp.n_o(), F, sp.ssm.value_dim(), sp.n_ff_shexp});
         z.gemm_act = std::max(R * E, ub * max_ne0);
         z.gemm_w = std::max<int64_t>(32ll << 20, F * E);
     }
@@ -157,7 +175,8 @@ uint64_t GpuScratchSizes::bytes() const {
     const auto rnd = [](uint64_t b) { return (std::max<uint64_t>(b, 1) + 255) / 256 * 256; };
     uint64_t b = 0;
     for (int64_t n : {x, h, q, k, v, attn, router, weights, margin, logits, attn_partial, moe_act, moe_down, moe_gate, moe_up,
-                      partial})
+                      partial, qg, gate, ssm_qkv, ssm_z, ssm_ba, ssm_beta, ssm_g, ssm_conv, ssm_core, ssm_in, sh_gate, sh_up,
+                      sh_down})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
     for (int64_t n : {ids, tok, group, group, group})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
@@ -197,6 +216,7 @@ ModelLayout synth_layout(const std::string& arch_name, const std::string& preset
     l.experts.resize(static_cast<size_t>(hp.n_layer));
     for (const TensorSpec& t : arch->tensors(hp, n_vocab)) {
         if (hp.arch == "qwen3moe" && preset == "tiny" && t.name == "output.weight") continue;  // tied, as synth writes it
+        if (t.legacy) continue;                                                                  // not written by synth
         const GgmlType type = synth_tensor_type(t.kind, expert_type);
         int64_t n = 1;
         for (size_t d = 1; d < t.ne.size(); ++d) n *= t.ne[d];
@@ -230,10 +250,14 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     const auto align = [](uint64_t b) { return (std::max<uint64_t>(b, 1) + 255) / 256 * 256; };
     const auto rnd = [](uint64_t b) { return vram_alloc_size(b); };
     uint64_t kv = 0;  // K, V and the slot table of every layer
-    for (const LayerSpec& L : spec.layers)
+    for (const LayerSpec& L : spec.layers) {
         kv += align(static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_k()) * 2) +
               align(static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_v()) * 2) +
               align(static_cast<uint64_t>(spec.n_expert) * 4);
+        if (L.kind == LayerKind::DeltaNet)  // its recurrent state (F32 conv and delta-rule state) instead
+            kv += align(static_cast<uint64_t>(spec.ssm.conv_state_size()) * 4) +
+                  align(static_cast<uint64_t>(spec.ssm.delta_state_size()) * 4);
+    }
     p.kv_bytes = rnd(kv);
 
     // Dense core and expert sizes; overrides checked against every name.

@@ -82,7 +82,7 @@ struct Plan {
     uint64_t budget_bytes = 0;
     uint64_t dense_bytes = 0;      ///< every tensor that is not a routed expert (embeddings, attention, norms, router, LM head)
     uint64_t expert_biases_bytes = 0;  ///< routed experts' biases (all experts, small)
-    uint64_t kv_bytes = 0;         ///< K/V cache, F16, at the spec's capacities (+ the slot tables)
+    uint64_t kv_bytes = 0;         ///< K/V cache, F16, at the spec's capacities (+ the slot tables, + DeltaNet recurrent state)
     uint64_t compute_bytes = 0;    ///< activations and scratch for one n_ubatch chunk (gpu_compute_bytes)
     uint64_t overhead_bytes = 0;   ///< PlacementOptions::runtime_overhead_bytes
     uint64_t expert_bytes = 0;     ///< one expert's gate + up + down, bytes (the same in every layer)
@@ -163,6 +163,11 @@ struct GpuScratchSizes {
     int64_t group = 0;        ///< int32, three arrays of this size (prefill grouping)
     int64_t gemm_act = 0, gemm_w = 0;  ///< f16 (prefill GEMMs)
     int64_t partial = 0;      ///< the CPU experts' partial sum, [n_ubatch, n_embd]
+    int64_t qg = 0, gate = 0; ///< gated attention: attn_q's output [n_ubatch, 2 n_q] ([q, gate] per head), the gate [n_ubatch, n_q]
+    /// Gated DeltaNet: q|k|v, z, beta/alpha, beta, log decay, conv output, core output and (older
+    /// files) the fused ssm_in output, [n_ubatch, *] each.
+    int64_t ssm_qkv = 0, ssm_z = 0, ssm_ba = 0, ssm_beta = 0, ssm_g = 0, ssm_conv = 0, ssm_core = 0, ssm_in = 0;
+    int64_t sh_gate = 0, sh_up = 0, sh_down = 0;  ///< shared expert [n_ubatch, n_ff_shexp] x 2, [n_ubatch, n_embd]
     /// Device bytes of all of them in one arena: 256-byte aligned pieces, the sum rounded by
     /// vram_alloc_size.
     uint64_t bytes() const;

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "cpu/delta_net.h"
 #include "cpu/moe.h"
 #include "runtime/forward.h"
 #include "runtime/route_replay.h"
@@ -26,10 +27,14 @@ const char* phase_name(Phase p) {
         case Phase::AttnProj: return "attn q/k/v";
         case Phase::Attention: return "attention (KV cache)";
         case Phase::AttnOut: return "attn output";
+        case Phase::SsmProj: return "linear attn in";
+        case Phase::DeltaNet: return "delta rule";
+        case Phase::SsmOut: return "linear attn out";
         case Phase::Router: return "router";
         case Phase::ExpertGateUp: return "expert gate/up";
         case Phase::ExpertDown: return "expert down";
         case Phase::MoeSum: return "expert sum";
+        case Phase::SharedExpert: return "shared expert";
         case Phase::LmHead: return "LM head";
         case Phase::Count: break;
     }
@@ -48,6 +53,15 @@ struct Session::Scratch {
     std::vector<float> rope_cache;                      // [n, n_rot]
     cpu::ActBuffer acts, acts2;
     std::vector<cpu::MatmulJob> jobs;
+    // Gated attention: [n, 2 nq] projection, split into q and the output gate [n, nq].
+    std::vector<float> qg, gate;
+    // Gated DeltaNet: q|k|v [n, conv_dim], z [n, value_dim], beta/alpha [n, 2 n_v], beta and log
+    // decay [n, n_v], conv output [n, conv_dim], core output [n, value_dim], legacy ssm_in [n, conv_dim + value_dim].
+    std::vector<float> ssm_qkv, ssm_z, ssm_ba, ssm_beta, ssm_g, ssm_conv, ssm_core, ssm_tmp;
+    // Shared expert: gate and up [n, n_ff_shexp].
+    std::vector<float> sh_gate, sh_up;
+    std::vector<cpu::ActBuffer> proj_acts;              // project(): one per weight type
+    std::vector<GgmlType> proj_types;
 };
 
 Session::Session(const Model& model, const SessionOptions& opt)
@@ -57,6 +71,14 @@ Session::Session(const Model& model, const SessionOptions& opt)
     if (opt.n_seq < 1) fail("the number of sequences must be positive (got {})", opt.n_seq);
     n_past_.assign(static_cast<size_t>(opt.n_seq), 0);
     kv_ = std::make_unique<KvCache>(spec_, opt.n_seq);
+    if (spec_.has_recurrent()) {
+        if (spec_.ssm.d_conv > 64) fail("ssm.conv_kernel = {} is larger than the 64 this engine supports", spec_.ssm.d_conv);
+        if (opt.n_checkpoints < 0) fail("the number of recurrent-state checkpoints must be >= 0 (got {})", opt.n_checkpoints);
+        rs_ = std::make_unique<RecurrentState>(spec_, opt.n_seq);
+        n_checkpoints_ = opt.n_checkpoints;
+        checkpoints_.resize(static_cast<size_t>(opt.n_seq));
+        history_.resize(static_cast<size_t>(opt.n_seq));
+    }
     s_ = std::make_unique<Scratch>();
     for (const auto& L : model.layers())
         experts_.push_back({L.gate_exps, L.up_exps, L.down_exps, f32(L.gate_exps_b), f32(L.up_exps_b), f32(L.down_exps_b),
@@ -79,7 +101,67 @@ int64_t Session::seq_n_past(int seq) const {
 void Session::seq_truncate(int seq, int64_t n) {
     const int64_t have = seq_n_past(seq);
     if (n < 0 || n > have) fail("cannot truncate sequence {} of {} tokens to {}", seq, have, n);
-    n_past_[static_cast<size_t>(seq)] = n;
+    if (n == have) return;
+    if (!rs_) {
+        n_past_[static_cast<size_t>(seq)] = n;
+        return;
+    }
+    // A recurrent state holds every token before it: restore the newest snapshot at or before n
+    // (or the initial state), then evaluate the held tokens from there up to n again.
+    auto& cps = checkpoints_[static_cast<size_t>(seq)];
+    while (!cps.empty() && cps.back().pos > n) cps.pop_back();
+    int64_t from = 0;
+    if (cps.empty()) {
+        rs_->reset(seq);
+    } else {
+        rs_->restore(seq, cps.back().state);
+        from = cps.back().pos;
+    }
+    auto& hist = history_[static_cast<size_t>(seq)];
+    std::vector<int32_t> redo(hist.begin() + from, hist.begin() + n);
+    hist.resize(static_cast<size_t>(from));
+    n_past_[static_cast<size_t>(seq)] = from;
+    if (redo.empty()) return;
+    recomputed_tokens_ += static_cast<int64_t>(redo.size());
+    // The K/V entries of attention layers at [from, n) are rewritten with the same values.
+    std::vector<int32_t> seqs(redo.size(), seq);
+    std::vector<float> unused;
+    eval_batch(SeqBatch{redo, seqs, {}}, unused);
+}
+
+std::vector<int64_t> Session::seq_checkpoints(int seq) const {
+    (void)seq_n_past(seq);
+    std::vector<int64_t> out;
+    if (rs_)
+        for (const auto& c : checkpoints_[static_cast<size_t>(seq)]) out.push_back(c.pos);
+    return out;
+}
+
+uint64_t Session::recurrent_bytes() const {
+    if (!rs_) return 0;
+    uint64_t b = rs_->bytes();
+    for (const auto& cps : checkpoints_)
+        for (const auto& c : cps) b += c.state.size() * sizeof(float);
+    return b;
+}
+
+void Session::after_chunk(std::span<const int32_t> tokens, std::span<const int32_t> seq) {
+    if (!rs_) return;
+    for (size_t i = 0; i < tokens.size(); ++i) history_[static_cast<size_t>(seq[i])].push_back(tokens[i]);
+    if (n_checkpoints_ == 0) return;
+    for (size_t g = 0; g < group_seq_.size(); ++g) {
+        if (group_off_[g + 1] - group_off_[g] < 2) continue;  // decode steps take no snapshot
+        const int q = group_seq_[g];
+        auto& cps = checkpoints_[static_cast<size_t>(q)];
+        Checkpoint c;
+        if (static_cast<int>(cps.size()) >= n_checkpoints_) {  // reuse the oldest one's storage
+            c = std::move(cps.front());
+            cps.erase(cps.begin());
+        }
+        c.pos = static_cast<int64_t>(history_[static_cast<size_t>(q)].size());
+        rs_->save(q, c.state);
+        cps.push_back(std::move(c));
+    }
 }
 
 void Session::run_chunk(std::span<const int32_t> seq, std::span<const int64_t> pos, ChunkArgs::Logits lg,
@@ -92,6 +174,26 @@ void Session::run_chunk(std::span<const int32_t> seq, std::span<const int64_t> p
         for (int32_t q : seq) rows_of[static_cast<size_t>(q)]++;
         for (int64_t i = 0; i < n; ++i) row_prefill_[static_cast<size_t>(i)] = rows_of[static_cast<size_t>(seq[static_cast<size_t>(i)])] > 1;
     }
+    // Rows grouped by sequence (the recurrent ops run each sequence's rows in order).
+    group_seq_.clear();
+    group_off_.clear();
+    group_rows_.clear();
+    if (rs_) {
+        std::vector<int32_t> first(static_cast<size_t>(n_seq()), -1);
+        std::vector<int64_t> count(static_cast<size_t>(n_seq()), 0);
+        for (int64_t i = 0; i < n; ++i) {
+            const int32_t q = seq[static_cast<size_t>(i)];
+            if (count[static_cast<size_t>(q)]++ == 0) group_seq_.push_back(q);
+        }
+        group_off_.push_back(0);
+        for (size_t g = 0; g < group_seq_.size(); ++g) {
+            first[static_cast<size_t>(group_seq_[g])] = static_cast<int32_t>(g);
+            group_off_.push_back(group_off_.back() + count[static_cast<size_t>(group_seq_[g])]);
+        }
+        group_rows_.resize(static_cast<size_t>(n));
+        std::vector<int64_t> fill(group_off_.begin(), group_off_.end() - 1);
+        for (int64_t i = 0; i < n; ++i) group_rows_[static_cast<size_t>(fill[static_cast<size_t>(first[static_cast<size_t>(seq[static_cast<size_t>(i)])])]++)] = i;
+    }
     ChunkArgs c;
     c.n = n;
     c.pos0 = pos[0];
@@ -101,6 +203,7 @@ void Session::run_chunk(std::span<const int32_t> seq, std::span<const int64_t> p
     c.logit_rows = logit_rows;
     phase_t_ = std::chrono::steady_clock::now();
     forward_chunk(*this, spec_, c);
+    after_chunk(tokens_, seq);
 }
 
 void Session::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
@@ -198,14 +301,18 @@ void Session::qkv(int il, const ChunkArgs& c) {
     const int64_t n = c.n, E = spec_.n_embd, nq = spec_.n_q(), nk = spec_.n_k(), nv = spec_.n_v();
     // q, k, v projections in one parallel region (they share the quantized input when the
     // weight types agree, which they do in practice; otherwise quantize per type).
+    // Gated attention: W_q gives [q, gate] per head; split below.
+    const int64_t nq_w = spec_.attn_gate ? 2 * nq : nq;
     s.q.resize(static_cast<size_t>(n * nq));
+    if (spec_.attn_gate) s.qg.resize(static_cast<size_t>(n * nq_w));
+    float* qout = spec_.attn_gate ? s.qg.data() : s.q.data();
     s.k.resize(static_cast<size_t>(n * nk));
     s.v.resize(static_cast<size_t>(n * nv));
     cpu::quantize_acts(*pool_, s.h.data(), n, E, L.wq->type, s.acts);
     const bool same = L.wk->type == L.wq->type && L.wv->type == L.wq->type;
     if (!same) cpu::quantize_acts(*pool_, s.h.data(), n, E, L.wk->type, s.acts2);
     s.jobs.clear();
-    s.jobs.push_back({cpu::weight_view(*L.wq), &s.acts, nullptr, n, s.q.data(), nq});
+    s.jobs.push_back({cpu::weight_view(*L.wq), &s.acts, nullptr, n, qout, nq_w});
     s.jobs.push_back({cpu::weight_view(*L.wk), same ? &s.acts : &s.acts2, nullptr, n, s.k.data(), nk});
     if (!same) {
         cpu::matmul_batch(*pool_, s.jobs);
@@ -214,6 +321,17 @@ void Session::qkv(int il, const ChunkArgs& c) {
     }
     s.jobs.push_back({cpu::weight_view(*L.wv), same ? &s.acts : &s.acts2, nullptr, n, s.v.data(), nv});
     cpu::matmul_batch(*pool_, s.jobs);
+    if (spec_.attn_gate) {
+        // llama.cpp qwen3next build_layer_attn: views [head_dim, n_head] at offsets 0 (q) and head_dim (gate).
+        const int64_t hd = spec_.head_dim;
+        s.gate.resize(static_cast<size_t>(n * nq));
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t h = 0; h < spec_.n_head; ++h) {
+                const float* src = &s.qg[i * nq_w + h * 2 * hd];
+                std::copy(src, src + hd, &s.q[i * nq + h * hd]);
+                std::copy(src + hd, src + 2 * hd, &s.gate[i * nq + h * hd]);
+            }
+    }
 }
 
 void Session::rope_kv_store(int il, const ChunkArgs& c) {
@@ -302,6 +420,10 @@ void Session::attn_out(int il, const ChunkArgs& c) {
     const int64_t E = spec_.n_embd;
     // Output projection and residual.
     s.proj.resize(static_cast<size_t>(c.n * E));
+    if (spec_.attn_gate) {  // attn *= sigmoid(gate) (head_dim_v == head_dim here, llama.cpp asserts it)
+        const int64_t no = spec_.n_o();
+        for (int64_t i = 0; i < c.n * no; ++i) s.attn[static_cast<size_t>(i)] *= cpu::sigmoid(s.gate[static_cast<size_t>(i)]);
+    }
     cpu::quantize_acts(*pool_, s.attn.data(), c.n, spec_.n_o(), L.wo->type, s.acts);
     cpu::matmul(*pool_, cpu::weight_view(*L.wo), s.acts, s.proj.data());
     for (int64_t i = 0; i < c.n; ++i) {
@@ -354,6 +476,199 @@ void Session::moe(int il, const ChunkArgs& c) {
     phase_s_[static_cast<size_t>(Phase::ExpertGateUp)] += st.gate_up_s;
     phase_s_[static_cast<size_t>(Phase::ExpertDown)] += st.down_s;
     phase_s_[static_cast<size_t>(Phase::MoeSum)] -= st.gate_up_s + st.down_s;
+}
+
+void Session::project(const float* x, int64_t n, int64_t ne0, std::span<const Proj> ps) {
+    Scratch& s = *s_;
+    s.proj_types.clear();
+    s.jobs.clear();
+    if (s.proj_acts.size() < ps.size()) s.proj_acts.resize(ps.size());
+    for (const Proj& p : ps) {
+        size_t k = 0;
+        while (k < s.proj_types.size() && s.proj_types[k] != p.w->type) ++k;
+        if (k == s.proj_types.size()) {
+            s.proj_types.push_back(p.w->type);
+            cpu::quantize_acts(*pool_, x, n, ne0, p.w->type, s.proj_acts[k]);
+        }
+        s.jobs.push_back({cpu::weight_view(*p.w), &s.proj_acts[k], nullptr, n, p.out, p.w->ne[1]});
+    }
+    cpu::matmul_batch(*pool_, s.jobs);
+}
+
+// ---- Gated DeltaNet (llama.cpp src/models/qwen3next.cpp build_layer_attn_linear)
+
+void Session::ssm_in(int il, const ChunkArgs& c) {
+    const LayerWeights& L = model_.layers()[static_cast<size_t>(il)];
+    Scratch& s = *s_;
+    const SsmSpec& ss = spec_.ssm;
+    const int64_t n = c.n, E = spec_.n_embd, cd = ss.conv_dim(), vd = ss.value_dim(), nv = ss.n_v_heads;
+    const int64_t kd = ss.key_dim(), hd = ss.head_dim, nk = ss.n_k_heads, r = nv / nk;
+    s.ssm_qkv.resize(static_cast<size_t>(n * cd));
+    s.ssm_z.resize(static_cast<size_t>(n * vd));
+    s.ssm_ba.resize(static_cast<size_t>(n * 2 * nv));
+    // beta/alpha: one ssm_ba ([b x r, a x r] per key head, [n, 2 n_v]) or ssm_beta and ssm_alpha
+    // (qwen35moe: [n, n_v] each, stored one after the other).
+    std::vector<Proj> ps;
+    if (L.ssm_ba) ps.push_back({L.ssm_ba, s.ssm_ba.data()});
+    else ps.insert(ps.end(), {{L.ssm_beta, s.ssm_ba.data()}, {L.ssm_alpha, s.ssm_ba.data() + n * nv}});
+    if (L.wqkv && L.wqkv_gate) {
+        ps.insert(ps.end(), {{L.wqkv, s.ssm_qkv.data()}, {L.wqkv_gate, s.ssm_z.data()}});
+        project(s.h.data(), n, E, ps);
+    } else {
+        // Older files: ssm_in holds [q (hd), k (hd), v (r hd), z (r hd)] per key head; regroup it
+        // as q of all key heads, k of all key heads, v of all value heads, and z (build_qkvz's legacy path).
+        s.ssm_tmp.resize(static_cast<size_t>(n * (cd + vd)));
+        ps.push_back({L.ssm_in, s.ssm_tmp.data()});
+        project(s.h.data(), n, E, ps);
+        const int64_t grp = 2 * hd + 2 * r * hd;
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t g = 0; g < nk; ++g) {
+                const float* src = &s.ssm_tmp[i * (cd + vd) + g * grp];
+                float* qkv = &s.ssm_qkv[i * cd];
+                std::copy(src, src + hd, qkv + g * hd);
+                std::copy(src + hd, src + 2 * hd, qkv + kd + g * hd);
+                std::copy(src + 2 * hd, src + 2 * hd + r * hd, qkv + 2 * kd + g * r * hd);
+                std::copy(src + 2 * hd + r * hd, src + grp, &s.ssm_z[i * vd + g * r * hd]);
+            }
+    }
+    // beta = sigmoid(b), log decay g = softplus(a + dt_bias) * A, A = -exp(A_log); ssm_ba holds
+    // [b x r, a x r] per key head (value head h = key head * r + j).
+    s.ssm_beta.resize(static_cast<size_t>(n * nv));
+    s.ssm_g.resize(static_cast<size_t>(n * nv));
+    const float* dt = f32(L.ssm_dt);
+    const float* A = f32(L.ssm_a);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t h = 0; h < nv; ++h) {
+            float b, a;
+            if (L.ssm_ba) {
+                const float* ba = &s.ssm_ba[i * 2 * nv + (h / r) * 2 * r];
+                b = ba[h % r];
+                a = ba[r + h % r];
+            } else {
+                b = s.ssm_ba[i * nv + h];
+                a = s.ssm_ba[n * nv + i * nv + h];
+            }
+            s.ssm_beta[i * nv + h] = cpu::sigmoid(b);
+            s.ssm_g[i * nv + h] = cpu::softplus(a + dt[h]) * A[h];
+        }
+    mark(Phase::SsmProj);
+}
+
+void Session::ssm_conv(int il, const ChunkArgs& c) {
+    const LayerWeights& L = model_.layers()[static_cast<size_t>(il)];
+    Scratch& s = *s_;
+    const int64_t cd = spec_.ssm.conv_dim();
+    s.ssm_conv.resize(static_cast<size_t>(c.n * cd));
+    // Tasks: (sequence group, block of 64 channels); each runs its rows in order.
+    constexpr int64_t kBlock = 64;
+    const int64_t n_blocks = (cd + kBlock - 1) / kBlock;
+    const int64_t n_groups = static_cast<int64_t>(group_seq_.size());
+    pool_->parallel_for(n_groups * n_blocks, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t task = b; task < e; ++task) {
+            const int64_t g = task / n_blocks, blk = task % n_blocks;
+            cpu::ConvArgs a;
+            a.x = s.ssm_qkv.data();
+            a.x_stride = cd;
+            a.rows = &group_rows_[static_cast<size_t>(group_off_[static_cast<size_t>(g)])];
+            a.n = group_off_[static_cast<size_t>(g) + 1] - group_off_[static_cast<size_t>(g)];
+            a.w = f32(L.ssm_conv1d);
+            a.d_conv = spec_.ssm.d_conv;
+            a.state = rs_->conv(il, group_seq_[static_cast<size_t>(g)]);
+            a.out = s.ssm_conv.data();
+            a.out_stride = cd;
+            cpu::ssm_conv_silu(a, blk * kBlock, std::min(cd, (blk + 1) * kBlock));
+        }
+    });
+    mark(Phase::DeltaNet);
+}
+
+void Session::delta_net(int il, const ChunkArgs& c) {
+    Scratch& s = *s_;
+    const SsmSpec& ss = spec_.ssm;
+    const int64_t cd = ss.conv_dim(), kd = ss.key_dim(), vd = ss.value_dim(), hd = ss.head_dim, nk = ss.n_k_heads,
+                  nv = ss.n_v_heads;
+    const float eps = spec_.rms_eps;
+    // q, k = l2_norm per key head (ggml_l2_norm with the model's RMS eps, as llama.cpp).
+    pool_->parallel_for(c.n, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i)
+            for (int64_t h = 0; h < 2 * nk; ++h) cpu::l2_norm(&s.ssm_conv[i * cd + h * hd], hd, eps);
+    });
+    s.ssm_core.resize(static_cast<size_t>(c.n * vd));
+    const int64_t n_groups = static_cast<int64_t>(group_seq_.size());
+    pool_->parallel_for(n_groups * nv, 1, [&](int64_t b, int64_t e, int) {
+        thread_local cpu::DeltaScratch scratch;
+        for (int64_t task = b; task < e; ++task) {
+            const int64_t g = task / nv, h = task % nv, kh = ss.k_head(h);
+            cpu::DeltaHeadArgs a;
+            a.q = s.ssm_conv.data() + kh * hd;
+            a.k = s.ssm_conv.data() + kd + kh * hd;
+            a.v = s.ssm_conv.data() + 2 * kd + h * hd;
+            a.q_stride = a.k_stride = a.v_stride = cd;
+            a.g = s.ssm_g.data() + h;
+            a.beta = s.ssm_beta.data() + h;
+            a.gb_stride = nv;
+            a.rows = &group_rows_[static_cast<size_t>(group_off_[static_cast<size_t>(g)])];
+            a.n = group_off_[static_cast<size_t>(g) + 1] - group_off_[static_cast<size_t>(g)];
+            a.d = hd;
+            a.M = rs_->delta(il, group_seq_[static_cast<size_t>(g)]) + h * hd * hd;
+            a.out = s.ssm_core.data() + h * hd;
+            a.out_stride = vd;
+            // Decode steps run the recurrence; a prompt's rows run the chunked form.
+            if (a.n == 1) cpu::gated_delta_rule_steps(a);
+            else cpu::gated_delta_rule_chunked(a, scratch);
+        }
+    });
+    mark(Phase::DeltaNet);
+}
+
+void Session::ssm_out(int il, const ChunkArgs& c) {
+    const LayerWeights& L = model_.layers()[static_cast<size_t>(il)];
+    Scratch& s = *s_;
+    const SsmSpec& ss = spec_.ssm;
+    const int64_t E = spec_.n_embd, vd = ss.value_dim(), hd = ss.head_dim, nv = ss.n_v_heads;
+    // Gated RMSNorm per value head: rms_norm(o) * ssm_norm * silu(z) (build_norm_gated).
+    const float* w = f32(L.ssm_norm);
+    pool_->parallel_for(c.n, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i)
+            for (int64_t h = 0; h < nv; ++h) {
+                float* o = &s.ssm_core[i * vd + h * hd];
+                const float* z = &s.ssm_z[i * vd + h * hd];
+                cpu::rms_norm(o, w, hd, spec_.rms_eps, o);
+                for (int64_t d = 0; d < hd; ++d) o[d] *= cpu::silu(z[d]);
+            }
+    });
+    s.proj.resize(static_cast<size_t>(c.n * E));
+    const Proj ps[] = {{L.ssm_out, s.proj.data()}};
+    project(s.ssm_core.data(), c.n, vd, ps);
+    for (int64_t i = 0; i < c.n; ++i) cpu::add(&s.x[i * E], &s.proj[i * E], E);
+    mark(Phase::SsmOut);
+}
+
+void Session::shared_expert(int il, const ChunkArgs& c) {
+    const LayerWeights& L = model_.layers()[static_cast<size_t>(il)];
+    Scratch& s = *s_;
+    const int64_t n = c.n, E = spec_.n_embd, F = spec_.n_ff_shexp;
+    // llama.cpp qwen3next build_layer_ffn: ffn_shexp = down(silu(h W_gate) * h W_up), scaled by
+    // sigmoid(h . ffn_gate_inp_shexp), added to the routed experts' output.
+    s.sh_gate.resize(static_cast<size_t>(n * F));
+    s.sh_up.resize(static_cast<size_t>(n * F));
+    const Proj gu[] = {{L.gate_shexp, s.sh_gate.data()}, {L.up_shexp, s.sh_up.data()}};
+    project(s.h.data(), n, E, gu);
+    cpu::swiglu(s.sh_gate.data(), s.sh_up.data(), n * F, s.sh_gate.data());
+    s.proj.resize(static_cast<size_t>(n * E));
+    const Proj dn[] = {{L.down_shexp, s.proj.data()}};
+    project(s.sh_gate.data(), n, F, dn);
+    const float* wg = f32(L.gate_inp_shexp);
+    for (int64_t i = 0; i < n; ++i) {
+        const float* h = &s.h[i * E];
+        double dot = 0.0;
+        for (int64_t d = 0; d < E; ++d) dot += static_cast<double>(h[d]) * wg[d];
+        const float gate = cpu::sigmoid(static_cast<float>(dot));
+        float* x = &s.x[i * E];
+        const float* o = &s.proj[i * E];
+        for (int64_t d = 0; d < E; ++d) x[d] += gate * o[d];
+    }
+    mark(Phase::SharedExpert);
 }
 
 void Session::lm_head(const ChunkArgs& c) {

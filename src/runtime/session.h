@@ -18,6 +18,7 @@
 #include "runtime/kv_cache.h"
 #include "runtime/model.h"
 #include "runtime/model_spec.h"
+#include "runtime/recurrent_state.h"
 
 #include <array>
 #include <chrono>
@@ -37,6 +38,11 @@ struct SessionOptions {
     int64_t n_ubatch = 512;  ///< prompt tokens per forward chunk
     int n_threads = 0;       ///< CPU threads (0 = all hardware threads)
     int n_seq = 1;           ///< sequences held, each with its own K/V of n_ctx positions (server --parallel)
+    /// Models with recurrent (Gated DeltaNet) layers: snapshots of a sequence's recurrent state kept
+    /// for prefix reuse, the newest ones (the CPU takes one after every forward chunk in which the
+    /// sequence had several rows; the GPU engine one at the end of every multi-token evaluation).
+    /// Truncating to a position without one recomputes from the nearest earlier snapshot.
+    int n_checkpoints = 4;
 };
 
 /// Rows of a multi-sequence batch (Session::eval_batch, Engine::eval_batch): row i appends
@@ -76,10 +82,14 @@ enum class Phase : int {
     AttnProj,      ///< attn_norm, q/k/v projections (+ bias, q/k norm, RoPE, K/V cache append)
     Attention,     ///< scores, softmax and V sum over the KV cache
     AttnOut,       ///< attn_output projection and residual
+    SsmProj,       ///< Gated DeltaNet: attn_norm, q/k/v, z, beta/alpha projections, decay and beta
+    DeltaNet,      ///< Gated DeltaNet: causal conv1d, q/k l2 norm, the gated delta rule
+    SsmOut,        ///< Gated DeltaNet: gated RMSNorm, ssm_out projection and residual
     Router,        ///< ffn_norm, ffn_gate_inp, top-k and expert weights
     ExpertGateUp,  ///< ffn_gate_exps and ffn_up_exps products (MUL_MAT_ID), grouping
     ExpertDown,    ///< activation, ffn_down_exps products
     MoeSum,        ///< weighted sum of the experts' outputs and residual
+    SharedExpert,  ///< the shared expert (gate/up/down) and its sigmoid gate
     LmHead,        ///< output_norm and the output (LM head) product
     Count
 };
@@ -110,20 +120,31 @@ public:
 
     int64_t n_past() const { return n_past_[0]; }
     int64_t n_ctx() const { return spec_.n_ctx; }
-    /// Forgets positions >= n of sequence 0 (keeps a shared prefix). n <= n_past().
+    /// Forgets positions >= n of sequence 0 (keeps a shared prefix). n <= n_past(). See seq_truncate.
     void truncate(int64_t n) { seq_truncate(0, n); }
 
     int n_seq() const { return static_cast<int>(n_past_.size()); }
     /// Positions held by sequence `seq` (tokens evaluated and not truncated).
     int64_t seq_n_past(int seq) const;
     /// Forgets positions >= n of sequence `seq`. Throws nitro::Error unless 0 <= n <= its n_past
-    /// and seq is in [0, n_seq).
+    /// and seq is in [0, n_seq). With recurrent (DeltaNet) layers, whose state cannot be cut back,
+    /// the sequence's state is restored from its newest snapshot at a position <= n (or the initial
+    /// state) and the tokens from there to n are evaluated again (their ids are kept), so the
+    /// session then holds exactly the state of a run over the first n tokens.
     void seq_truncate(int seq, int64_t n);
+    /// Positions at which sequence `seq` has recurrent-state snapshots, oldest first (empty without
+    /// DeltaNet layers). For tests and diagnostics.
+    std::vector<int64_t> seq_checkpoints(int seq) const;
+    /// Tokens evaluated again by seq_truncate since construction (recomputation after a truncation
+    /// to a position without a snapshot).
+    int64_t recomputed_tokens() const { return recomputed_tokens_; }
 
     const Model& model() const { return model_; }
     const ModelSpec& spec() const { return spec_; }
     cpu::ThreadPool& pool() { return *pool_; }
     const KvCache& kv_cache() const { return *kv_; }
+    /// Bytes of the recurrent state of all sequences plus their snapshots (0 without DeltaNet layers).
+    uint64_t recurrent_bytes() const;
 
     /// Seconds spent in each phase since construction or the last reset_phase_times() (a few
     /// clock reads per layer; always on).
@@ -153,8 +174,24 @@ private:
     void route(int il, const ChunkArgs& c);
     void moe(int il, const ChunkArgs& c);
     void lm_head(const ChunkArgs& c);
+    void ssm_in(int il, const ChunkArgs& c);
+    void ssm_conv(int il, const ChunkArgs& c);
+    void delta_net(int il, const ChunkArgs& c);
+    void ssm_out(int il, const ChunkArgs& c);
+    void shared_expert(int il, const ChunkArgs& c);
     /// h = rms_norm(x) * w for the chunk's n rows.
     void norm_rows(const GgufTensorInfo* w, int64_t n);
+    /// One weight and its output [n, w rows] for project().
+    struct Proj {
+        const GgufTensorInfo* w;
+        float* out;
+    };
+    /// out = x W^T for every projection, x [n, ne0]; x is converted once per weight type and all
+    /// products run in one parallel region.
+    void project(const float* x, int64_t n, int64_t ne0, std::span<const Proj> ps);
+    /// Appends the chunk's tokens to the sequences' histories and takes recurrent-state snapshots
+    /// of the sequences that had several rows in it (after the chunk ran).
+    void after_chunk(std::span<const int32_t> tokens, std::span<const int32_t> seq);
     /// Runs tokens_ as one chunk: row i in sequence seq[i] at position pos[i]; logits as `lg`
     /// (Rows: the rows listed in logit_rows) into logits_out_.
     void run_chunk(std::span<const int32_t> seq, std::span<const int64_t> pos, ChunkArgs::Logits lg,
@@ -167,6 +204,19 @@ private:
     std::vector<int64_t> n_past_;              ///< [n_seq] positions held per sequence
     std::unique_ptr<cpu::ThreadPool> pool_;
     std::unique_ptr<KvCache> kv_;
+    std::unique_ptr<RecurrentState> rs_;       ///< DeltaNet layers' state (empty without them)
+    struct Checkpoint {
+        int64_t pos;
+        std::vector<float> state;
+    };
+    std::vector<std::vector<Checkpoint>> checkpoints_;  ///< [n_seq] newest last, at most n_checkpoints each
+    std::vector<std::vector<int32_t>> history_;         ///< [n_seq] token ids held (recurrent models only)
+    int n_checkpoints_ = 0;
+    int64_t recomputed_tokens_ = 0;
+    /// Rows of the chunk grouped by sequence, in row order: group g is sequence group_seq_[g] with
+    /// rows group_rows_[group_off_[g] .. group_off_[g + 1]).
+    std::vector<int32_t> group_seq_;
+    std::vector<int64_t> group_off_, group_rows_;
     std::unique_ptr<Scratch> s_;
     std::vector<cpu::ExpertWeights> experts_;  ///< per layer
     std::span<const int32_t> tokens_;          ///< ids of the chunk being run

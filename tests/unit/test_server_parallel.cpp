@@ -1,8 +1,11 @@
 // The scheduler with several slots (nitro serve --parallel N): concurrent jobs give the tokens
 // they give one at a time (greedy and seeded sampling, prompts chunked, past the sliding window),
 // the steps are really batched, cancelling one slot leaves the others unharmed and frees the
-// slot, prefix reuse works per slot, and an engine with one sequence refuses --parallel 2.
+// slot, prefix reuse works per slot (also with a recurrent state: qwen3next), and an engine with one
+// sequence refuses --parallel 2.
+#include "arch/synth.h"
 #include "core/error.h"
+#include "gguf_bytes.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
 #include "server/scheduler.h"
@@ -290,6 +293,51 @@ TEST(ServerScheduler, ParallelNeedsAnEngineThatBatchesSequences) {
             EXPECT_NE(msg.find(want), std::string::npos) << msg;
         }
     }
+}
+
+TEST(ServerScheduler, PrefixReuseRestoresTheRecurrentState) {
+    // qwen3next (Gated DeltaNet layers): a follow-up that reuses the prompt and 8 of the 12
+    // evaluated generated tokens of a finished request. The DeltaNet state cannot be cut back to
+    // the reused length, so the slot's sequence restores its snapshot after the prompt and
+    // evaluates those 8 tokens again. The lengths are multiples of n_ubatch (8), so the reused path
+    // evaluates the same chunks as a fresh run, and the tokens must be equal (with the state left
+    // at 52 tokens they are not).
+    const std::string dir = test::temp_dir("sched-qwen3next");
+    SynthOptions syn;
+    syn.arch = "qwen3next";
+    syn.preset = "tiny";
+    syn.out = dir + "/q.gguf";
+    synth_model(syn);
+    Model model(syn.out);
+    const int32_t V = static_cast<int32_t>(model.n_vocab());
+    std::vector<int32_t> a, extra;
+    for (int i = 0; i < 40; ++i) a.push_back((i * 37 + 5) % V);
+    for (int i = 0; i < 12; ++i) extra.push_back((i * 11 + 3) % V);
+    SchedulerOptions so;
+    so.session.n_ctx = 256;
+    so.session.n_threads = 2;
+    so.session.n_ubatch = 8;
+    so.n_slots = 1;
+    Metrics m;
+    Scheduler s(model, so, m);
+    JobRun first = make_run(a, 13);  // 12 generated tokens are evaluated (the 13th only sampled)
+    s.submit(first.job);
+    first.done.wait();
+    ASSERT_EQ(first.sink->ids.size(), 13u);
+    auto follow = a;
+    follow.insert(follow.end(), first.sink->ids.begin(), first.sink->ids.begin() + 8);
+    follow.insert(follow.end(), extra.begin(), extra.end());
+    JobRun second = make_run(follow, 10);
+    s.submit(second.job);
+    second.done.wait();
+    EXPECT_EQ(second.sink->reused, 48);
+    Metrics m2;
+    Scheduler fresh(model, so, m2);
+    JobRun ref = make_run(follow, 10);
+    fresh.submit(ref.job);
+    ref.done.wait();
+    EXPECT_EQ(ref.sink->reused, 0);
+    EXPECT_EQ(second.sink->ids, ref.sink->ids) << "the reused prefix must give the tokens of a fresh run";
 }
 
 }  // namespace nitro::server
