@@ -25,6 +25,16 @@ tar cJf .carry/fixtures.tar.xz -C "$T/s" shared
 if [ "$LLAMA" = 1 ]; then
     git clone -q tools/peer/node_modules/node-llama-cpp/llama/gitRelease.bundle "$T/llama" 2>/dev/null
     (cd "$T/llama" && git archive HEAD | tar x -C "$T" --one-top-level=llama-src --anchored --exclude=models --exclude=docs --exclude=tests)
+    # Only what llama-bench's build reads, so the tarball fits beside the repository in a device
+    # call's 64 MiB: no other tools, examples, web UI, media, Python, or other ggml backends; the
+    # CMake files of what is dropped become empty (tools/ builds llama-bench alone). The sources
+    # that are built are llama.cpp's, unchanged.
+    (cd "$T/llama-src"
+     rm -rf media benches examples pocs app gguf-py conversion scripts grammars vendor/miniaudio/*.h
+     find tools -mindepth 1 -maxdepth 1 ! -name llama-bench ! -name CMakeLists.txt -exec rm -rf {} +
+     printf 'find_package(Threads REQUIRED)\nllama_add_compile_flags()\nadd_subdirectory(llama-bench)\n' > tools/CMakeLists.txt
+     for d in ggml/src/ggml-*/; do case "$d" in */ggml-cuda/|*/ggml-cpu/) ;; *) rm -rf "$d" ;; esac; done
+     mkdir -p examples pocs app && : > examples/CMakeLists.txt && : > pocs/CMakeLists.txt && : > app/CMakeLists.txt)
     tar cJf .carry/llama-src.tar.xz -C "$T/llama-src" .
 fi
 ls -la .carry

@@ -271,7 +271,7 @@ struct GpuSession::Impl {
     }
     void qkv(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
-        const GemmScratch* gs = gemm.cublas ? &gemm : nullptr;
+        const GemmScratch* gs = &gemm;
         if (spec.attn_gate) {  // attn_q gives [q, gate] per head, split into q and gate
             matmul(s, D.wq, h, c.n, E, qg, 2 * spec.n_q(), D.bq, false, gs);
             split_q_gate(s, qg, c.n, spec.n_head, spec.head_dim, q, gate);
@@ -314,13 +314,13 @@ struct GpuSession::Impl {
     void attn_out(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
         if (spec.attn_gate) mul_sigmoid(s, attn, gate, c.n * spec.n_o());  // attn *= sigmoid(gate)
-        matmul(s, D.wo, attn, c.n, spec.n_o(), x, E, D.bo, true, gemm.cublas ? &gemm : nullptr);  // x += attn W_o + b_o
+        matmul(s, D.wo, attn, c.n, spec.n_o(), x, E, D.bo, true, &gemm);  // x += attn W_o + b_o
     }
     // Gated DeltaNet (llama.cpp qwen3next build_layer_attn_linear; CPU: runtime/session.cpp).
     void ssm_in(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
         const SsmSpec& ss = spec.ssm;
-        const GemmScratch* gs = gemm.cublas ? &gemm : nullptr;
+        const GemmScratch* gs = &gemm;
         const int64_t cd = ss.conv_dim(), vd = ss.value_dim(), nv = ss.n_v_heads, r = nv / ss.n_k_heads;
         if (D.wqkv.data) {
             matmul(s, D.wqkv, h, c.n, E, ssm_qkv, cd, nullptr, false, gs);
@@ -368,11 +368,11 @@ struct GpuSession::Impl {
         // Gated RMSNorm per value head, then x += core W_out.
         rms_norm(s, ssm_core, D.ssm_norm, c.n * ss.n_v_heads, hd, hd, spec.rms_eps, ssm_core, hd);
         mul_silu(s, ssm_core, ssm_z, c.n * vd);
-        matmul(s, D.ssm_out, ssm_core, c.n, vd, x, E, nullptr, true, gemm.cublas ? &gemm : nullptr);
+        matmul(s, D.ssm_out, ssm_core, c.n, vd, x, E, nullptr, true, &gemm);
     }
     void shared_expert(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
-        const GemmScratch* gs = gemm.cublas ? &gemm : nullptr;
+        const GemmScratch* gs = &gemm;
         const int64_t Fs = spec.n_ff_shexp;
         matmul(s, D.gate_shexp, h, c.n, E, sh_gate, Fs, nullptr, false, gs);
         matmul(s, D.up_shexp, h, c.n, E, sh_up, Fs, nullptr, false, gs);
@@ -386,7 +386,7 @@ struct GpuSession::Impl {
     }
     void route(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
-        matmul(s, D.gate_inp, h, c.n, E, router, X, nullptr, false, gemm.cublas ? &gemm : nullptr);
+        matmul(s, D.gate_inp, h, c.n, E, router, X, nullptr, false, &gemm);
         if (replay)
             NITRO_CUDA_CHECK(cudaMemcpyAsync(router, h_replay + il * c.n * X, static_cast<size_t>(c.n * X) * 4,
                                              cudaMemcpyHostToDevice, s));
@@ -449,7 +449,7 @@ struct GpuSession::Impl {
     void count_gpu_only(int il, int64_t n) { counters.layers[static_cast<size_t>(il)].gpu_pairs += static_cast<uint64_t>(n * K); }
     void lm_head(const ChunkArgs& c) {
         const int64_t first = c.logits == ChunkArgs::Logits::All ? 0 : c.n - 1;
-        const GemmScratch* gs = gemm.cublas ? &gemm : nullptr;
+        const GemmScratch* gs = &gemm;
         // At most z.logits_rows rows at a time (the logits of a whole prompt chunk would not fit
         // a small budget: 512 x 201,088 floats are 412 MB).
         for (int64_t r0 = first; r0 < c.n; r0 += z.logits_rows) {
@@ -749,6 +749,9 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     m.sh_gate = A(z.sh_gate, "shared expert gate");
     m.sh_up = A(z.sh_up, "shared expert up");
     m.sh_down = A(z.sh_down, "shared expert output");
+    m.gemm.xr = A(z.xr, "activations rounded to the vec-dot type");
+    m.gemm.xr_elems = static_cast<size_t>(z.xr);
+    m.moe_sc.gemm = m.gemm;
     const int64_t R = ub * m.K;
     if (z.moe_gate > 0) {
         m.moe_sc.gate = A(z.moe_gate, "expert gate outputs");

@@ -5,6 +5,8 @@
 //  - RMSNorm sums squares in double and RoPE computes its angles with the CPU's operation order.
 #include "cuda/ops.h"
 
+#include "cpu/matmul.h"
+
 #include "cuda/common.cuh"
 #include "cuda/quant.cuh"
 
@@ -12,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace nitro::cuda {
@@ -167,6 +170,79 @@ __global__ void to_f16_kernel(const float* __restrict__ x, int64_t ldx, const in
     out[i] = __float2half_rn(x[src * ldx + c]);
 }
 
+/// Rounds activations to the values the CPU engine's vec-dot type holds (cpu::quantize_acts,
+/// src/quant's reference quantizers, bit for bit): Q8_0 blocks of 32 (d = amax / 127 as fp16,
+/// q = roundf(x / d)), Q8_K blocks of 256 (d = max / -127 as f32, q = nearest-even, clamped to 127),
+/// F16 or BF16 (round to nearest even). One CTA of 256 threads per 256 values of a row; thread i
+/// holds value i. OutT is float or __half (the f16 GEMM input). x and out may alias (each value is
+/// read and written by the same thread, the reductions in between).
+template <GgmlType VDT, typename OutT>
+__global__ void __launch_bounds__(256) round_acts_kernel(const float* x, int64_t ldx, const int32_t* __restrict__ idx,
+                                                         int64_t n, OutT* out, int64_t ldo) {
+    const int64_t r = blockIdx.y;
+    const int64_t c = blockIdx.x * 256LL + threadIdx.x;
+    const int64_t src = idx ? idx[r] : r;
+    const bool in = c < n;
+    const float v = in ? x[src * ldx + c] : 0.f;
+    float y = v;
+    if constexpr (VDT == GgmlType::Q8_0) {
+        const float amax = warp_max(fabsf(v));
+        const float d = __fdiv_rn(amax, 127.f);
+        const float id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
+        y = roundf(__fmul_rn(v, id)) * __half2float(__float2half_rn(d));
+    } else if constexpr (VDT == GgmlType::Q8_K) {
+        // the value of largest magnitude, the first one on ties (quantize_q8_k's scan order)
+        __shared__ float s_ax[8], s_v[8];
+        __shared__ int s_i[8];
+        float ax = fabsf(v), mv = v;
+        int mi = threadIdx.x;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ax2 = __shfl_xor_sync(0xffffffffu, ax, o), mv2 = __shfl_xor_sync(0xffffffffu, mv, o);
+            const int mi2 = __shfl_xor_sync(0xffffffffu, mi, o);
+            if (ax2 > ax || (ax2 == ax && mi2 < mi)) { ax = ax2; mv = mv2; mi = mi2; }
+        }
+        const int w = threadIdx.x / kWarp;
+        if (threadIdx.x % kWarp == 0) { s_ax[w] = ax; s_v[w] = mv; s_i[w] = mi; }
+        __syncthreads();
+        ax = s_ax[0]; mv = s_v[0]; mi = s_i[0];
+        for (int k = 1; k < 8; ++k)
+            if (s_ax[k] > ax || (s_ax[k] == ax && s_i[k] < mi)) { ax = s_ax[k]; mv = s_v[k]; mi = s_i[k]; }
+        if (ax == 0.f) {
+            y = 0.f;
+        } else {
+            const float iscale = __fdiv_rn(-127.f, mv);
+            const int q = min(127, __float2int_rn(__fmul_rn(iscale, v)));
+            y = static_cast<float>(q) * __fdiv_rn(1.f, iscale);
+        }
+    } else if constexpr (VDT == GgmlType::F16) {
+        y = __half2float(__float2half_rn(v));
+    } else if constexpr (VDT == GgmlType::BF16) {
+        y = __bfloat162float(__float2bfloat16_rn(v));
+    }
+    if (!in) return;
+    if constexpr (std::is_same_v<OutT, __half>) out[r * ldo + c] = __float2half_rn(y);
+    else out[r * ldo + c] = y;
+}
+
+template <typename OutT>
+void launch_round_acts(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, const int32_t* idx, int64_t n_rows,
+                       int64_t n, OutT* out, int64_t ldo) {
+    if (n_rows <= 0) return;
+    const dim3 grid(ceil_div(n, 256), static_cast<unsigned>(n_rows));
+    const GgmlType vdt = cpu::vec_dot_type(weight);
+    if ((vdt == GgmlType::Q8_0 && n % 32 != 0) || (vdt == GgmlType::Q8_K && n % 256 != 0))
+        cfail("CUDA round_acts: rows of {} values are not whole {} blocks", n, type_display_name(vdt));
+    switch (vdt) {
+        case GgmlType::Q8_0: round_acts_kernel<GgmlType::Q8_0, OutT><<<grid, 256, 0, s>>>(x, ldx, idx, n, out, ldo); break;
+        case GgmlType::Q8_K: round_acts_kernel<GgmlType::Q8_K, OutT><<<grid, 256, 0, s>>>(x, ldx, idx, n, out, ldo); break;
+        case GgmlType::F16: round_acts_kernel<GgmlType::F16, OutT><<<grid, 256, 0, s>>>(x, ldx, idx, n, out, ldo); break;
+        case GgmlType::BF16: round_acts_kernel<GgmlType::BF16, OutT><<<grid, 256, 0, s>>>(x, ldx, idx, n, out, ldo); break;
+        default: round_acts_kernel<GgmlType::F32, OutT><<<grid, 256, 0, s>>>(x, ldx, idx, n, out, ldo); break;
+    }
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
 __global__ void add_bias_kernel(float* __restrict__ out, int64_t ldo, const float* __restrict__ b, int64_t n_tok,
                                 int64_t n) {
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -217,11 +293,24 @@ void get_rows(cudaStream_t s, const DWeight& w, const int32_t* ids, int64_t n, f
     NITRO_CUDA_LAUNCH_CHECK();
 }
 
+void round_acts(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, const int32_t* idx, int64_t n_rows,
+                int64_t n, float* out, int64_t ldo) {
+    launch_round_acts<float>(s, weight, x, ldx, idx, n_rows, n, out, ldo);
+}
+
 void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
             const float* bias, bool accumulate, const GemmScratch* scratch) {
     check_weight(w, "matmul");
     if (n_tok <= 0) return;
-    const bool gemv = n_tok <= kGemvMaxTokens || !scratch || w.type == GgmlType::F32;
+    const bool gemv = n_tok <= kGemvMaxTokens || !scratch || !scratch->cublas || w.type == GgmlType::F32;
+    if (scratch && scratch->xr && cpu::vec_dot_type(w.type) != GgmlType::F32) {
+        NITRO_CUDA_ASSERT(static_cast<size_t>(n_tok * w.ne0) <= scratch->xr_elems);
+        if (gemv || w.type != GgmlType::F16) {
+            round_acts(s, w.type, x, ldx, nullptr, n_tok, w.ne0, scratch->xr, w.ne0);
+            x = scratch->xr;
+            ldx = w.ne0;
+        }  // F16 GEMM: the f16 conversion below is the rounding
+    }
     if (gemv) {
         dispatch_type(w.type, [&]<GgmlType T>() {
             if (n_tok == 1) launch_gemv<T, 1>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate);
@@ -383,11 +472,12 @@ __global__ void moe_combine_kernel(float* __restrict__ x, const float* __restric
     *xp = v;
 }
 
-/// Prefill: activation of grouped rows g (expert group_exp[g]) -> f16.
-__global__ void moe_glu_kernel(const float* __restrict__ gate, const float* __restrict__ up,
+/// Prefill: activation of grouped rows g (expert group_exp[g]) -> f16 (act), or f32 into act32
+/// when act is null (act32 may be gate: each value is read and written by one thread).
+__global__ void moe_glu_kernel(const float* gate, const float* __restrict__ up,
                                const int32_t* __restrict__ group_exp, const int32_t* __restrict__ slot_of,
                                const float* __restrict__ gb, const float* __restrict__ ub, int oai, int64_t R, int64_t F,
-                               __half* __restrict__ act) {
+                               __half* __restrict__ act, float* act32) {
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= R * F) return;
     const int64_t g = i / F, f = i % F;
@@ -396,7 +486,9 @@ __global__ void moe_glu_kernel(const float* __restrict__ gate, const float* __re
     float gv = gate[i], uv = up[i];
     if (gb) gv += gb[static_cast<int64_t>(e) * F + f];
     if (ub) uv += ub[static_cast<int64_t>(e) * F + f];
-    act[i] = __float2half_rn(glu(gv, uv, oai));
+    const float y = glu(gv, uv, oai);
+    if (act) act[i] = __float2half_rn(y);
+    else act32[i] = y;
 }
 
 }  // namespace
@@ -411,7 +503,15 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
              type_display_name(ex.up.type));
     const int64_t R = n * K;
     const bool decode = n <= kGemvMaxTokens || !host_ids;
+    // Activations rounded as the CPU's experts round them (matmul's note): the expert input per
+    // token, and the GLU output per (token, expert) pair.
+    const bool round = sc.gemm.xr != nullptr;
     if (decode) {
+        if (round) {
+            NITRO_CUDA_ASSERT(static_cast<size_t>(n * E) <= sc.gemm.xr_elems);
+            round_acts(s, ex.gate.type, h, E, nullptr, n, E, sc.gemm.xr, E);
+            h = sc.gemm.xr;
+        }
         dispatch_type(ex.gate.type, [&]<GgmlType T>() {
             moe_gateup_kernel<T><<<dim3(ceil_div(F, kRowsPerBlock), static_cast<unsigned>(R)), kGemvThreads, 0, s>>>(
                 ex.gate.data, ex.up.data, ex.gate_stride, ex.up_stride, ex.gate.row_bytes, static_cast<int>(F),
@@ -419,6 +519,7 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
                 sc.act);
         });
         NITRO_CUDA_LAUNCH_CHECK();
+        if (round) round_acts(s, ex.down.type, sc.act, F, nullptr, R, F, sc.act, F);
         dispatch_type(ex.down.type, [&]<GgmlType T>() {
             moe_down_kernel<T><<<dim3(ceil_div(E, kRowsPerBlock), static_cast<unsigned>(R)), kGemvThreads, 0, s>>>(
                 ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), static_cast<int>(ex.down.ne0 / 32),
@@ -450,8 +551,12 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
     NITRO_CUDA_ASSERT(static_cast<size_t>(R * E) <= sc.gemm.act_elems);
     NITRO_CUDA_ASSERT(static_cast<size_t>(F * E) <= sc.gemm.w_elems);
     auto* hg = reinterpret_cast<__half*>(sc.gemm.act);
-    to_f16_kernel<<<ceil_div(R * E, 256), 256, 0, s>>>(h, E, sc.group_tok, R, E, hg);
-    NITRO_CUDA_LAUNCH_CHECK();
+    if (round) {
+        launch_round_acts<__half>(s, ex.gate.type, h, E, sc.group_tok, R, E, hg, E);
+    } else {
+        to_f16_kernel<<<ceil_div(R * E, 256), 256, 0, s>>>(h, E, sc.group_tok, R, E, hg);
+        NITRO_CUDA_LAUNCH_CHECK();
+    }
     auto* wbuf = reinterpret_cast<__half*>(sc.gemm.w);
     auto expert_w = [](const DWeight& base, size_t stride, int slot) {
         DWeight d = base;
@@ -470,8 +575,9 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
     }
     auto* act16 = reinterpret_cast<__half*>(sc.act);
     moe_glu_kernel<<<ceil_div(R * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, ex.slot_of, ex.gate_b, ex.up_b,
-                                                       ex.oai_act ? 1 : 0, R, F, act16);
+                                                       ex.oai_act ? 1 : 0, R, F, round ? nullptr : act16, sc.gate);
     NITRO_CUDA_LAUNCH_CHECK();
+    if (round) launch_round_acts<__half>(s, ex.down.type, sc.gate, F, nullptr, R, F, act16, F);
     for (int64_t e = 0; e < ex.n_expert; ++e) {
         const int64_t b = count[static_cast<size_t>(e)], c = count[static_cast<size_t>(e) + 1] - b;
         const int slot = host_slot_of[e];

@@ -71,20 +71,35 @@ void attention(cudaStream_t s, const AttnArgs& a);
 /// Rows of an embedding matrix for token ids (device) -> f32 [n, ne0].
 void get_rows(cudaStream_t s, const DWeight& w, const int32_t* ids, int64_t n, float* out);
 
-/// Scratch for the matrix-matrix path (prefill): f16 copies of activations and of a weight chunk.
+/// Scratch of matmul and moe_experts: f16 copies of activations and of a weight chunk for the
+/// matrix-matrix path (prefill, needs cublas), and the activations rounded to the weight's vec-dot
+/// type (xr; see matmul).
 struct GemmScratch {
-    cublasHandle_t cublas = nullptr;
+    cublasHandle_t cublas = nullptr;  ///< null: every product takes the GEMV path
     uint16_t* act = nullptr;     ///< f16
     size_t act_elems = 0;
     uint16_t* w = nullptr;       ///< f16
     size_t w_elems = 0;
+    float* xr = nullptr;         ///< [n_tok, ne0] f32; null: activations are used unrounded
+    size_t xr_elems = 0;
 };
 
+/// Rows of x [n_rows, n] (row stride ldx; row r read from row idx[r] when idx is given) rounded to
+/// the values of cpu::vec_dot_type(weight) (Q8_0 and Q8_K 8-bit blocks, F16, BF16; F32 unchanged),
+/// exactly as cpu::quantize_acts rounds them (bit for bit: same scales and rounding rules), into
+/// out [n_rows, n] (row stride ldo; f32, or f16 for the GEMM input). x may equal out. n must be
+/// whole blocks of that type (32 or 256 values).
+void round_acts(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, const int32_t* idx, int64_t n_rows,
+                int64_t n, float* out, int64_t ldo);
+
 /// out[t*ldo + r] (+)= dot(w.row(r), x[t*ldx ..]) + bias[r] for t < n_tok, r < w.n_rows.
-/// n_tok <= kGemvMaxTokens: quantized matrix-vector kernel, f32 activations, weights decoded in
-/// registers. Otherwise (and scratch given): weights dequantized to f16 in row chunks (F16 used
-/// as stored), activations rounded to f16, cuBLAS GEMM with f32 accumulation (tensor cores).
-/// accumulate: add to out instead of overwriting.
+/// Activations: with scratch->xr, first rounded to the weight's vec-dot type (round_acts), so the
+/// products are the CPU engine's (which computes scale x integer dot products on 8-bit blocks, as
+/// llama.cpp's CPU and CUDA backends do) up to float summation order; without it, f32 as given
+/// (exact products: for tests and callers that want them).
+/// n_tok <= kGemvMaxTokens (or no cuBLAS): matrix-vector kernel, weights decoded in registers.
+/// Otherwise: weights dequantized to f16 in row chunks (F16 used as stored), activations to f16,
+/// cuBLAS GEMM with f32 accumulation (tensor cores). accumulate: add to out instead of overwriting.
 inline constexpr int64_t kGemvMaxTokens = 8;
 void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
             const float* bias, bool accumulate, const GemmScratch* scratch);

@@ -158,11 +158,12 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
     z.tok = ub;
     z.moe_act = R * F;
     z.moe_down = R * E;
+    const int64_t max_ne0 = std::max({E, sp.n_o(), F, sp.ssm.value_dim(), sp.n_ff_shexp});
+    z.xr = ub * max_ne0;
     if (ub > GpuScratchSizes::kGemvMaxTokens) {
         z.moe_gate = R * F;
         z.moe_up = R * F;
         z.group = R;
-        const int64_t max_ne0 = std::max({E, sp.n_o(), F, sp.ssm.value_dim(), sp.n_ff_shexp});
         z.gemm_act = std::max(R * E, ub * max_ne0);
         z.gemm_w = std::max<int64_t>(32ll << 20, F * E);
     }
@@ -176,7 +177,7 @@ uint64_t GpuScratchSizes::bytes() const {
     uint64_t b = 0;
     for (int64_t n : {x, h, q, k, v, attn, router, weights, margin, logits, attn_partial, moe_act, moe_down, moe_gate, moe_up,
                       partial, qg, gate, ssm_qkv, ssm_z, ssm_ba, ssm_beta, ssm_g, ssm_conv, ssm_core, ssm_in, sh_gate, sh_up,
-                      sh_down})
+                      sh_down, xr})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
     for (int64_t n : {ids, tok, group, group, group})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);

@@ -163,6 +163,9 @@ struct GpuScratchSizes {
     int64_t group = 0;        ///< int32, three arrays of this size (prefill grouping)
     int64_t gemm_act = 0, gemm_w = 0;  ///< f16 (prefill GEMMs)
     int64_t partial = 0;      ///< the CPU experts' partial sum, [n_ubatch, n_embd]
+    /// Activations rounded to a weight's vec-dot type (cuda::round_acts), [n_ubatch, largest
+    /// matrix input].
+    int64_t xr = 0;
     int64_t qg = 0, gate = 0; ///< gated attention: attn_q's output [n_ubatch, 2 n_q] ([q, gate] per head), the gate [n_ubatch, n_q]
     /// Gated DeltaNet: q|k|v, z, beta/alpha, beta, log decay, conv output, core output and (older
     /// files) the fused ssm_in output, [n_ubatch, *] each.

@@ -11,7 +11,11 @@
 //     accumulation in the tensor cores): relative rms about 2^-11 per operand -> 3e-3 bound;
 //   - rms_norm, rope, attention, router weights, decode MoE: f32 with different summation
 //     order / libm ulps: 1e-5 (MoE decode 1e-4: two chained products and an activation);
-//   - router ids: identical (ties go to the lower id on both sides); prefill MoE: 5e-3 (f16).
+//   - router ids: identical (ties go to the lower id on both sides); prefill MoE: 5e-3 (f16);
+//   - round_acts (activations rounded to the vec-dot type, as the engine runs): exact against
+//     src/quant's quantize + dequantize; GEMV and decode MoE with it vs the CPU's rounded
+//     arithmetic (cpu::matmul, ref_moe on rounded inputs): 2e-5 / 1e-4 as above, where the
+//     unrounded products are ~7e-3 away (the discriminating bound).
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 #include "core/fp16.h"
@@ -31,6 +35,21 @@ using namespace nitro::cuda;
 using namespace nitro::cuda::test;
 
 namespace {
+
+/// x rounded to the vec-dot type of weight type t, as the CPU engine holds it: quantize then
+/// dequantize rows of n values with src/quant's reference code.
+std::vector<float> rounded(GgmlType t, const std::vector<float>& x, int64_t n) {
+    const GgmlType vdt = cpu::vec_dot_type(t);
+    if (vdt == GgmlType::F32) return x;
+    const size_t rb = row_size(vdt, n);
+    std::vector<uint8_t> q(rb);
+    std::vector<float> out(x.size());
+    for (size_t r = 0; r * n < x.size(); ++r) {
+        quantize(vdt, x.data() + r * n, q.data(), n);
+        dequantize(vdt, q.data(), out.data() + r * n, n);
+    }
+    return out;
+}
 
 struct HostWeight {
     GgmlType type;
@@ -115,7 +134,7 @@ TEST_F(CudaOps, DequantizeAndGetRowsAreExact) {
 
 TEST_F(CudaOps, MatmulGemvMatchesReference) {
     cpu::ThreadPool pool(2);
-    double worst = 0, worst_cpu = 0;
+    double worst = 0, worst_cpu = 0, worst_rounded = 0;
     for (GgmlType t : kTypes)
         for (auto [ne0, rows] : kShapes) {
             if (!shape_ok(t, ne0)) continue;
@@ -153,11 +172,47 @@ TEST_F(CudaOps, MatmulGemvMatchesReference) {
                 auto got2 = to_host(out, static_cast<size_t>(n * rows));
                 for (int64_t i = 0; i < n * rows; ++i) ref[i] = 2 * ref[i] + bias[i % rows];
                 EXPECT_LT(nerr(got2, ref), 2e-5) << "accumulate + bias";
+                // activations rounded to the vec-dot type first (the engine's path): the CPU's products
+                GemmScratch rs;
+                rs.xr_elems = static_cast<size_t>(n * ne0);
+                rs.xr = ctx->alloc_n<float>(rs.xr_elems, "xr");
+                poison(out, static_cast<size_t>(n * rows));
+                matmul(ctx->compute(), d, dx, n, ne0, out, rows, nullptr, false, &rs);
+                const double er = nerr(to_host(out, static_cast<size_t>(n * rows)), cref);
+                worst_rounded = std::max(worst_rounded, er);
+                EXPECT_LT(er, 2e-5) << "rounded activations vs cpu::matmul";
+                ctx->alloc().free(rs.xr);
                 for (void* p : {static_cast<void*>(dx), static_cast<void*>(db), static_cast<void*>(out)}) ctx->alloc().free(p);
             }
             ctx->alloc().free(const_cast<uint8_t*>(d.data));
         }
-    std::printf("GEMV: worst normalised error %.2e vs f64 reference, %.2e vs cpu::matmul\n", worst, worst_cpu);
+    std::printf("GEMV: worst normalised error %.2e vs f64 reference, %.2e vs cpu::matmul; with rounded activations %.2e vs "
+                "cpu::matmul\n", worst, worst_cpu, worst_rounded);
+}
+
+TEST_F(CudaOps, RoundActsEqualsTheCpuQuantizers) {
+    // Every vec-dot type the GPU's weight types use, rows with a zero block, ties of magnitude
+    // with both signs (Q8_K keeps the first) and values that land on .5 steps.
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16, GgmlType::BF16, GgmlType::F32}) {
+        SCOPED_TRACE(type_display_name(t));
+        const int64_t n = 512, rows = 5;
+        auto x = randn(static_cast<size_t>(n * rows), 3.f);
+        for (int64_t i = 0; i < 256; ++i) x[static_cast<size_t>(n + i)] = 0.f;  // row 1: a zero block
+        x[2 * n + 7] = 5.f;
+        x[2 * n + 9] = -5.f;                                                     // row 2: equal magnitudes
+        for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(3 * n + i)] = 0.5f * static_cast<float>(i - 16);  // exact steps
+        float* dx = to_dev(*ctx, x);
+        float* out = ctx->alloc_n<float>(x.size(), "out");
+        poison(out, x.size());
+        round_acts(ctx->compute(), t, dx, n, nullptr, rows, n, out, n);
+        auto got = to_host(out, x.size());
+        auto ref = rounded(t, x, n);
+        EXPECT_EQ(std::memcmp(got.data(), ref.data(), got.size() * 4), 0);
+        round_acts(ctx->compute(), t, dx, n, nullptr, rows, n, dx, n);  // in place
+        EXPECT_EQ(std::memcmp(to_host(dx, x.size()).data(), ref.data(), got.size() * 4), 0) << "in place";
+        ctx->alloc().free(dx);
+        ctx->alloc().free(out);
+    }
 }
 
 TEST_F(CudaOps, MatmulGemmMatchesReference) {
@@ -447,9 +502,12 @@ struct HostExperts {
 };
 
 /// CPU reference of the MoE FFN for the experts in `use` (others contribute nothing).
-std::vector<double> ref_moe(const HostExperts& H, const std::vector<float>& h, int64_t n, int64_t E, int64_t F, int K,
+/// round: the inputs of gate/up and of down rounded to their vec-dot types first (as the engine
+/// and the CPU experts compute).
+std::vector<double> ref_moe(const HostExperts& H, const std::vector<float>& h_in, int64_t n, int64_t E, int64_t F, int K,
                             const std::vector<int32_t>& ids, const std::vector<float>& w, bool oai,
-                            const std::vector<bool>& use) {
+                            const std::vector<bool>& use, bool round = false) {
+    const std::vector<float> h = round ? rounded(H.gate.type, h_in, E) : h_in;
     std::vector<double> out(static_cast<size_t>(n * E), 0.0);
     std::vector<float> g(F), u(F), a(F);
     for (int64_t t = 0; t < n; ++t)
@@ -467,6 +525,7 @@ std::vector<double> ref_moe(const HostExperts& H, const std::vector<float>& h, i
             }
             if (oai) cpu::swiglu_oai(g.data(), u.data(), F, 1.702f, 7.0f, a.data());
             else cpu::swiglu(g.data(), u.data(), F, a.data());
+            if (round) a = rounded(H.down.type, a, F);
             for (int64_t c = 0; c < E; ++c) {
                 double s = 0;
                 for (int64_t f = 0; f < F; ++f) s += static_cast<double>(H.down.deq[(e * E + c) * F + f]) * a[f];
@@ -553,7 +612,12 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
             int32_t* dids = to_dev(*ctx, ids);
             float* dw = to_dev(*ctx, w);
             const double tol = n > kGemvMaxTokens ? 5e-3 : 1e-4;
-            for (int pass = 0; pass < 2; ++pass) {
+            float* xr = ctx->alloc_n<float>(static_cast<size_t>(n * c.E), "xr");
+            for (int pass = 0; pass < 3; ++pass) {
+                // pass 2: activations rounded to the vec-dot types (the engine's path), all resident
+                const bool round = pass == 2;
+                sc.gemm.xr = round ? xr : nullptr;
+                sc.gemm.xr_elems = round ? static_cast<size_t>(n * c.E) : 0;
                 std::vector<int32_t> slot_of(perm);
                 std::vector<bool> use(static_cast<size_t>(c.X), true), missing(static_cast<size_t>(c.X), false);
                 if (pass == 1)
@@ -570,11 +634,14 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
                 moe_ffn(ctx->compute(), ex, dh, n, c.E, c.K, dids, dw, n > kGemvMaxTokens ? ids.data() : nullptr,
                         slot_of.data(), dpartial, dx, sc);
                 auto got = to_host(dx, x0.size());
-                auto full = ref_moe(H, h, n, c.E, c.F, c.K, ids, w, c.oai, std::vector<bool>(c.X, true));
+                auto full = ref_moe(H, h, n, c.E, c.F, c.K, ids, w, c.oai, std::vector<bool>(c.X, true), round);
                 std::vector<float> delta(got.size());
                 for (size_t i = 0; i < got.size(); ++i) delta[i] = got[i] - x0[i];
-                EXPECT_LT(nerr(delta, full), tol) << (pass ? "half the experts resident + CPU partial" : "all resident");
+                EXPECT_LT(nerr(delta, full), tol) << (pass == 1 ? "half the experts resident + CPU partial"
+                                                      : round      ? "rounded activations"
+                                                                   : "all resident");
             }
+            ctx->alloc().free(xr);
         }
     }
 }
