@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 # Debian packages (see README "Dependencies" for what each is for).
 PKGS=(build-essential cmake ninja-build pkg-config git
-      nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev libpcre2-dev libcpp-httplib-dev
+      nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev libpcre2-dev libcpp-httplib-dev libssl-dev
       nodejs curl
       libgtest-dev libgmock-dev libbenchmark-dev
       clang libclang-rt-14-dev

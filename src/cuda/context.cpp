@@ -30,6 +30,40 @@ int device_count() {
     return n;
 }
 
+double h2d_gb_s(uint64_t bytes) {
+    NITRO_CUDA_CHECK(cudaSetDevice(0));
+    void* host = nullptr;
+    void* dev = nullptr;
+    if (cudaMallocHost(&host, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return 0.0;
+    }
+    if (cudaMalloc(&dev, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        cudaFreeHost(host);
+        return 0.0;
+    }
+    std::memset(host, 1, bytes);
+    cudaEvent_t a, b;
+    NITRO_CUDA_CHECK(cudaEventCreate(&a));
+    NITRO_CUDA_CHECK(cudaEventCreate(&b));
+    double best = 0.0;
+    for (int i = 0; i < 4; ++i) {  // the first copy warms the link up and is not counted
+        NITRO_CUDA_CHECK(cudaEventRecord(a));
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice));
+        NITRO_CUDA_CHECK(cudaEventRecord(b));
+        NITRO_CUDA_CHECK(cudaEventSynchronize(b));
+        float ms = 0.f;
+        NITRO_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        if (i > 0 && ms > 0.f) best = std::max(best, static_cast<double>(bytes) / (ms * 1e6));
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaFree(dev);
+    cudaFreeHost(host);
+    return best;
+}
+
 DeviceAllocator::DeviceAllocator(int device, uint64_t budget_bytes) : device_(device), budget_(budget_bytes) {}
 
 DeviceAllocator::~DeviceAllocator() {

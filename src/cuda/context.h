@@ -155,5 +155,9 @@ private:
 
 /// Number of CUDA devices (0 when there is no driver or no device).
 int device_count();
+/// Host-to-device copy bandwidth of device 0, GB/s (1e9 bytes/s): the best of three copies of
+/// `bytes` from pinned host memory after one unmeasured copy; 0 when pinned or device memory is
+/// refused. For benchmark records (gpu_h2d_gb_s in runtime/engine.h).
+double h2d_gb_s(uint64_t bytes);
 
 }  // namespace nitro::cuda

@@ -1193,7 +1193,7 @@ void register_engine() {
         [](const Model& model, const SessionOptions& so, const GpuOptions& go) -> std::unique_ptr<Engine> {
             return std::make_unique<GpuSession>(model, so, go);
         },
-        [] { return device_count(); });
+        [] { return device_count(); }, [](uint64_t bytes) { return h2d_gb_s(bytes); });
 }
 
 }  // namespace nitro::cuda

@@ -156,8 +156,9 @@ ReportFiles render_report(const std::vector<nlohmann::json>& records) {
     m += "# nitro bench report\n\n";
     if (!records.empty() && records.front().contains("model")) {
         const auto& md = records.front()["model"];
-        m += fmt::format("Model `{}` (XXH3-64 {}, n_ctx_train {}).", md.value("path", std::string()),
-                         md.value("file_xxh3_64", std::string()), md.value("n_ctx_train", int64_t{0}));
+        const nlohmann::json sha = md.value("file_sha256", nlohmann::json());
+        m += fmt::format("Model `{}` (SHA-256 {}, n_ctx_train {}).", md.value("path", std::string()),
+                         sha.is_string() ? sha.get<std::string>() : sha.dump(), md.value("n_ctx_train", int64_t{0}));
         if (records.front().contains("machine")) {
             const auto& mc = records.front()["machine"];
             m += fmt::format(" Machine: {} ({} cores, kernels {}).", mc.value("cpu_model", std::string()),

@@ -1,5 +1,7 @@
 #include "runtime/bench_sweep.h"
 
+#include "core/sha256.h"
+
 #include "core/error.h"
 #include "cpu/matmul.h"
 #include "quant/types.h"
@@ -184,7 +186,10 @@ nlohmann::json figure(double value, const char* unit, bool measured) {
 nlohmann::json model_facts(const Model& model) {
     std::map<std::string, std::pair<int64_t, uint64_t>> mix;
     uint64_t file_bytes = 0;
+    // SHA-256 as `sha256sum` and Hugging Face show it: one string, or one per shard of a split model
+    nlohmann::json file_sha256 = nlohmann::json::array();
     for (const auto& shard : model.gguf().shards()) {
+        file_sha256.push_back(sha256_hex(shard->mapping(), shard->file_size()));
         file_bytes += shard->file_size();
         for (const GgufTensorInfo& t : shard->tensors()) {
             auto& e = mix[type_display_name(t.type)];
@@ -192,12 +197,14 @@ nlohmann::json model_facts(const Model& model) {
             e.second += t.n_bytes;
         }
     }
+    if (file_sha256.size() == 1) file_sha256 = file_sha256[0];
     std::vector<std::pair<std::string, std::pair<int64_t, uint64_t>>> rows(mix.begin(), mix.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
     nlohmann::json q = nlohmann::json::array();
     for (const auto& [type, e] : rows) q.push_back({{"type", type}, {"tensors", e.first}, {"bytes", e.second}});
     return {{"path", model.path()},
             {"file_bytes", file_bytes},
+            {"file_sha256", file_sha256},
             {"file_xxh3_64", fmt::format("{:016x}", model_file_hash(model.gguf()))},
             {"arch", model.hp().arch},
             {"name", model.hp().name},
@@ -238,7 +245,7 @@ nlohmann::json machine_facts() {
         std::ifstream f("/proc/driver/nvidia/version");
         if (std::string line; std::getline(f, line)) driver = line;
     }
-    return {{"cpu_model", cpu},
+    nlohmann::json facts = {{"cpu_model", cpu},
             {"cores", std::max(1u, std::thread::hardware_concurrency())},
             {"isa", cpu::kernel_isa()},
             {"ram_bytes", ram},
@@ -246,6 +253,12 @@ nlohmann::json machine_facts() {
             {"gpu_driver", driver},
             {"cuda_engine", gpu_engine_available()},
             {"cuda_devices", gpu_device_count()}};
+    if (gpu_device_count() > 0) {
+        constexpr uint64_t kProbe = 256ull << 20;
+        facts["pcie_h2d_gb_s"] = figure(gpu_h2d_gb_s(kProbe), "GB/s", true);
+        facts["pcie_h2d_probe_bytes"] = kProbe;
+    }
+    return facts;
 }
 
 PeerRates parse_peer_output(const std::string& text) {

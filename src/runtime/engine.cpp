@@ -18,6 +18,10 @@ std::function<int()>& gpu_devices() {
     static std::function<int()> f;
     return f;
 }
+std::function<double(uint64_t)>& gpu_h2d_probe() {
+    static std::function<double(uint64_t)> f;
+    return f;
+}
 
 /// The CPU reference behind the Engine interface.
 class CpuEngine final : public Engine {
@@ -88,10 +92,12 @@ void Engine::seq_truncate(int seq, int64_t n) {
     truncate(n);
 }
 
-void set_gpu_engine_factory(GpuEngineFactory f, std::function<int()> device_count) {
+void set_gpu_engine_factory(GpuEngineFactory f, std::function<int()> device_count, std::function<double(uint64_t)> h2d_gb_s) {
     gpu_factory() = std::move(f);
     gpu_devices() = std::move(device_count);
+    gpu_h2d_probe() = std::move(h2d_gb_s);
 }
+double gpu_h2d_gb_s(uint64_t bytes) { return gpu_h2d_probe() && gpu_device_count() > 0 ? gpu_h2d_probe()(bytes) : 0.0; }
 bool gpu_engine_available() { return static_cast<bool>(gpu_factory()); }
 int gpu_device_count() { return gpu_devices() ? gpu_devices()() : 0; }
 

@@ -123,9 +123,10 @@ public:
 using GpuEngineFactory =
     std::function<std::unique_ptr<Engine>(const Model&, const SessionOptions&, const GpuOptions&)>;
 
-/// Installs the GPU engine factory and the function that counts usable CUDA devices (a CUDA
-/// build does this once at start-up).
-void set_gpu_engine_factory(GpuEngineFactory f, std::function<int()> device_count);
+/// Installs the GPU engine factory, the function that counts usable CUDA devices and the
+/// host-to-device bandwidth probe (a CUDA build does this once at start-up).
+void set_gpu_engine_factory(GpuEngineFactory f, std::function<int()> device_count,
+                            std::function<double(uint64_t)> h2d_gb_s = {});
 /// True when a GPU engine factory is installed.
 bool gpu_engine_available();
 /// Throws nitro::Error naming the missing CUDA backend when `mode` (gpu or hybrid) needs a GPU
@@ -133,6 +134,9 @@ bool gpu_engine_available();
 void require_gpu_engine(EngineMode mode);
 /// CUDA devices usable by the GPU engine (0 without a CUDA build, a driver or a device).
 int gpu_device_count();
+/// Host-to-device copy bandwidth of device 0 over PCIe (or the link it has), GB/s (1e9 bytes/s):
+/// the best of three copies of `bytes` from pinned host memory, MEASURED now; 0 without a GPU.
+double gpu_h2d_gb_s(uint64_t bytes);
 
 /// Parses "cpu", "gpu", "hybrid", "auto". Throws nitro::Error otherwise.
 EngineMode parse_engine_mode(const std::string& s);

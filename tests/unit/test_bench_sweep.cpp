@@ -335,8 +335,12 @@ TEST(BenchSweep, RecordsOnTheEmbeddedModelHaveTheSchema) {
                               dir + "/log");
     ASSERT_EQ(rc, 0) << read_text(dir + "/log");
     const auto recs = read_records(dir + "/out");
+    // the file's SHA-256 as coreutils' sha256sum computes it (an independent implementation)
+    ASSERT_EQ(run_status("sha256sum " + kModel, dir + "/sha"), 0);
+    const std::string sha = read_text(dir + "/sha").substr(0, 64);
     int runs = 0, steps = 0;
     for (const auto& r : recs) {
+        EXPECT_EQ(r["model"]["file_sha256"], sha);
         for (const char* k : {"schema", "command", "nitro", "model", "machine", "mode", "vram_budget_gib", "ctx", "ctx_requested",
                               "status", "reason", "record"})
             EXPECT_TRUE(r.contains(k)) << k << " in " << r.dump();
