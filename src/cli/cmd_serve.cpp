@@ -228,7 +228,7 @@ Action add_serve(CLI::App& app) {
     sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk (cancellation is checked between chunks)")->capture_default_str();
     sub->add_option("--parallel", o->parallel,
                     "Requests served at once (slots), each with its own K/V cache of -c tokens; their decode steps run "
-                    "as one batch (continuous batching). The GPU engine serves one (--parallel 1)")
+                    "as one batch (continuous batching), on the CPU and the GPU engines (the GPU ones keep the N K/V caches in VRAM)")
         ->capture_default_str()
         ->check(CLI::Range(1, 256))
         ->envname("NITRO_PARALLEL");

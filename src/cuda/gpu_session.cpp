@@ -133,38 +133,54 @@ struct GpuSession::Impl {
     float *qg = nullptr, *gate = nullptr, *ssm_qkv = nullptr, *ssm_z = nullptr, *ssm_ba = nullptr, *ssm_beta = nullptr,
           *ssm_g = nullptr, *ssm_convout = nullptr, *ssm_core = nullptr, *ssm_fused = nullptr;
     float *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr;
-    float* rstate = nullptr;   ///< every DeltaNet layer's state, one block (snapshots copy it whole)
+    /// Every DeltaNet layer's state, one block of rstate_floats per sequence (a snapshot copies a
+    /// sequence's block whole): [n_seq, rstate_floats]. Layer::conv_state / delta_state point into
+    /// sequence 0's block; sequence q's are rstate_floats * q further.
+    float* rstate = nullptr;
     int64_t rstate_floats = 0;
-    // Prefix reuse with a recurrent state (as runtime/session.h seq_truncate): the tokens held and
-    // host snapshots of rstate after multi-token chunks, newest last.
-    std::vector<int32_t> history;
+    int n_seq = 1;
+    // Prefix reuse with a recurrent state (as runtime/session.h seq_truncate), per sequence: the
+    // tokens held and host snapshots of its state after multi-token evaluations, newest last.
+    std::vector<std::vector<int32_t>> history;  ///< [n_seq]
     struct Snapshot {
         int64_t pos;
         std::vector<float> state;
     };
-    std::vector<Snapshot> snapshots;
+    std::vector<std::vector<Snapshot>> snapshots;  ///< [n_seq]
     int n_snapshots = 4;
     cudaStream_t compute = nullptr;  ///< the compute stream (non-blocking: state copies are ordered on it)
-    /// Zero state, no history, no snapshots (a fresh sequence).
-    void reset_recurrent() {
+    float* seq_state(int q) const { return rstate + static_cast<int64_t>(q) * rstate_floats; }
+    /// Sequence q: zero state, no history, no snapshots (a fresh sequence).
+    void reset_recurrent(int q) {
         if (!rstate) return;
-        NITRO_CUDA_CHECK(cudaMemsetAsync(rstate, 0, static_cast<size_t>(rstate_floats) * 4, compute));
+        NITRO_CUDA_CHECK(cudaMemsetAsync(seq_state(q), 0, static_cast<size_t>(rstate_floats) * 4, compute));
         NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
-        history.clear();
-        snapshots.clear();
+        history[static_cast<size_t>(q)].clear();
+        snapshots[static_cast<size_t>(q)].clear();
     }
-    /// Copies the recurrent state to / from host memory (stream-ordered, then synchronised).
-    void state_to_host(std::vector<float>& out) {
+    /// Copies sequence q's recurrent state to / from host memory (stream-ordered, then synchronised).
+    void state_to_host(int q, std::vector<float>& out) {
         out.resize(static_cast<size_t>(rstate_floats));
-        NITRO_CUDA_CHECK(cudaMemcpyAsync(out.data(), rstate, out.size() * 4, cudaMemcpyDeviceToHost, compute));
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(out.data(), seq_state(q), out.size() * 4, cudaMemcpyDeviceToHost, compute));
         NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
     }
-    void state_from_host(const std::vector<float>& in) {
-        NITRO_CUDA_CHECK(cudaMemcpyAsync(rstate, in.data(), in.size() * 4, cudaMemcpyHostToDevice, compute));
+    void state_from_host(int q, const std::vector<float>& in) {
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(seq_state(q), in.data(), in.size() * 4, cudaMemcpyHostToDevice, compute));
         NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
     }
+    /// The chunk's rows grouped by sequence: group g is rows [off, off + n) of the chunk, all of
+    /// sequence seq at positions pos0 .. pos0 + n - 1 (d_pos[g] holds pos0 on the device). Attention,
+    /// the K/V store, RoPE and the DeltaNet recurrence run per group; every other op over all rows.
+    struct Group {
+        int seq = 0;
+        int64_t off = 0, n = 0, pos0 = 0;
+    };
+    std::vector<Group> groups;
+    std::vector<int64_t> row_pos;  ///< [n] position of each row of the chunk (route events)
+    std::vector<int32_t> row_seq;  ///< [n] sequence of each row
+    std::vector<uint8_t> row_prefill;  ///< [n] its sequence has several rows in the chunk
     // pinned host
-    int32_t *h_tok = nullptr, *h_pos = nullptr;
+    int32_t *h_tok = nullptr, *h_pos = nullptr;  ///< [n_ubatch] token ids, [n_seq] each group's first position
     uint32_t* h_step = nullptr;
     float* h_logits = nullptr;
     int32_t* h_ids = nullptr;          ///< [ub, K] router ids of a multi-token chunk
@@ -184,9 +200,11 @@ struct GpuSession::Impl {
     ResidencyOptions adapt;
     int test_max_pinned = -1, test_fail_copy_every = 0;
 
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t graph_exec = nullptr;
-    bool graph_host_router = false;  ///< the captured graph writes router results to the host
+    // The decode step of each sequence, captured on its first single-row chunk (its K/V and state
+    // pointers are baked in): [n_seq].
+    std::vector<cudaGraph_t> graph;
+    std::vector<cudaGraphExec_t> graph_exec;
+    bool graph_host_router = false;  ///< the captured graphs write router results to the host
 
     // CPU side of the hybrid
     std::unique_ptr<cpu::ThreadPool> pool;
@@ -209,10 +227,13 @@ struct GpuSession::Impl {
     explicit Impl(const Model& m) : model(m) {}
 
     void drop_graph() {
-        if (graph_exec) cudaGraphExecDestroy(graph_exec);
-        if (graph) cudaGraphDestroy(graph);
-        graph_exec = nullptr;
-        graph = nullptr;
+        for (auto& g : graph_exec)
+            if (g) cudaGraphExecDestroy(g), g = nullptr;
+        for (auto& g : graph)
+            if (g) cudaGraphDestroy(g), g = nullptr;
+    }
+    bool any_graph() const {
+        return std::any_of(graph_exec.begin(), graph_exec.end(), [](cudaGraphExec_t g) { return g != nullptr; });
     }
     /// Router results go to the host in decode steps when the CPU needs them or someone listens.
     bool host_router() const { return hybrid || static_cast<bool>(on_route); }
@@ -287,29 +308,37 @@ struct GpuSession::Impl {
             rms_norm(s, q, D.q_norm, c.n * spec.n_head, spec.head_dim, spec.head_dim, spec.rms_eps, q, spec.head_dim);
             rms_norm(s, k, D.k_norm, c.n * spec.n_head_kv, spec.head_dim, spec.head_dim, spec.rms_eps, k, spec.head_dim);
         }
-        rope_neox(s, q, c.n, spec.n_head, spec.head_dim, spec.n_q(), spec.rope, d_pos);
-        rope_neox(s, k, c.n, spec.n_head_kv, spec.head_dim, spec.n_k(), spec.rope, d_pos);
-        kv_store(s, k, v, c.n, spec.n_k(), spec.n_v(), D.kc, D.vc, D.capacity, d_pos);
+        const int64_t nq = spec.n_q(), nk = spec.n_k(), nv = spec.n_v();
+        for (size_t g = 0; g < groups.size(); ++g) {  // each sequence at its positions, into its own K/V
+            const Group& G = groups[g];
+            rope_neox(s, q + G.off * nq, G.n, spec.n_head, spec.head_dim, nq, spec.rope, d_pos + g);
+            rope_neox(s, k + G.off * nk, G.n, spec.n_head_kv, spec.head_dim, nk, spec.rope, d_pos + g);
+            kv_store(s, k + G.off * nk, v + G.off * nv, G.n, nk, nv, D.kc + G.seq * D.capacity * nk,
+                     D.vc + G.seq * D.capacity * nv, D.capacity, d_pos + g);
+        }
     }
     void attention(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
-        AttnArgs a;
-        a.q = q;
-        a.k_cache = D.kc;
-        a.v_cache = D.vc;
-        a.capacity = D.capacity;
-        a.n_q = c.n;
-        a.n_head = spec.n_head;
-        a.n_head_kv = spec.n_head_kv;
-        a.head_dim = spec.head_dim;
-        a.window = D.window;
-        a.sinks = D.sinks;
-        a.scale = spec.attn_scale;
-        a.pos0 = d_pos;
-        a.n_split = c.n == 1 ? D.n_split_decode : 1;
-        a.partial = attn_partial;
-        a.out = attn;
-        cuda::attention(s, a);
+        for (size_t g = 0; g < groups.size(); ++g) {  // each sequence against its own K/V
+            const Group& G = groups[g];
+            AttnArgs a;
+            a.q = q + G.off * spec.n_q();
+            a.k_cache = D.kc + G.seq * D.capacity * spec.n_k();
+            a.v_cache = D.vc + G.seq * D.capacity * spec.n_v();
+            a.capacity = D.capacity;
+            a.n_q = G.n;
+            a.n_head = spec.n_head;
+            a.n_head_kv = spec.n_head_kv;
+            a.head_dim = spec.head_dim;
+            a.window = D.window;
+            a.sinks = D.sinks;
+            a.scale = spec.attn_scale;
+            a.pos0 = d_pos + g;
+            a.n_split = G.n == 1 ? D.n_split_decode : 1;  // as a decode step of that sequence alone
+            a.partial = attn_partial;
+            a.out = attn + G.off * spec.n_o();
+            cuda::attention(s, a);
+        }
     }
     void attn_out(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
@@ -339,27 +368,32 @@ struct GpuSession::Impl {
     }
     void ssm_conv(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
-        ssm_conv_silu(s, ssm_qkv, c.n, spec.ssm.conv_dim(), D.ssm_conv1d, spec.ssm.d_conv, D.conv_state, ssm_convout);
+        const int64_t cd = spec.ssm.conv_dim();
+        for (const Group& G : groups)  // each sequence's rows through its own conv state
+            ssm_conv_silu(s, ssm_qkv + G.off * cd, G.n, cd, D.ssm_conv1d, spec.ssm.d_conv,
+                          D.conv_state + G.seq * rstate_floats, ssm_convout + G.off * cd);
     }
     void delta_net(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
         const SsmSpec& ss = spec.ssm;
         l2_norm_heads(s, ssm_convout, c.n, 2 * ss.n_k_heads, ss.head_dim, ss.conv_dim(), spec.rms_eps);
-        DeltaArgs a;
-        a.qkv = ssm_convout;
-        a.ld = ss.conv_dim();
-        a.key_dim = ss.key_dim();
-        a.n_k_heads = ss.n_k_heads;
-        a.n_v_heads = ss.n_v_heads;
-        a.d = ss.head_dim;
-        a.tiled = ss.head_map == SsmHeadMap::Tiled;
-        a.g = ssm_g;
-        a.beta = ssm_beta;
-        a.n = c.n;
-        a.M = D.delta_state;
-        a.out = ssm_core;
-        a.ld_out = ss.value_dim();
-        gated_delta_rule(s, a);
+        for (const Group& G : groups) {  // each sequence's rows through its own state, in order
+            DeltaArgs a;
+            a.qkv = ssm_convout + G.off * ss.conv_dim();
+            a.ld = ss.conv_dim();
+            a.key_dim = ss.key_dim();
+            a.n_k_heads = ss.n_k_heads;
+            a.n_v_heads = ss.n_v_heads;
+            a.d = ss.head_dim;
+            a.tiled = ss.head_map == SsmHeadMap::Tiled;
+            a.g = ssm_g + G.off * ss.n_v_heads;
+            a.beta = ssm_beta + G.off * ss.n_v_heads;
+            a.n = G.n;
+            a.M = D.delta_state + G.seq * rstate_floats;
+            a.out = ssm_core + G.off * ss.value_dim();
+            a.ld_out = ss.value_dim();
+            gated_delta_rule(s, a);
+        }
     }
     void ssm_out(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
@@ -416,8 +450,10 @@ struct GpuSession::Impl {
         NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
         if (on_route)
             for (int64_t i = 0; i < c.n; ++i)
-                on_route(RouteEvent{c.pos0 + i, il, c.n > 1, std::span<const int32_t>(h_ids + i * K, static_cast<size_t>(K)),
-                                    std::span<const float>(h_w + i * K, static_cast<size_t>(K)), h_margin[i]});
+                on_route(RouteEvent{row_pos[static_cast<size_t>(i)], il, row_prefill[static_cast<size_t>(i)] != 0,
+                                    std::span<const int32_t>(h_ids + i * K, static_cast<size_t>(K)),
+                                    std::span<const float>(h_w + i * K, static_cast<size_t>(K)), h_margin[i],
+                                    row_seq[static_cast<size_t>(i)]});
     }
     void moe(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
@@ -448,8 +484,24 @@ struct GpuSession::Impl {
     }
     void count_gpu_only(int il, int64_t n) { counters.layers[static_cast<size_t>(il)].gpu_pairs += static_cast<uint64_t>(n * K); }
     void lm_head(const ChunkArgs& c) {
-        const int64_t first = c.logits == ChunkArgs::Logits::All ? 0 : c.n - 1;
         const GemmScratch* gs = &gemm;
+        if (c.logits == ChunkArgs::Logits::Rows) {
+            // The listed rows (in the order the caller wants their logits; eval_batch lists them in
+            // batch order, which need not be increasing here), gathered into h, normed in place.
+            const int64_t n_out = static_cast<int64_t>(c.logit_rows.size());
+            for (int64_t j0 = 0; j0 < n_out; j0 += z.logits_rows) {
+                const int64_t rows = std::min<int64_t>(z.logits_rows, n_out - j0);
+                for (int64_t j = 0; j < rows; ++j)
+                    NITRO_CUDA_CHECK(cudaMemcpyAsync(h + j * E, x + c.logit_rows[static_cast<size_t>(j0 + j)] * E,
+                                                     static_cast<size_t>(E) * 4, cudaMemcpyDeviceToDevice, s));
+                rms_norm(s, h, output_norm, rows, E, E, spec.rms_eps, h, E);
+                matmul(s, output, h, rows, E, logits, V, nullptr, false, gs);
+                NITRO_CUDA_CHECK(cudaMemcpyAsync(logits_dst + j0 * V, logits, static_cast<size_t>(rows * V) * 4,
+                                                 cudaMemcpyDeviceToHost, s));
+            }
+            return;
+        }
+        const int64_t first = c.logits == ChunkArgs::Logits::All ? 0 : c.n - 1;
         // At most z.logits_rows rows at a time (the logits of a whole prompt chunk would not fit
         // a small budget: 512 x 201,088 floats are 412 MB).
         for (int64_t r0 = first; r0 < c.n; r0 += z.logits_rows) {
@@ -544,6 +596,12 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     if (so.n_checkpoints < 0) fail("the number of recurrent-state checkpoints must be >= 0 (got {})", so.n_checkpoints);
     m.n_snapshots = so.n_checkpoints;
     m.compute = ctx.compute();
+    m.n_seq = static_cast<int>(sp.n_seq);  // make_model_spec checked it is positive
+    n_past_.assign(static_cast<size_t>(m.n_seq), 0);
+    m.history.resize(static_cast<size_t>(m.n_seq));
+    m.snapshots.resize(static_cast<size_t>(m.n_seq));
+    m.graph.assign(static_cast<size_t>(m.n_seq), nullptr);
+    m.graph_exec.assign(static_cast<size_t>(m.n_seq), nullptr);
     if (sp.has_recurrent() && (sp.ssm.head_dim % 32 != 0 || sp.ssm.head_dim > 256 || sp.ssm.d_conv > 64))
         fail("the GPU engine's Gated DeltaNet kernels need a head dim that is a multiple of 32 up to 256 (got {}) and a conv "
              "kernel up to 64 (got {})",
@@ -632,32 +690,35 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     }
     ctx.alloc().end_arena();
 
-    // ---- slot tables, KV cache (one arena), decode-step exchange buffers
+    // ---- slot tables, KV cache (one arena), decode-step exchange buffers. Every sequence has its
+    // own K/V region of kv_capacity positions per layer (sequence q's at q * capacity) and its own
+    // recurrent state block.
     const int64_t ub = sp.n_ubatch;
+    const uint64_t n_seq = static_cast<uint64_t>(m.n_seq);
     uint64_t kv_arena = 0;
     for (const LayerSpec& ls : sp.layers) {
-        kv_arena += (static_cast<uint64_t>(ls.kv_capacity * sp.n_k()) * 2 + 255) / 256 * 256 +
-                    (static_cast<uint64_t>(ls.kv_capacity * sp.n_v()) * 2 + 255) / 256 * 256 +
+        kv_arena += (n_seq * static_cast<uint64_t>(ls.kv_capacity * sp.n_k()) * 2 + 255) / 256 * 256 +
+                    (n_seq * static_cast<uint64_t>(ls.kv_capacity * sp.n_v()) * 2 + 255) / 256 * 256 +
                     (static_cast<uint64_t>(m.X) * 4 + 255) / 256 * 256;
         if (ls.kind == LayerKind::DeltaNet) {  // its recurrent state, as runtime/placement.cpp counts it
-            kv_arena += (static_cast<uint64_t>(sp.ssm.conv_state_size()) * 4 + 255) / 256 * 256 +
-                        (static_cast<uint64_t>(sp.ssm.delta_state_size()) * 4 + 255) / 256 * 256;
+            kv_arena += (n_seq * static_cast<uint64_t>(sp.ssm.conv_state_size()) * 4 + 255) / 256 * 256 +
+                        (n_seq * static_cast<uint64_t>(sp.ssm.delta_state_size()) * 4 + 255) / 256 * 256;
             m.rstate_floats += sp.ssm.conv_state_size() + sp.ssm.delta_state_size();
         }
     }
     ctx.alloc().begin_arena(kv_arena, "K/V cache, recurrent state and slot tables");
-    // The recurrent state of all DeltaNet layers: one block, so a snapshot is one copy; each
-    // layer's conv and delta state at 256-byte aligned offsets inside it (conv_state_size() and
-    // delta_state_size() are multiples of 64 floats in every real model; the arena counted
-    // each piece's alignment separately, which covers this block).
+    // The recurrent state of all DeltaNet layers: one block per sequence, so a snapshot is one
+    // copy; each layer's conv and delta state at 256-byte aligned offsets inside it
+    // (conv_state_size() and delta_state_size() are multiples of 64 floats in every real model;
+    // the arena counted each piece's alignment separately, which covers these blocks).
     if (m.rstate_floats > 0) {
         int64_t floats = 0;
         auto al = [](int64_t f) { return (f + 63) / 64 * 64; };
         for (const LayerSpec& ls : sp.layers)
             if (ls.kind == LayerKind::DeltaNet) floats += al(sp.ssm.conv_state_size()) + al(sp.ssm.delta_state_size());
         m.rstate_floats = floats;
-        m.rstate = ctx.alloc_n<float>(static_cast<size_t>(floats), "recurrent state");
-        NITRO_CUDA_CHECK(cudaMemsetAsync(m.rstate, 0, static_cast<size_t>(floats) * 4, ctx.compute()));
+        m.rstate = ctx.alloc_n<float>(static_cast<size_t>(floats) * n_seq, "recurrent state");
+        NITRO_CUDA_CHECK(cudaMemsetAsync(m.rstate, 0, static_cast<size_t>(floats) * n_seq * 4, ctx.compute()));
         NITRO_CUDA_CHECK(cudaStreamSynchronize(ctx.compute()));
         float* at = m.rstate;
         for (size_t il = 0; il < m.layers.size(); ++il) {
@@ -682,8 +743,8 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
         D.window = sp.layers[il].window;
         D.capacity = sp.layers[il].kv_capacity;
         if (D.capacity > 0) {  // DeltaNet layers have none
-            D.kc = ctx.alloc_n<uint16_t>(static_cast<size_t>(D.capacity * sp.n_k()), fmt::format("K cache of layer {}", il));
-            D.vc = ctx.alloc_n<uint16_t>(static_cast<size_t>(D.capacity * sp.n_v()), fmt::format("V cache of layer {}", il));
+            D.kc = ctx.alloc_n<uint16_t>(n_seq * static_cast<size_t>(D.capacity * sp.n_k()), fmt::format("K cache of layer {}", il));
+            D.vc = ctx.alloc_n<uint16_t>(n_seq * static_cast<size_t>(D.capacity * sp.n_v()), fmt::format("V cache of layer {}", il));
         }
         const int64_t keys = D.window > 0 ? std::min(D.window, sp.n_ctx) : sp.n_ctx;
         D.n_split_decode = static_cast<int>(std::clamp<int64_t>((keys + 255) / 256, 1, m.z.max_split));
@@ -731,7 +792,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     m.logits = A(z.logits, "logits");
     m.attn_partial = A(z.attn_partial, "attention partials");
     m.d_tok = ctx.alloc_n<int32_t>(static_cast<size_t>(z.tok), "token ids");
-    m.d_pos = ctx.alloc_n<int32_t>(1, "position");
+    m.d_pos = ctx.alloc_n<int32_t>(static_cast<size_t>(z.pos), "positions");
     m.d_step = ctx.alloc_n<uint32_t>(1, "step counter");
     m.moe_sc.act = A(z.moe_act, "expert activations");
     m.moe_sc.down = A(z.moe_down, "expert outputs");
@@ -774,7 +835,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
                               2 * static_cast<size_t>(ub * m.E);
     auto* pin = static_cast<int32_t*>(ctx.host_mapped((pin_ints + pin_floats) * 4, &dummy));
     m.h_tok = pin;
-    m.h_pos = pin + ub;
+    m.h_pos = static_cast<int32_t*>(ctx.host_mapped(static_cast<size_t>(m.n_seq) * 4, &dummy));  // one per group
     m.h_step = reinterpret_cast<uint32_t*>(pin + ub + 1);
     m.h_ids = pin + ub + 2;
     m.moe_sc.host_idx = pin + ub + 2 + R;
@@ -808,8 +869,8 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
             eval(dummy, false, l);
             eval(std::span<const int32_t>(dummy.data(), 1), false, l);
         }
-        n_past_ = 0;
-        m.reset_recurrent();
+        std::fill(n_past_.begin(), n_past_.end(), 0);
+        for (int q = 0; q < m.n_seq; ++q) m.reset_recurrent(q);
         m.drop_graph();
         m.counters = ExpertCounters{};
         m.counters.layers.resize(m.layers.size());
@@ -951,31 +1012,48 @@ GpuSession::~GpuSession() {
 
 int64_t GpuSession::n_ctx() const { return m_->spec.n_ctx; }
 
-void GpuSession::truncate(int64_t n) {
-    if (n < 0 || n > n_past_) fail("cannot truncate a session of {} tokens to {}", n_past_, n);
+int64_t GpuSession::seq_n_past(int seq) const {
+    if (seq < 0 || seq >= n_seq()) fail("sequence {} does not exist (the session holds {})", seq, n_seq());
+    return n_past_[static_cast<size_t>(seq)];
+}
+
+std::vector<int64_t> GpuSession::seq_checkpoints(int seq) const {
+    (void)seq_n_past(seq);
+    std::vector<int64_t> out;
+    if (m_->rstate)
+        for (const auto& sn : m_->snapshots[static_cast<size_t>(seq)]) out.push_back(sn.pos);
+    return out;
+}
+
+void GpuSession::seq_truncate(int seq, int64_t n) {
+    const int64_t have = seq_n_past(seq);
+    if (n < 0 || n > have) fail("cannot truncate sequence {} of {} tokens to {}", seq, have, n);
     Impl& m = *m_;
-    if (!m.rstate || n == n_past_) {
-        n_past_ = n;
+    const size_t q = static_cast<size_t>(seq);
+    if (!m.rstate || n == have) {
+        n_past_[q] = n;
         return;
     }
     // A recurrent state holds every token before it: restore the newest snapshot at or before n
     // (or the initial state) and evaluate the held tokens from there to n again (Session::seq_truncate).
-    while (!m.snapshots.empty() && m.snapshots.back().pos > n) m.snapshots.pop_back();
+    auto& snaps = m.snapshots[q];
+    while (!snaps.empty() && snaps.back().pos > n) snaps.pop_back();
     int64_t from = 0;
-    if (m.snapshots.empty()) {
-        std::vector<int32_t> keep = std::move(m.history);
-        m.reset_recurrent();
-        m.history = std::move(keep);
+    if (snaps.empty()) {
+        std::vector<int32_t> keep = std::move(m.history[q]);
+        m.reset_recurrent(seq);
+        m.history[q] = std::move(keep);
     } else {
-        m.state_from_host(m.snapshots.back().state);
-        from = m.snapshots.back().pos;
+        m.state_from_host(seq, snaps.back().state);
+        from = snaps.back().pos;
     }
-    std::vector<int32_t> redo(m.history.begin() + from, m.history.begin() + n);
-    m.history.resize(static_cast<size_t>(from));
-    n_past_ = from;
+    std::vector<int32_t> redo(m.history[q].begin() + from, m.history[q].begin() + n);
+    m.history[q].resize(static_cast<size_t>(from));
+    n_past_[q] = from;
     if (redo.empty()) return;
+    std::vector<int32_t> seqs(redo.size(), seq);
     std::vector<float> unused;
-    eval(redo, false, unused);
+    eval_batch(SeqBatch{redo, seqs, {}}, unused);
 }
 
 const Plan& GpuSession::plan() const { return m_->plan; }
@@ -1003,7 +1081,7 @@ std::vector<uint8_t> GpuSession::slot_bytes(int layer, int slot) const {
 bool GpuSession::set_route_callback(std::function<void(const RouteEvent&)> cb) {
     m_->on_route = std::move(cb);
     // a captured decode graph writes router results to the host only if it was needed then
-    if (m_->graph_exec && m_->graph_host_router != m_->host_router()) m_->drop_graph();
+    if (m_->any_graph() && m_->graph_host_router != m_->host_router()) m_->drop_graph();
     return true;
 }
 
@@ -1026,6 +1104,7 @@ std::string GpuSession::describe() const {
     if (m_->hybrid)
         s += fmt::format(", {} of {} experts resident, CPU {} threads ({} kernels)", p.n_resident(), p.n_experts(),
                          m_->pool->size(), cpu::kernel_isa());
+    if (n_seq() > 1) s += fmt::format(", {} sequences (K/V of {} positions each)", n_seq(), m_->spec.n_ctx);
     if (launches_per_token_ > 0) s += fmt::format(", {} launches per decode step (CUDA graph)", launches_per_token_);
     if (m_->replay) s += fmt::format(", routing replayed from {} (outputs are not the model's)", m_->replay->name());
     return s;
@@ -1052,90 +1131,196 @@ void wait_host_flag(const volatile uint32_t* flag, uint32_t want, cudaStream_t s
 
 }  // namespace
 
+void GpuSession::after_rows(int seq, std::span<const int32_t> tokens, bool snapshot) {
+    Impl& m = *m_;
+    if (!m.rstate) return;
+    const size_t q = static_cast<size_t>(seq);
+    m.history[q].insert(m.history[q].end(), tokens.begin(), tokens.end());
+    if (!snapshot || m.n_snapshots == 0) return;
+    auto& snaps = m.snapshots[q];
+    Impl::Snapshot sn;
+    if (static_cast<int>(snaps.size()) >= m.n_snapshots) {  // reuse the oldest one's storage
+        sn = std::move(snaps.front());
+        snaps.erase(snaps.begin());
+    }
+    sn.pos = n_past_[q];
+    m.state_to_host(seq, sn.state);
+    snaps.push_back(std::move(sn));
+}
+
+void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
+    Impl& m = *m_;
+    cudaStream_t s = ctx_->compute();
+    m.s = s;
+    const int64_t k = c.n;
+    m.single = decode;
+    m.begin_cache_step(k);  // residency of this step: the slot tables' host mirror
+    const size_t table_bytes = m.layers.size() * static_cast<size_t>(m.X) * 4;
+    if (m.replay) {  // the replayed router logits of every layer, before the chunk is launched
+        m.replay->next_chunk(k);
+        for (int il = 0; il < static_cast<int>(m.layers.size()); ++il) m.replay->fill_logits(il, m.h_replay + il * k * m.X);
+    }
+    if (decode) {
+        // A decode step of one sequence: one CUDA graph per sequence (its K/V and state pointers
+        // are baked in); in hybrid placement the CPU computes its experts here, layer by layer, as
+        // the GPU's router results arrive.
+        const int q = m.groups[0].seq;
+        *m.h_step = ++step_;
+        m.logits_dst = m.h_logits;
+        cudaGraphExec_t& exec = m.graph_exec[static_cast<size_t>(q)];
+        if (!exec) {
+            cudaGraph_t& graph = m.graph[static_cast<size_t>(q)];
+            NITRO_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_tok, m.h_tok, 4, cudaMemcpyHostToDevice, s));
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_pos, m.h_pos, 4, cudaMemcpyHostToDevice, s));
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_step, m.h_step, 4, cudaMemcpyHostToDevice, s));
+            if (m.cache)  // every launch reads the mirror as begin_cache_step left it
+                NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, table_bytes, cudaMemcpyHostToDevice, s));
+            forward_chunk(m, m.spec, c);
+            NITRO_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+            NITRO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            m.graph_host_router = m.host_router();
+            size_t nn = 0;
+            NITRO_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nn));
+            std::vector<cudaGraphNode_t> nodes(nn);
+            NITRO_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &nn));
+            int kernels = 0;
+            for (auto node : nodes) {
+                cudaGraphNodeType t;
+                NITRO_CUDA_CHECK(cudaGraphNodeGetType(node, &t));
+                kernels += t == cudaGraphNodeTypeKernel;
+            }
+            launches_per_token_ = kernels;
+        }
+        NITRO_CUDA_CHECK(cudaGraphLaunch(exec, s));
+        if (m.hybrid) cpu_decode_step();
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
+        if (logits_out) std::memcpy(logits_out, m.h_logits, static_cast<size_t>(m.V) * 4);
+        after_decode_step(q, m.groups[0].pos0);
+        return;
+    }
+    m.logits_dst = logits_out;
+    NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_tok, m.h_tok, static_cast<size_t>(k) * 4, cudaMemcpyHostToDevice, s));
+    NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_pos, m.h_pos, m.groups.size() * 4, cudaMemcpyHostToDevice, s));
+    if (m.cache) NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, table_bytes, cudaMemcpyHostToDevice, s));
+    forward_chunk(m, m.spec, c);
+    NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
+    m.counters.prefill_tokens += static_cast<uint64_t>(k);
+    m.sync_cache_counters();
+}
+
 void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
     Impl& m = *m_;
-    check_eval(m.spec, n_past_, tokens);
+    check_eval(m.spec, n_past_[0], tokens);
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t V = m.V;
     logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
-    cudaStream_t s = ctx_->compute();
-    m.s = s;
-
     for (int64_t i = 0; i < n; i += m.spec.n_ubatch) {
         const int64_t k = std::min(m.spec.n_ubatch, n - i);
         const bool last = i + k == n;
         ChunkArgs c;
         c.n = k;
-        c.pos0 = n_past_;
+        c.pos0 = n_past_[0];
         c.logits = all_logits ? ChunkArgs::Logits::All : (last ? ChunkArgs::Logits::Last : ChunkArgs::Logits::None);
         std::memcpy(m.h_tok, tokens.data() + i, static_cast<size_t>(k) * 4);
-        *m.h_pos = static_cast<int32_t>(n_past_);
+        m.groups.assign(1, Impl::Group{0, 0, k, n_past_[0]});
+        m.h_pos[0] = static_cast<int32_t>(n_past_[0]);
+        m.row_seq.assign(static_cast<size_t>(k), 0);
+        m.row_pos.resize(static_cast<size_t>(k));
+        for (int64_t r = 0; r < k; ++r) m.row_pos[static_cast<size_t>(r)] = n_past_[0] + r;
+        m.row_prefill.assign(static_cast<size_t>(k), k > 1);
         m.tokens = tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(k));
-        m.single = k == 1 && !all_logits && m.use_graphs;
-        m.begin_cache_step(k);  // residency of this step: the slot tables' host mirror
-        const size_t table_bytes = m.layers.size() * static_cast<size_t>(m.X) * 4;
-        if (m.replay) {  // the replayed router logits of every layer, before the chunk is launched
-            m.replay->next_chunk(k);
-            for (int il = 0; il < static_cast<int>(m.layers.size()); ++il) m.replay->fill_logits(il, m.h_replay + il * k * m.X);
-        }
-        if (m.single) {
-            // A decode step: one CUDA graph; in hybrid placement the CPU computes its experts
-            // here, layer by layer, as the GPU's router results arrive.
-            *m.h_step = ++step_;
-            m.logits_dst = m.h_logits;
-            if (!m.graph_exec) {
-                NITRO_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_tok, m.h_tok, 4, cudaMemcpyHostToDevice, s));
-                NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_pos, m.h_pos, 4, cudaMemcpyHostToDevice, s));
-                NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_step, m.h_step, 4, cudaMemcpyHostToDevice, s));
-                if (m.cache)  // every launch reads the mirror as begin_cache_step left it
-                    NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, table_bytes, cudaMemcpyHostToDevice, s));
-                forward_chunk(m, m.spec, c);
-                NITRO_CUDA_CHECK(cudaStreamEndCapture(s, &m.graph));
-                NITRO_CUDA_CHECK(cudaGraphInstantiate(&m.graph_exec, m.graph, 0));
-                m.graph_host_router = m.host_router();
-                size_t nn = 0;
-                NITRO_CUDA_CHECK(cudaGraphGetNodes(m.graph, nullptr, &nn));
-                std::vector<cudaGraphNode_t> nodes(nn);
-                NITRO_CUDA_CHECK(cudaGraphGetNodes(m.graph, nodes.data(), &nn));
-                int kernels = 0;
-                for (auto node : nodes) {
-                    cudaGraphNodeType t;
-                    NITRO_CUDA_CHECK(cudaGraphNodeGetType(node, &t));
-                    kernels += t == cudaGraphNodeTypeKernel;
-                }
-                launches_per_token_ = kernels;
-            }
-            NITRO_CUDA_CHECK(cudaGraphLaunch(m.graph_exec, s));
-            if (m.hybrid) cpu_decode_step();
-            NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
-            std::memcpy(logits.data(), m.h_logits, static_cast<size_t>(V) * 4);
-            after_decode_step();
-        } else {
-            m.logits_dst = all_logits ? logits.data() + i * V : logits.data();
-            NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_tok, m.h_tok, static_cast<size_t>(k) * 4, cudaMemcpyHostToDevice, s));
-            NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_pos, m.h_pos, 4, cudaMemcpyHostToDevice, s));
-            if (m.cache) NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, table_bytes, cudaMemcpyHostToDevice, s));
-            forward_chunk(m, m.spec, c);
-            NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
-            m.counters.prefill_tokens += static_cast<uint64_t>(k);
-            m.sync_cache_counters();
-        }
-        n_past_ += k;
-        if (m.rstate) {  // the tokens held, and a snapshot at the end of a multi-token evaluation
-            m.history.insert(m.history.end(), m.tokens.begin(), m.tokens.end());
-            if (n > 1 && i + k == n && m.n_snapshots > 0) {
-                Impl::Snapshot sn;
-                if (static_cast<int>(m.snapshots.size()) >= m.n_snapshots) {
-                    sn = std::move(m.snapshots.front());
-                    m.snapshots.erase(m.snapshots.begin());
-                }
-                sn.pos = n_past_;
-                m.state_to_host(sn.state);
-                m.snapshots.push_back(std::move(sn));
-            }
-        }
+        const bool decode = k == 1 && !all_logits && m.use_graphs;
+        run_chunk(c, decode, all_logits ? logits.data() + i * V : logits.data());
+        n_past_[0] += k;
+        // the tokens held, and a snapshot at the end of a multi-token evaluation
+        after_rows(0, m.tokens, n > 1 && last);
     }
+}
+
+void GpuSession::eval_batch(const SeqBatch& b, std::vector<float>& logits) {
+    Impl& m = *m_;
+    // Check everything before touching the cache, so a bad batch leaves the session unchanged.
+    const int64_t n = static_cast<int64_t>(b.tokens.size());
+    if (n == 0) fail("eval_batch: no rows");
+    if (b.seq.size() != b.tokens.size()) fail("eval_batch: {} tokens but {} sequence ids", b.tokens.size(), b.seq.size());
+    if (!b.logits.empty() && b.logits.size() != b.tokens.size())
+        fail("eval_batch: {} tokens but {} logits flags", b.tokens.size(), b.logits.size());
+    std::vector<int64_t> next(n_past_);  // each sequence's next position
+    std::vector<int64_t> rows_of(n_past_.size(), 0);
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t q = b.seq[static_cast<size_t>(i)], t = b.tokens[static_cast<size_t>(i)];
+        if (q < 0 || q >= n_seq()) fail("eval_batch: row {} names sequence {} but the session holds {}", i, q, n_seq());
+        if (t < 0 || t >= m.spec.n_vocab) fail("token id {} is out of range (vocabulary has {} tokens)", t, m.spec.n_vocab);
+        if (++next[static_cast<size_t>(q)] > m.spec.n_ctx)
+            fail("sequence {} needs {} positions but the context holds {} (n_ctx)", q, next[static_cast<size_t>(q)], m.spec.n_ctx);
+        ++rows_of[static_cast<size_t>(q)];
+        if (!b.logits.empty() && b.logits[static_cast<size_t>(i)]) ++n_out;
+    }
+    const int64_t V = m.V;
+    logits.resize(static_cast<size_t>(n_out * V));
+    float* out = logits.data();
+    std::vector<int32_t> tok;               // the chunk's ids, grouped by sequence
+    std::vector<int64_t> logit_rows;        // chunk rows whose logits are wanted, in batch order
+    std::vector<int64_t> count(n_past_.size()), first(n_past_.size());
+    for (int64_t i = 0; i < n; i += m.spec.n_ubatch) {
+        const int64_t k = std::min(m.spec.n_ubatch, n - i);
+        // Group the chunk's rows by sequence (in the order sequences first appear; each
+        // sequence's rows keep their order, so they are consecutive positions of it).
+        std::fill(count.begin(), count.end(), 0);
+        m.groups.clear();
+        for (int64_t r = 0; r < k; ++r) {
+            const int32_t q = b.seq[static_cast<size_t>(i + r)];
+            if (count[static_cast<size_t>(q)]++ == 0) m.groups.push_back(Impl::Group{q, 0, 0, n_past_[static_cast<size_t>(q)]});
+        }
+        int64_t off = 0;
+        for (size_t g = 0; g < m.groups.size(); ++g) {
+            Impl::Group& G = m.groups[g];
+            G.off = off;
+            G.n = count[static_cast<size_t>(G.seq)];
+            first[static_cast<size_t>(G.seq)] = off;
+            off += G.n;
+            m.h_pos[g] = static_cast<int32_t>(G.pos0);
+        }
+        tok.resize(static_cast<size_t>(k));
+        m.row_seq.resize(static_cast<size_t>(k));
+        m.row_pos.resize(static_cast<size_t>(k));
+        m.row_prefill.resize(static_cast<size_t>(k));
+        logit_rows.clear();
+        next = n_past_;
+        for (int64_t r = 0; r < k; ++r) {
+            const int32_t q = b.seq[static_cast<size_t>(i + r)];
+            const int64_t j = first[static_cast<size_t>(q)]++;
+            tok[static_cast<size_t>(j)] = b.tokens[static_cast<size_t>(i + r)];
+            m.row_seq[static_cast<size_t>(j)] = q;
+            m.row_pos[static_cast<size_t>(j)] = next[static_cast<size_t>(q)]++;
+            m.row_prefill[static_cast<size_t>(j)] = count[static_cast<size_t>(q)] > 1;
+            if (!b.logits.empty() && b.logits[static_cast<size_t>(i + r)]) logit_rows.push_back(j);
+        }
+        std::memcpy(m.h_tok, tok.data(), static_cast<size_t>(k) * 4);
+        m.tokens = tok;
+        ChunkArgs c;
+        c.n = k;
+        c.pos0 = m.groups[0].pos0;
+        const bool decode = k == 1 && m.use_graphs;
+        if (decode) {
+            c.logits = ChunkArgs::Logits::Last;
+            run_chunk(c, true, logit_rows.empty() ? nullptr : out);
+        } else {
+            c.logits = logit_rows.empty() ? ChunkArgs::Logits::None : ChunkArgs::Logits::Rows;
+            c.logit_rows = logit_rows;
+            run_chunk(c, false, logit_rows.empty() ? nullptr : out);
+        }
+        out += static_cast<int64_t>(logit_rows.size()) * V;
+        n_past_ = next;
+        for (const Impl::Group& G : m.groups)
+            after_rows(G.seq, std::span<const int32_t>(tok).subspan(static_cast<size_t>(G.off), static_cast<size_t>(G.n)), false);
+    }
+    // A snapshot of every sequence that had several rows in the batch, at its end (as eval takes
+    // one at the end of a multi-token evaluation).
+    for (int q = 0; q < n_seq(); ++q)
+        if (rows_of[static_cast<size_t>(q)] > 1) after_rows(q, {}, true);
 }
 
 void GpuSession::cpu_decode_step() {
@@ -1168,7 +1353,7 @@ void GpuSession::cpu_decode_step() {
     }
 }
 
-void GpuSession::after_decode_step() {
+void GpuSession::after_decode_step(int seq, int64_t pos) {
     Impl& m = *m_;
     ++m.counters.decode_steps;
     m.sync_cache_counters();
@@ -1182,9 +1367,9 @@ void GpuSession::after_decode_step() {
             if (w1 >= w0) L.wait_ms += static_cast<double>(w1 - w0) / 1e6;
         }
         if (m.on_route)
-            m.on_route(RouteEvent{n_past_, static_cast<int>(il), false,
+            m.on_route(RouteEvent{pos, static_cast<int>(il), false,
                                   std::span<const int32_t>(D.rh_ids, static_cast<size_t>(m.K)),
-                                  std::span<const float>(D.rh_w, static_cast<size_t>(m.K)), *D.rh_margin});
+                                  std::span<const float>(D.rh_w, static_cast<size_t>(m.K)), *D.rh_margin, seq});
     }
 }
 

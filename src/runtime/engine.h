@@ -1,8 +1,8 @@
 // The engine a front end drives: the CPU reference (runtime/session.h) or the GPU-all CUDA
 // session (src/cuda/gpu_session.h), chosen by --mode. Both evaluate tokens the same way:
-// eval(tokens, all_logits, logits) appends `tokens` to the sequence and returns logits. The CPU
-// engine also holds several sequences and evaluates rows of all of them in one batch
-// (eval_batch); the GPU engine holds one.
+// eval(tokens, all_logits, logits) appends `tokens` to the sequence and returns logits. Both
+// also hold several sequences (SessionOptions::n_seq) and evaluate rows of all of them in one
+// batch (eval_batch: the server's --parallel).
 //
 // nitro_lib has no CUDA code: a CUDA build registers its factory at start-up
 // (nitro::cuda::register_engine(), called from the CLI's main), and --mode gpu in a build
@@ -84,9 +84,8 @@ public:
     virtual void truncate(int64_t n) = 0;
 
     // Several sequences (continuous batching in the server). An engine holds n_seq() sequences,
-    // each with its own positions and K/V; eval/n_past/truncate above are sequence 0. The CPU
-    // engine holds SessionOptions::n_seq of them; the GPU engine holds one (it does not batch
-    // sequences yet), and these defaults serve that case.
+    // each with its own positions and K/V; eval/n_past/truncate above are sequence 0. The CPU and
+    // GPU engines hold SessionOptions::n_seq of them; the defaults below serve an engine of one.
 
     /// Sequences held (>= 1).
     virtual int n_seq() const { return 1; }

@@ -41,7 +41,9 @@ struct ChunkArgs {
     enum class Logits { None, Last, All, Rows } logits = Logits::Last;
     std::span<const int32_t> seq;         ///< [n] sequence of each row, or empty (all sequence 0)
     std::span<const int64_t> pos;         ///< [n] position of each row in its sequence, or empty (pos0 + i)
-    std::span<const int64_t> logit_rows;  ///< Logits::Rows: rows whose logits are computed, increasing
+    /// Logits::Rows: rows whose logits are computed, in the order they are written (the CPU
+    /// engine lists them increasing; the GPU engine's eval_batch in batch order)
+    std::span<const int64_t> logit_rows;
 
     int64_t pos_of(int64_t i) const { return pos.empty() ? pos0 + i : pos[static_cast<size_t>(i)]; }
     int seq_of(int64_t i) const { return seq.empty() ? 0 : seq[static_cast<size_t>(i)]; }

@@ -21,7 +21,9 @@ ModelSpec make_model_spec(const Model& model, const SessionOptions& opt) {
 ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t n_vocab, const SessionOptions& opt) {
     if (opt.n_ctx <= 0) fail("context length must be positive (got {})", opt.n_ctx);
     if (opt.n_ubatch <= 0) fail("ubatch size must be positive (got {})", opt.n_ubatch);
+    if (opt.n_seq < 1) fail("the number of sequences must be positive (got {})", opt.n_seq);
     ModelSpec s;
+    s.n_seq = opt.n_seq;
     s.n_layer = hp.n_layer;
     s.n_embd = hp.n_embd;
     s.n_head = hp.n_head;

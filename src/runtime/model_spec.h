@@ -54,6 +54,7 @@ struct ModelSpec {
     int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0, n_vocab = 0;
     int64_t n_ctx = 0;     ///< tokens: the option, capped at the training context
     int64_t n_ubatch = 0;  ///< prompt tokens per forward chunk (<= n_ctx)
+    int64_t n_seq = 1;     ///< sequences held (SessionOptions::n_seq), each with its own K/V and recurrent state
     float rms_eps = 0;
     float attn_scale = 0;  ///< 1 / sqrt(head_dim)
     cpu::RopeParams rope;  ///< NEOX RoPE (+ YaRN / linear scaling) as llama.cpp computes it

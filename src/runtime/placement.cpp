@@ -156,6 +156,7 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
     z.max_split = static_cast<int>(std::clamp<int64_t>((keys + 255) / 256, 1, 32));
     z.attn_partial = (z.max_split > 1 ? sp.n_head * z.max_split * (sp.head_dim + 2) : 0) + 1;
     z.tok = ub;
+    z.pos = std::max<int64_t>(1, sp.n_seq);
     z.moe_act = R * F;
     z.moe_down = R * E;
     const int64_t max_ne0 = std::max({E, sp.n_o(), F, sp.ssm.value_dim(), sp.n_ff_shexp});
@@ -181,7 +182,7 @@ uint64_t GpuScratchSizes::bytes() const {
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
     for (int64_t n : {ids, tok, group, group, group})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
-    b += rnd(4) + rnd(4);  // position, step counter
+    b += rnd(static_cast<uint64_t>(pos) * 4) + rnd(4);  // positions, step counter
     for (int64_t n : {gemm_act, gemm_w})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 2);
     return vram_alloc_size(b);
@@ -250,14 +251,16 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     // the whole rounded once to the driver's pages.
     const auto align = [](uint64_t b) { return (std::max<uint64_t>(b, 1) + 255) / 256 * 256; };
     const auto rnd = [](uint64_t b) { return vram_alloc_size(b); };
+    // Every sequence (--parallel) has its own K/V region and recurrent state.
     uint64_t kv = 0;  // K, V and the slot table of every layer
+    const uint64_t n_seq = static_cast<uint64_t>(std::max<int64_t>(1, spec.n_seq));
     for (const LayerSpec& L : spec.layers) {
-        kv += align(static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_k()) * 2) +
-              align(static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_v()) * 2) +
+        kv += align(n_seq * static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_k()) * 2) +
+              align(n_seq * static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_v()) * 2) +
               align(static_cast<uint64_t>(spec.n_expert) * 4);
         if (L.kind == LayerKind::DeltaNet)  // its recurrent state (F32 conv and delta-rule state) instead
-            kv += align(static_cast<uint64_t>(spec.ssm.conv_state_size()) * 4) +
-                  align(static_cast<uint64_t>(spec.ssm.delta_state_size()) * 4);
+            kv += align(n_seq * static_cast<uint64_t>(spec.ssm.conv_state_size()) * 4) +
+                  align(n_seq * static_cast<uint64_t>(spec.ssm.delta_state_size()) * 4);
     }
     p.kv_bytes = rnd(kv);
 
@@ -291,11 +294,11 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     // The fixed part must fit.
     const uint64_t fixed = p.dense_bytes + p.expert_biases_bytes + p.kv_bytes + p.compute_bytes + p.overhead_bytes;
     if (fixed > p.budget_bytes)
-        fail("--vram-budget {:.2f} GiB is too small: the dense core needs {:.0f} MiB, the K/V cache {:.0f} MiB (-c {}), "
-             "buffers for -u {} tokens {:.0f} MiB, the CUDA runtime {:.0f} MiB: {:.0f} MiB in all, {:.0f} MiB short "
-             "(lower -c or -u, or raise the budget)",
+        fail("--vram-budget {:.2f} GiB is too small: the dense core needs {:.0f} MiB, the K/V cache {:.0f} MiB (-c {} x {} "
+             "sequence(s)), buffers for -u {} tokens {:.0f} MiB, the CUDA runtime {:.0f} MiB: {:.0f} MiB in all, {:.0f} MiB "
+             "short (lower -c, -u or --parallel, or raise the budget)",
              opt.vram_budget_gib, (p.dense_bytes + p.expert_biases_bytes) / kMiB, p.kv_bytes / kMiB, spec.n_ctx,
-             spec.n_ubatch, p.compute_bytes / kMiB, p.overhead_bytes / kMiB, fixed / kMiB, (fixed - p.budget_bytes) / kMiB);
+             spec.n_seq, spec.n_ubatch, p.compute_bytes / kMiB, p.overhead_bytes / kMiB, fixed / kMiB, (fixed - p.budget_bytes) / kMiB);
     uint64_t avail = p.budget_bytes - fixed > pool_rounding ? p.budget_bytes - fixed - pool_rounding : 0;
 
     // Per layer: forced to the CPU, forced to the GPU, or free for the residency source.

@@ -82,7 +82,7 @@ struct Plan {
     uint64_t budget_bytes = 0;
     uint64_t dense_bytes = 0;      ///< every tensor that is not a routed expert (embeddings, attention, norms, router, LM head)
     uint64_t expert_biases_bytes = 0;  ///< routed experts' biases (all experts, small)
-    uint64_t kv_bytes = 0;         ///< K/V cache, F16, at the spec's capacities (+ the slot tables, + DeltaNet recurrent state)
+    uint64_t kv_bytes = 0;         ///< K/V cache, F16, at the spec's capacities, per sequence (+ the slot tables, + DeltaNet recurrent state per sequence)
     uint64_t compute_bytes = 0;    ///< activations and scratch for one n_ubatch chunk (gpu_compute_bytes)
     uint64_t overhead_bytes = 0;   ///< PlacementOptions::runtime_overhead_bytes
     uint64_t expert_bytes = 0;     ///< one expert's gate + up + down, bytes (the same in every layer)
@@ -159,6 +159,7 @@ struct GpuScratchSizes {
     int max_split = 1;        ///< flash-decoding splits of the longest layer
     int64_t attn_partial = 0;
     int64_t tok = 0;          ///< int32 token ids
+    int64_t pos = 1;          ///< int32 first position of each sequence's rows in a chunk [n_seq]
     int64_t moe_act = 0, moe_down = 0, moe_gate = 0, moe_up = 0;
     int64_t group = 0;        ///< int32, three arrays of this size (prefill grouping)
     int64_t gemm_act = 0, gemm_w = 0;  ///< f16 (prefill GEMMs)

@@ -35,9 +35,8 @@ void fill_logprobs(std::span<const float> logits, int k, TokenStep& s) {
 void check_slots(const Engine& engine, int n_slots) {
     if (n_slots < 1) fail("--parallel must be at least 1 (got {})", n_slots);
     if (engine.n_seq() < n_slots)
-        fail("--parallel {} needs an engine that batches sequences, but {} holds {} (the GPU engine does not batch "
-             "sequences yet): use --parallel 1, or --mode cpu",
-             n_slots, engine.describe(), engine.n_seq());
+        fail("--parallel {} needs an engine that holds {} sequences, but {} holds {}: use --parallel {}", n_slots, n_slots,
+             engine.describe(), engine.n_seq(), engine.n_seq());
 }
 
 struct Scheduler::Slot {
@@ -79,13 +78,9 @@ struct Scheduler::Slot {
 Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& metrics)
     : model_(model), opt_(opt), metrics_(metrics) {
     if (opt.n_slots < 1) fail("--parallel must be at least 1 (got {})", opt.n_slots);
-    // Refused before the GPU engine loads the weights into VRAM (auto is checked once resolved).
-    // (A build without CUDA names that first: following the --parallel advice would only meet it next.)
+    // A build without CUDA is refused before anything loads. Every engine (CPU, GPU-all, hybrid)
+    // holds SessionOptions::n_seq sequences; check_slots guards an engine that would hold fewer.
     require_gpu_engine(opt.mode);
-    if (opt.n_slots > 1 && (opt.mode == EngineMode::Gpu || opt.mode == EngineMode::Hybrid))
-        fail("--parallel {} needs an engine that batches sequences, but --mode {} holds 1 (the GPU engine does not batch "
-             "sequences yet): use --parallel 1, or --mode cpu",
-             opt.n_slots, engine_mode_name(opt.mode));
     SessionOptions so = opt.session;
     so.n_seq = opt.n_slots;
     session_ = make_engine(opt.mode, model, so, opt.gpu);

@@ -113,14 +113,14 @@ struct SchedulerOptions {
     int n_slots = 1;                         ///< --parallel: jobs run at once, one engine sequence each
 };
 
-/// Throws nitro::Error (naming the engine, and that the GPU engine does not batch sequences yet)
-/// unless 1 <= n_slots <= engine.n_seq(): what `nitro serve --parallel N` checks at startup.
+/// Throws nitro::Error (naming the engine and the sequences it holds) unless
+/// 1 <= n_slots <= engine.n_seq(): what `nitro serve --parallel N` checks at startup.
 void check_slots(const Engine& engine, int n_slots);
 
 class Scheduler {
 public:
     /// Creates the engine (with n_slots sequences) and starts the worker. Throws nitro::Error for
-    /// bad options, n_slots above what the engine holds (the GPU engine holds one sequence), or a
+    /// bad options, n_slots above what the engine holds, or a
     /// trace file that cannot be created.
     Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& metrics);
     ~Scheduler();  ///< stop()

@@ -119,6 +119,41 @@ TEST(Placement, TooSmallABudgetNamesTheShortfall) {
     EXPECT_NE(error_of([] { plan_placement(gptoss120b(), budget(0)); }).find("budget is needed"), std::string::npos);
 }
 
+TEST(Placement, KvBytesCountEverySequence) {
+    // nitro serve --parallel N: each sequence has its own K/V region (and recurrent state) in VRAM.
+    // gpt-oss-120b at -c 4096 -u 512: 18 full-attention layers of 4,096 positions and 18 sliding
+    // layers of 128 + 512 - 1 = 639, K and V of 8 heads x 64 dims in F16 = 2,048 bytes per position:
+    // 18 x (4,096 + 639) x 2,048 = 174,551,040 bytes per sequence (CALCULATED by hand).
+    SessionOptions so;
+    const Plan p1 = plan_placement(synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, so), budget(100));
+    so.n_seq = 4;
+    const Plan p4 = plan_placement(synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, so), budget(100));
+    const double per_seq = 174551040.0;
+    EXPECT_GE(static_cast<double>(p1.kv_bytes), per_seq);
+    EXPECT_NEAR(static_cast<double>(p4.kv_bytes - p1.kv_bytes), 3 * per_seq, 4 << 20);  // page rounding
+    // qwen3next: the recurrent state is per sequence too (attention layers' K/V plus DeltaNet state).
+    SessionOptions q;
+    const Plan r1 = plan_placement(synth_layout("qwen3next", "qwen3-next-80b-a3b", GgmlType::Q4_K, q), budget(100));
+    q.n_seq = 3;
+    const ModelLayout l3 = synth_layout("qwen3next", "qwen3-next-80b-a3b", GgmlType::Q4_K, q);
+    const Plan r3 = plan_placement(l3, budget(100));
+    const ModelSpec& sp = l3.spec;
+    double state = 0, kv = 0;
+    for (const LayerSpec& L : sp.layers) {
+        kv += static_cast<double>(L.kv_capacity) * static_cast<double>(sp.n_k() + sp.n_v()) * 2;
+        if (L.kind == LayerKind::DeltaNet) state += static_cast<double>(sp.ssm.conv_state_size() + sp.ssm.delta_state_size()) * 4;
+    }
+    EXPECT_GT(state, 0);
+    EXPECT_NEAR(static_cast<double>(r3.kv_bytes - r1.kv_bytes), 2 * (kv + state), 4 << 20);
+    // A budget too small for N sequences says so.
+    SessionOptions many;
+    many.n_seq = 64;
+    many.n_ctx = 131072;
+    const std::string e = error_of([&] { plan_placement(synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, many), budget(80)); });
+    EXPECT_NE(e.find("(-c 131072 x 64 sequence(s))"), std::string::npos) << e;
+    EXPECT_NE(e.find("--parallel"), std::string::npos) << e;
+}
+
 TEST(Placement, LlamaCppOverrides) {
     const ModelLayout L = gptoss120b();
     PlacementOptions o = budget(12);

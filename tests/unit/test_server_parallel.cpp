@@ -1,8 +1,8 @@
 // The scheduler with several slots (nitro serve --parallel N): concurrent jobs give the tokens
 // they give one at a time (greedy and seeded sampling, prompts chunked, past the sliding window),
 // the steps are really batched, cancelling one slot leaves the others unharmed and frees the
-// slot, prefix reuse works per slot (also with a recurrent state: qwen3next), and an engine with one
-// sequence refuses --parallel 2.
+// slot, prefix reuse works per slot (also with a recurrent state: qwen3next), an engine with one
+// sequence refuses --parallel 2, and --mode gpu/hybrid take --parallel N from the GPU engine factory.
 #include "arch/synth.h"
 #include "core/error.h"
 #include "gguf_bytes.h"
@@ -262,7 +262,7 @@ public:
 
 }  // namespace
 
-TEST(ServerScheduler, ParallelNeedsAnEngineThatBatchesSequences) {
+TEST(ServerScheduler, ParallelNeedsAnEngineThatHoldsTheSequences) {
     OneSequenceEngine e;
     EXPECT_NO_THROW(check_slots(e, 1));
     try {
@@ -270,11 +270,13 @@ TEST(ServerScheduler, ParallelNeedsAnEngineThatBatchesSequences) {
         FAIL() << "--parallel 2 accepted on a one-sequence engine";
     } catch (const Error& err) {
         const std::string msg = err.what();
-        EXPECT_NE(msg.find("--parallel 2 needs an engine that batches sequences, but gpu (test) holds 1"), std::string::npos) << msg;
-        EXPECT_NE(msg.find("the GPU engine does not batch sequences yet"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("--parallel 2 needs an engine that holds 2 sequences, but gpu (test) holds 1: use --parallel 1"),
+                  std::string::npos)
+            << msg;
     }
     EXPECT_THROW(check_slots(e, 0), Error);
-    // nitro serve --mode gpu / hybrid --parallel 2: refused before any engine is made.
+    // nitro serve --mode gpu / hybrid in a build without CUDA: that is named before anything loads.
+    if (gpu_engine_available()) return;
     Model model(test::fixture_for("qwen3"));
     for (EngineMode mode : {EngineMode::Gpu, EngineMode::Hybrid}) {
         Metrics m;
@@ -282,16 +284,77 @@ TEST(ServerScheduler, ParallelNeedsAnEngineThatBatchesSequences) {
         so.mode = mode;
         try {
             Scheduler s(model, so, m);
-            FAIL() << "--parallel 2 accepted with --mode " << engine_mode_name(mode);
+            FAIL() << "--mode " << engine_mode_name(mode) << " accepted without a GPU engine";
         } catch (const Error& err) {
             const std::string msg = err.what();
-            // A build without CUDA names that first (the --parallel advice would only lead to it).
-            const std::string want = gpu_engine_available()
-                                         ? fmt::format("--parallel 2 needs an engine that batches sequences, but --mode {} holds 1",
-                                                       engine_mode_name(mode))
-                                         : fmt::format("--mode {} needs a build with the CUDA backend", engine_mode_name(mode));
-            EXPECT_NE(msg.find(want), std::string::npos) << msg;
+            EXPECT_NE(msg.find(fmt::format("--mode {} needs a build with the CUDA backend", engine_mode_name(mode))),
+                      std::string::npos)
+                << msg;
         }
+    }
+}
+
+namespace {
+
+/// Installs a GPU engine factory for one test and removes it again.
+struct FactoryGuard {
+    explicit FactoryGuard(GpuEngineFactory f) { set_gpu_engine_factory(std::move(f), [] { return 1; }); }
+    ~FactoryGuard() { set_gpu_engine_factory(nullptr, nullptr); }
+};
+
+}  // namespace
+
+TEST(ServerScheduler, GpuModesServeParallelSlotsWithAnEngineThatBatches) {
+    // --mode gpu / hybrid --parallel 3 is no longer refused before the engine is made: the
+    // scheduler asks the GPU factory for an engine of 3 sequences and batches the slots through it.
+    // The factory here stands in for the CUDA one (CI has no GPU): the CPU engine with the
+    // sequences it is asked for. A factory whose engine holds fewer is refused by check_slots.
+    ASSERT_FALSE(gpu_engine_available()) << "this test installs its own GPU engine factory";
+    Model model(test::fixture_for("gpt-oss"));
+    const Tokenizer& tok = tokenizer_for("gpt-oss");
+    auto ps = prompts(tok);
+    ps.resize(3);
+    const int64_t n = 12;
+    std::vector<SamplerParams> sp(ps.size());
+    sp[2].temperature = 1.0f, sp[2].top_k = 0, sp[2].seed = 7;  // per-request sampling on a GPU-mode server
+    const auto ref = sequential(model, tok, ps, n, sp, nullptr);
+    for (EngineMode mode : {EngineMode::Gpu, EngineMode::Hybrid}) {
+        std::vector<int> asked;
+        std::vector<EngineMode> modes;
+        FactoryGuard guard([&](const Model& md, const SessionOptions& so, const GpuOptions& go) {
+            asked.push_back(so.n_seq);
+            modes.push_back(go.mode);
+            return make_engine(EngineMode::Cpu, md, so, go);
+        });
+        Metrics m;
+        SchedulerOptions so = options(model, tok, 3);
+        so.mode = mode;
+        Scheduler s(model, so, m);
+        ASSERT_EQ(asked, std::vector<int>{3}) << engine_mode_name(mode);
+        EXPECT_EQ(modes, std::vector<EngineMode>{mode});
+        std::vector<JobRun> runs;
+        for (size_t i = 0; i < ps.size(); ++i) runs.push_back(make_run(ps[i], n, sp[i]));
+        for (auto& r : runs) s.submit(r.job);
+        for (auto& r : runs) r.done.wait();
+        for (size_t i = 0; i < runs.size(); ++i) {
+            EXPECT_EQ(runs[i].sink->cause, FinishCause::LENGTH);
+            EXPECT_EQ(runs[i].sink->ids, ref[i]) << engine_mode_name(mode) << ": job " << i << " differs from the job run alone";
+        }
+        EXPECT_GT(metric(m, "nitro_batch_rows_total{kind=\"decode\"}") / metric(m, "nitro_batch_steps_total"), 1.5)
+            << "decode rows per step: the slots were not batched";
+    }
+    // An engine that holds one sequence whatever it is asked for: refused with the numbers.
+    FactoryGuard one([](const Model&, const SessionOptions&, const GpuOptions&) -> std::unique_ptr<Engine> {
+        return std::make_unique<OneSequenceEngine>();
+    });
+    Metrics m;
+    SchedulerOptions so = options(model, tok, 2);
+    so.mode = EngineMode::Gpu;
+    try {
+        Scheduler s(model, so, m);
+        FAIL() << "--parallel 2 accepted on an engine of one sequence";
+    } catch (const Error& err) {
+        EXPECT_NE(std::string(err.what()).find("holds 1: use --parallel 1"), std::string::npos) << err.what();
     }
 }
 
