@@ -15,13 +15,20 @@ SHARED=${NITRO_SHARED_DIR:-$(cd .. && pwd)/shared}
 mkdir -p .carry
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 mkdir -p "$T/bin"
-for f in "$B/nitro" "$B/tests/nitro_cuda_tests" "$B/tests/nitro_cuda_bench"; do [ -f "$f" ] && cp "$f" "$T/bin/"; done
+# nitro_cuda_bench (the GPU kernel figures) only with CARRY_CUDA_BENCH=1: it costs 2 MB of the call's 64 MiB
+BINS=("$B/nitro" "$B/tests/nitro_cuda_tests"); [ "${CARRY_CUDA_BENCH:-0}" = 1 ] && BINS+=("$B/tests/nitro_cuda_bench")
+for f in "${BINS[@]}"; do [ -f "$f" ] && cp "$f" "$T/bin/"; done
 for lib in libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libcpp-httplib.so.0.11; do
     cp -L "/lib/x86_64-linux-gnu/$lib" "$T/bin/"
 done
 tar cJf .carry/bin.tar.xz -C "$T" bin
 mkdir -p "$T/s/shared"; cp -r "$SHARED/fixtures" "$T/s/shared/"
 tar cJf .carry/fixtures.tar.xz -C "$T/s" shared
+# The repository itself takes most of a call's 64 MiB, so the fixtures may have to travel in pieces
+# over several calls of one warm machine: .carry/fx/fixtures.part-aa, -ab, ... (FX_PART_BYTES each;
+# rejoin with cat on the device).
+rm -rf .carry/fx; mkdir -p .carry/fx
+split -b "${FX_PART_BYTES:-7300000}" .carry/fixtures.tar.xz .carry/fx/fixtures.part-
 if [ "$LLAMA" = 1 ]; then
     git clone -q tools/peer/node_modules/node-llama-cpp/llama/gitRelease.bundle "$T/llama" 2>/dev/null
     (cd "$T/llama" && git archive HEAD | tar x -C "$T" --one-top-level=llama-src --anchored --exclude=models --exclude=docs --exclude=tests)
