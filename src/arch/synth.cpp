@@ -5,8 +5,10 @@
 #include "core/fp16.h"
 #include "gguf/hf_tokenizer.h"
 #include "gguf/writer.h"
+#include "quant/blocks.h"
 
 #include <cmath>
+#include <future>
 #include <thread>
 #include <cstdlib>
 #include <cstring>
@@ -132,7 +134,252 @@ InitScale init_scale(const std::string& arch, const TensorSpec& s, bool tied_out
 
 
 
-/// Fills `out` with `n_rows` rows of tensor data of type `t`, row length `ne0`.
+// ------------------------------------------------------------------ random-code blocks
+//
+// Quantizing Gaussian floats costs ~300x more than writing random blocks (MEASURED for IQ4_XS:
+// 2.2 against 750 MB per CPU-second; the reference quantizers search scales per sub-block), so every weight type that a real model's
+// matrices use is written as random codes instead: uniform quants, sub-block scales drawn from a
+// fixed range, and one block scale d chosen so that the dequantised values have the target std:
+//   std = d * rms(sub-block scale) * rms(code value),
+// with rms over the uniform distribution of each (a uniform integer on [a, b] has
+// E[x^2] = ((a + b) / 2)^2 + ((b - a + 1)^2 - 1) / 12). Formats with a min (Q4_1, Q5_1, Q2_K, Q4_K,
+// Q5_K) get min = the code's mean times the scale, so every sub-block has mean 0; formats without
+// one whose codes have a nonzero mean (Q5_0: -0.5; IQ4_NL, IQ4_XS: -5.875; Q3_K: -0.5; Q6_K: -0.5)
+// get a random sign on the block or sub-block scale, so the mean is 0 over the tensor. Every block
+// makes a fixed number of draws (RandomCodes::draws_per_block), whatever the values drawn.
+// Block layouts: quant/blocks.h. d is rounded to fp16 once per tensor: below 6.1e-5 it is
+// subnormal (steps of 6e-8: rounding moves the std by up to 1% at d = 3e-6); synth_model refuses a std whose d rounds to 0 or
+// infinity (not reached by the presets' scales).
+
+/// Fills `n` bytes (a multiple of 8) with n / 8 draws.
+void random_bytes(Rng& rng, uint8_t* dst, int n) {
+    for (int i = 0; i < n; i += 8) {
+        const uint64_t r = rng.next();
+        std::memcpy(dst + i, &r, 8);
+    }
+}
+
+uint16_t fp16_of(double v) { return f32_to_fp16(static_cast<float>(v)); }
+
+/// Q4_1: x = d * q + m, q uniform on 0..15 (rms about the mean 7.5: sqrt(255 / 12) = 4.6098), m = -7.5 d.
+/// 2 draws per block.
+void fill_q4_1(int64_t nb, double d_value, Rng& rng, uint8_t* p) {
+    const uint16_t d = fp16_of(d_value);
+    const uint16_t m = fp16_of(-7.5 * fp16_to_f32(d));
+    for (int64_t b = 0; b < nb; ++b, p += sizeof(quant::BlockQ4_1)) {
+        std::memcpy(p, &d, 2);
+        std::memcpy(p + 2, &m, 2);
+        random_bytes(rng, p + 4, 16);
+    }
+}
+
+/// Q5_0: x = d * (q - 16), q uniform on 0..31: E[(q - 16)^2] = 0.5^2 + 1023 / 12 = 85.5, rms 9.2466, mean
+/// -0.5, so d has a random sign per block. 3 draws per block (qs, qs, qh | sign << 32).
+void fill_q5_0(int64_t nb, double d_value, Rng& rng, uint8_t* p) {
+    const uint16_t d = fp16_of(d_value);
+    for (int64_t b = 0; b < nb; ++b, p += sizeof(quant::BlockQ5_0)) {
+        random_bytes(rng, p + 6, 16);
+        const uint64_t r = rng.next();
+        const uint16_t ds = static_cast<uint16_t>(d | ((r >> 32) & 1) << 15);  // fp16 sign bit
+        std::memcpy(p, &ds, 2);
+        std::memcpy(p + 2, &r, 4);
+    }
+}
+
+/// Q5_1: x = d * q + m, q uniform on 0..31 (rms about the mean 15.5: sqrt(1023 / 12) = 9.2331),
+/// m = -15.5 d. 3 draws per block (qs, qs, qh).
+void fill_q5_1(int64_t nb, double d_value, Rng& rng, uint8_t* p) {
+    const uint16_t d = fp16_of(d_value);
+    const uint16_t m = fp16_of(-15.5 * fp16_to_f32(d));
+    for (int64_t b = 0; b < nb; ++b, p += sizeof(quant::BlockQ5_1)) {
+        std::memcpy(p, &d, 2);
+        std::memcpy(p + 2, &m, 2);
+        random_bytes(rng, p + 8, 16);
+        const uint64_t r = rng.next();
+        std::memcpy(p + 4, &r, 4);
+    }
+}
+
+/// IQ4_NL: x = d * kvalues_iq4nl[q], q uniform on 0..15: the table's sum of squares is 72768, so
+/// rms sqrt(72768 / 16) = 67.439; its mean is -94 / 16 = -5.875, so d has a random sign per block.
+/// 3 draws per block.
+void fill_iq4_nl(int64_t nb, double d_value, Rng& rng, uint8_t* p) {
+    const uint16_t d = fp16_of(d_value);
+    for (int64_t b = 0; b < nb; ++b, p += sizeof(quant::BlockIQ4_NL)) {
+        random_bytes(rng, p + 2, 16);
+        const uint16_t ds = static_cast<uint16_t>(d | (rng.next() & 1) << 15);
+        std::memcpy(p, &ds, 2);
+    }
+}
+
+/// A 6-bit scale 32 +- m with m uniform on 16..31 and a random sign, from 5 random bits: the
+/// signed sub-block scales of IQ4_XS and Q3_K (ls - 32 in [-31, -16] or [16, 31];
+/// E[m^2] = 23.5^2 + 255 / 12 = 573.5, rms 23.948).
+uint8_t signed_scale6(uint64_t bits5) {
+    const int m = 16 + static_cast<int>(bits5 & 15);
+    return static_cast<uint8_t>((bits5 & 16) ? 32 - m : 32 + m);
+}
+
+/// IQ4_XS: x = d * (ls - 32) * kvalues_iq4nl[q] per 32 values; ls - 32 = +-(16..31) (rms 23.948,
+/// mean 0 by its sign), q uniform (rms 67.439): std = d * 23.948 * 67.439 = d * 1615.0.
+/// 17 draws per block: 16 for qs, 1 for the 8 five-bit scale draws.
+void fill_iq4_xs(int64_t nb, double d_value, Rng& rng, uint8_t* p) {
+    quant::BlockIQ4_XS blk{};
+    blk.d = fp16_of(d_value);
+    for (int64_t b = 0; b < nb; ++b, p += sizeof blk) {
+        random_bytes(rng, blk.qs, sizeof blk.qs);
+        uint64_t r = rng.next();
+        blk.scales_h = 0;
+        std::memset(blk.scales_l, 0, sizeof blk.scales_l);
+        for (int ib = 0; ib < 8; ++ib, r >>= 5) {
+            const uint8_t ls = signed_scale6(r);
+            blk.scales_l[ib / 2] |= static_cast<uint8_t>((ls & 0xf) << (4 * (ib % 2)));
+            blk.scales_h |= static_cast<uint16_t>((ls >> 4) << (2 * ib));
+        }
+        std::memcpy(p, &blk, sizeof blk);
+    }
+}
+
+/// Q2_K: x = d * sc * q - dmin * m per 16 values, q uniform on 0..3 (rms about the mean 1.5:
+/// sqrt(15 / 12) = 1.1180), sc uniform on 8..15 (E[sc^2] = 11.5^2 + 63 / 12 = 137.5, rms 11.726),
+/// m = sc and dmin = 1.5 d: std = d * 11.726 * 1.1180 = d * 13.110. 9 draws per block (8 for qs,
+/// 1 for the 16 three-bit scales).
+void fill_q2_k(int64_t nb, double d_value, Rng& rng, uint8_t* p) {
+    quant::BlockQ2_K blk{};
+    blk.d = fp16_of(d_value);
+    blk.dmin = fp16_of(1.5 * fp16_to_f32(blk.d));
+    for (int64_t b = 0; b < nb; ++b, p += sizeof blk) {
+        random_bytes(rng, blk.qs, sizeof blk.qs);
+        uint64_t r = rng.next();
+        for (int j = 0; j < 16; ++j, r >>= 3) {
+            const int sc = 8 + static_cast<int>(r & 7);
+            blk.scales[j] = static_cast<uint8_t>(sc | sc << 4);
+        }
+        std::memcpy(p, &blk, sizeof blk);
+    }
+}
+
+/// Q3_K: x = d * (sc - 32) * q per 16 values, q = 2 low bits - (high bit clear ? 4 : 0), uniform
+/// on -4..3 (E[q^2] = 0.5^2 + 63 / 12 = 5.5, rms 2.3452, mean -0.5); sc - 32 = +-(16..31) (rms
+/// 23.948, random sign): std = d * 23.948 * 2.3452 = d * 56.163. 14 draws per block (4 hmask,
+/// 8 qs, 2 for the 16 five-bit scale draws). Scales packed as ggml's quantize_row_q3_K_ref:
+/// low nibbles of scales 0..7 in bytes 0..7, of 8..15 in their high nibbles, the top 2 bits of
+/// scale j at bits 2 * (j / 4) of byte 8 + j % 4.
+void fill_q3_k(int64_t nb, double d_value, Rng& rng, uint8_t* p) {
+    quant::BlockQ3_K blk{};
+    blk.d = fp16_of(d_value);
+    for (int64_t b = 0; b < nb; ++b, p += sizeof blk) {
+        random_bytes(rng, blk.hmask, sizeof blk.hmask);
+        random_bytes(rng, blk.qs, sizeof blk.qs);
+        std::memset(blk.scales, 0, sizeof blk.scales);
+        for (int half = 0; half < 2; ++half) {
+            uint64_t r = rng.next();
+            for (int k = 0; k < 8; ++k, r >>= 5) {
+                const int j = half * 8 + k;
+                const uint8_t l = signed_scale6(r);
+                if (j < 8) blk.scales[j] = l & 0xf;
+                else blk.scales[j - 8] |= static_cast<uint8_t>((l & 0xf) << 4);
+                blk.scales[j % 4 + 8] |= static_cast<uint8_t>((l >> 4) << (2 * (j / 4)));
+            }
+        }
+        std::memcpy(p, &blk, sizeof blk);
+    }
+}
+
+/// The 6-bit scales and mins of Q4_K and Q5_K: sub-block j gets sc = m uniform on 32..63
+/// (E[sc^2] = 47.5^2 + 1023 / 12 = 2341.5, rms 48.389) from 5 bits of `r`, packed as
+/// get_scale_min_k4 reads them (j < 4: low 6 bits of bytes j and j + 4; j >= 4: nibbles of byte
+/// j + 4, top 2 bits in bits 6..7 of bytes j - 4 and j).
+void k4_scales(uint64_t r, uint8_t* scales) {
+    std::memset(scales, 0, 12);
+    for (int j = 0; j < 8; ++j, r >>= 5) {
+        const uint8_t s = static_cast<uint8_t>(32 + (r & 31));
+        if (j < 4) {
+            scales[j] = s;
+            scales[j + 4] = s;
+        } else {
+            scales[j + 4] = static_cast<uint8_t>((s & 0xf) | (s & 0xf) << 4);
+            scales[j - 4] |= static_cast<uint8_t>((s >> 4) << 6);
+            scales[j] |= static_cast<uint8_t>((s >> 4) << 6);
+        }
+    }
+}
+
+/// Q4_K: x = d * sc * q - dmin * m per 32 values, q uniform on 0..15 (rms about the mean 7.5:
+/// 4.6098), m = sc, dmin = 7.5 d (so x = d * sc * (q - 7.5)): std = d * 48.389 * 4.6098 =
+/// d * 223.06. 17 draws per block (16 qs, 1 for the 8 five-bit scale draws).
+void fill_q4_k(int64_t nb, double d_value, Rng& rng, uint8_t* p) {
+    quant::BlockQ4_K blk{};
+    blk.d = fp16_of(d_value);
+    blk.dmin = fp16_of(7.5 * fp16_to_f32(blk.d));
+    for (int64_t b = 0; b < nb; ++b, p += sizeof blk) {
+        random_bytes(rng, blk.qs, sizeof blk.qs);
+        k4_scales(rng.next(), blk.scales);
+        std::memcpy(p, &blk, sizeof blk);
+    }
+}
+
+/// Q5_K: as Q4_K with q uniform on 0..31 (rms about the mean 15.5: 9.2331), dmin = 15.5 d:
+/// std = d * 48.389 * 9.2331 = d * 446.78. 21 draws per block (4 qh, 16 qs, 1 scales).
+void fill_q5_k(int64_t nb, double d_value, Rng& rng, uint8_t* p) {
+    quant::BlockQ5_K blk{};
+    blk.d = fp16_of(d_value);
+    blk.dmin = fp16_of(15.5 * fp16_to_f32(blk.d));
+    for (int64_t b = 0; b < nb; ++b, p += sizeof blk) {
+        random_bytes(rng, blk.qh, sizeof blk.qh);
+        random_bytes(rng, blk.qs, sizeof blk.qs);
+        k4_scales(rng.next(), blk.scales);
+        std::memcpy(p, &blk, sizeof blk);
+    }
+}
+
+/// Q6_K: x = d * sc * (q - 32) per 16 values, q uniform on 0..63 (E[(q - 32)^2] = 0.5^2 +
+/// 4095 / 12 = 341.5, rms 18.480, mean -0.5), sc = +-(64..127) int8 (E[sc^2] = 95.5^2 + 4095 / 12
+/// = 9461.5, rms 97.270; random sign): std = d * 97.270 * 18.480 = d * 1797.5. 26 draws per
+/// block (16 ql, 8 qh, 2 for the 16 seven-bit scale draws).
+void fill_q6_k(int64_t nb, double d_value, Rng& rng, uint8_t* p) {
+    quant::BlockQ6_K blk{};
+    blk.d = fp16_of(d_value);
+    for (int64_t b = 0; b < nb; ++b, p += sizeof blk) {
+        random_bytes(rng, blk.ql, sizeof blk.ql);
+        random_bytes(rng, blk.qh, sizeof blk.qh);
+        for (int half = 0; half < 2; ++half) {
+            uint64_t r = rng.next();
+            for (int k = 0; k < 8; ++k, r >>= 7) {
+                const int m = 64 + static_cast<int>(r & 63);
+                blk.scales[half * 8 + k] = static_cast<int8_t>((r & 64) ? -m : m);
+            }
+        }
+        std::memcpy(p, &blk, sizeof blk);
+    }
+}
+
+/// A random-code type: its block writer (d_value: the block scale before fp16 rounding), the
+/// draws each block makes, and the rms of a block's dequantised values per unit of d (the
+/// products worked out at each fill_*), so that d = std / code_rms.
+struct RandomCodes {
+    void (*fill)(int64_t n_blocks, double d_value, Rng& rng, uint8_t* dst) = nullptr;
+    uint64_t draws_per_block = 0;
+    double code_rms = 0;
+};
+
+/// The random-code writer of type t, or one with fill == nullptr where t has none.
+RandomCodes random_codes(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q4_1: return {fill_q4_1, 2, 4.6098};
+        case GgmlType::Q5_0: return {fill_q5_0, 3, 9.2466};
+        case GgmlType::Q5_1: return {fill_q5_1, 3, 9.2331};
+        case GgmlType::IQ4_NL: return {fill_iq4_nl, 3, 67.439};
+        case GgmlType::IQ4_XS: return {fill_iq4_xs, 17, 23.948 * 67.439};
+        case GgmlType::Q2_K: return {fill_q2_k, 9, 13.110};
+        case GgmlType::Q3_K: return {fill_q3_k, 14, 56.163};
+        case GgmlType::Q4_K: return {fill_q4_k, 17, 223.06};
+        case GgmlType::Q5_K: return {fill_q5_k, 21, 446.78};
+        case GgmlType::Q6_K: return {fill_q6_k, 26, 1797.5};
+        default: return {};
+    }
+}
+
 /// Draws of the generator that fill_rows makes per row of ne0 values of type t (fixed: no draw
 /// depends on a drawn value), so a chunk of rows can start its stream at any row.
 uint64_t draws_per_row(GgmlType t, int64_t ne0, const InitScale& init) {
@@ -141,12 +388,16 @@ uint64_t draws_per_row(GgmlType t, int64_t ne0, const InitScale& init) {
         case GgmlType::MXFP4:
         case GgmlType::Q4_0: return static_cast<uint64_t>(ne0 / 32) * 2;
         case GgmlType::Q8_0: return static_cast<uint64_t>(ne0 / 32) * 32;
-        default: return static_cast<uint64_t>(ne0) * per_value;
+        default: break;
     }
+    if (const RandomCodes rc = random_codes(t); rc.fill)
+        return static_cast<uint64_t>(ne0 / type_traits(t).block_size) * rc.draws_per_block;
+    return static_cast<uint64_t>(ne0) * per_value;
 }
 
-/// MXFP4, Q8_0 and Q4_0 are written as random codes with a scale chosen for the target std
-/// (fast enough for 60 GB models); other quantized types quantize Gaussian floats.
+/// Fills `out` with `n_rows` rows of tensor data of type `t`, row length `ne0`. MXFP4, Q8_0, Q4_0
+/// and the types of random_codes are written as random codes with a scale chosen for the target
+/// std (fast enough for 60 GB models); other quantized types quantize Gaussian floats.
 void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const InitScale& init, Rng& rng, std::vector<uint8_t>& out,
                std::vector<float>& scratch) {
     const double sd = init.std;
@@ -217,6 +468,10 @@ void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const InitScale& init, R
             return;
         }
         default: {
+            if (const RandomCodes rc = random_codes(t); rc.fill) {
+                rc.fill(n / type_traits(t).block_size, sd / rc.code_rms, rng, p);
+                return;
+            }
             scratch.resize(static_cast<size_t>(ne0));
             for (int64_t r = 0; r < n_rows; ++r) {
                 gaussian(scratch.data(), ne0);
@@ -425,6 +680,8 @@ ModelHparams synth_preset(const std::string& arch, const std::string& preset, in
 
 void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uint64_t)>& progress) {
     if (opt.out.empty()) fail("nitro synth: an output path (-o FILE) is required");
+    if (opt.chunk_bytes < 1) fail("nitro synth: chunk_bytes must be >= 1, got {}", opt.chunk_bytes);
+    if (opt.n_threads < 0) fail("nitro synth: threads must be >= 0 (0 = all cores, up to 16), got {}", opt.n_threads);
     int64_t n_vocab = 0;
     ModelHparams hp = synth_preset(opt.arch, opt.preset, &n_vocab);
     const GgmlType expert_type = opt.expert_type.value_or(synth_default_expert_type(opt.arch));
@@ -480,17 +737,30 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
         w.add_tensor(s.name, t, s.ne);
         written.push_back(s);
         inits.push_back(init_scale(hp.arch, s, tie_output));
+        if (const RandomCodes rc = random_codes(t); rc.fill) {
+            const float d = fp16_to_f32(fp16_of(inits.back().std / rc.code_rms));
+            if (!(std::isfinite(d) && d > 0))
+                fail("nitro synth: tensor '{}' of std {} has no finite nonzero {} block scale", s.name, inits.back().std,
+                     type_display_name(t));
+        }
     }
     uint64_t total = 0;
     for (const auto& t : w.tensors()) total += t.n_bytes;
 
     w.open(opt.out);
-    // Chunks of ~4 MiB of rows are generated on all cores and written in order. The generator is
-    // a counter (splitmix64) and every row draws a fixed number of values, so a chunk starts its
-    // stream at row r * draws_per_row: the bytes do not depend on the thread count.
-    const int n_threads = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
-    std::vector<std::vector<uint8_t>> bufs(static_cast<size_t>(n_threads));
+    // Chunks of ~4 MiB (chunk_bytes) of rows are generated on all cores and written in order. The
+    // generator is a counter (splitmix64) and every row draws a fixed number of values, so a chunk
+    // starts its stream at row r * draws_per_row: the bytes depend on neither the thread count nor
+    // the chunk size.
+    const int n_threads =
+        opt.n_threads > 0 ? opt.n_threads : static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
+    // Two sets of chunk buffers: one round of chunks is written (by an async task) while the next
+    // is generated, so the single sequential writer overlaps with the generating threads.
+    std::vector<std::vector<uint8_t>> bufs[2] = {std::vector<std::vector<uint8_t>>(static_cast<size_t>(n_threads)),
+                                                 std::vector<std::vector<uint8_t>>(static_cast<size_t>(n_threads))};
     std::vector<std::vector<float>> scratch(static_cast<size_t>(n_threads));
+    std::future<void> writing;  // the previous round's write; get() rethrows its I/O error
+    int parity = 0;
     uint64_t done = 0;
     for (size_t i = 0; i < written.size(); ++i) {
         const GgufTensorInfo& info = w.tensors()[i];
@@ -498,16 +768,17 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
         const int64_t ne0 = info.ne[0];
         const int64_t rows = info.ne[1] * info.ne[2] * info.ne[3];
         const size_t rb = row_size(info.type, ne0);
-        const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((4u << 20) / rb));
+        const int64_t chunk = std::max<int64_t>(1, opt.chunk_bytes / static_cast<int64_t>(rb));
         const uint64_t per_row = draws_per_row(info.type, ne0, inits[i]);
         const int64_t n_chunks = (rows + chunk - 1) / chunk;
         for (int64_t c0 = 0; c0 < n_chunks; c0 += n_threads) {
             const int64_t nc = std::min<int64_t>(n_threads, n_chunks - c0);
+            auto& set = bufs[parity];
             auto gen = [&](int64_t j) {
                 const int64_t r = (c0 + j) * chunk, k = std::min(chunk, rows - r);
                 Rng rng{seed_state + static_cast<uint64_t>(r) * per_row * kRngStep};
-                fill_rows(info.type, ne0, k, inits[i], rng, bufs[static_cast<size_t>(j)], scratch[static_cast<size_t>(j)]);
-                if (opt.router_skew > 0) apply_router_skew(hp.arch, written[i], opt, r, k, bufs[static_cast<size_t>(j)]);
+                fill_rows(info.type, ne0, k, inits[i], rng, set[static_cast<size_t>(j)], scratch[static_cast<size_t>(j)]);
+                if (opt.router_skew > 0) apply_router_skew(hp.arch, written[i], opt, r, k, set[static_cast<size_t>(j)]);
             };
             if (nc == 1) {
                 gen(0);
@@ -517,14 +788,19 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
                 gen(0);
                 for (auto& t : team) t.join();
             }
-            for (int64_t j = 0; j < nc; ++j) {
-                const auto& b = bufs[static_cast<size_t>(j)];
-                w.write_data(b.data(), b.size());
-                done += b.size();
-                if (progress) progress(done, total);
-            }
+            if (writing.valid()) writing.get();  // the other set is free again
+            writing = std::async(std::launch::async, [&w, &set, &done, &progress, nc, total] {
+                for (int64_t j = 0; j < nc; ++j) {
+                    const auto& b = set[static_cast<size_t>(j)];
+                    w.write_data(b.data(), b.size());
+                    done += b.size();
+                    if (progress) progress(done, total);
+                }
+            });
+            parity ^= 1;
         }
     }
+    if (writing.valid()) writing.get();
     w.finish();
 }
 

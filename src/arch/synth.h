@@ -26,6 +26,8 @@ struct SynthOptions {
     std::string tokenizer_dir;            ///< Hugging Face tokenizer folder (tokenizer.json ...), see gguf/hf_tokenizer.h
     double router_skew = 0;               ///< Zipf exponent S of expert popularity (0: no skew), see synth_router_ranks
     uint64_t seed = 42;
+    int n_threads = 0;                    ///< generating threads (0: all cores, up to 16); the bytes do not depend on it
+    int64_t chunk_bytes = 4 << 20;        ///< rows are generated in chunks of about this many bytes (>= 1; nor on it)
     std::string out;                      ///< output path
 };
 
@@ -48,7 +50,8 @@ GgmlType synth_tensor_type(TensorKind kind, GgmlType expert_type, GgmlType dense
 /// The routed-expert type a preset gets by default (MXFP4 for gpt-oss, Q8_0 for qwen3moe).
 GgmlType synth_default_expert_type(const std::string& arch);
 
-/// Writes the model. `progress(done_bytes, total_bytes)` is called as tensor data is written.
+/// Writes the model. `progress(done_bytes, total_bytes)` is called as tensor data is written (from
+/// a writer thread, one call at a time).
 /// Throws nitro::Error on bad options or I/O failure (no partial file is left under `out`).
 void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uint64_t)>& progress = {});
 

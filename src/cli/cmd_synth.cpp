@@ -1,5 +1,5 @@
 // nitro synth --arch gpt-oss|qwen3moe|qwen3next|qwen35moe --preset NAME [--type T] [--dense-type T] [--vocab-from FILE | --tokenizer DIR]
-//             [--router-skew zipf:S] [--seed S] -o OUT.gguf
+//             [--router-skew zipf:S] [--seed S] [-t THREADS] -o OUT.gguf
 #include "arch/summary.h"
 #include "arch/synth.h"
 #include "cli/commands.h"
@@ -42,6 +42,9 @@ Action add_synth(CLI::App& app) {
                     "zipf:S - bias routing towards a fixed random Zipf popularity of experts per layer "
                     "(gpt-oss: router bias -S ln(rank+1); qwen3moe: router row scaled by (rank+1)^-S)");
     sub->add_option("--seed", o->s.seed, "Random seed")->capture_default_str();
+    sub->add_option("-t,--threads", o->s.n_threads, "Generating threads (0 = all cores, up to 16); the file does not depend on it")
+        ->capture_default_str()
+        ->envname("NITRO_THREADS");
     sub->add_option("-o,--output", o->s.out, "Output GGUF path")->required();
     return [o]() {
         if (!o->type.empty()) {

@@ -6,10 +6,14 @@
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "gguf_bytes.h"
+#include "core/fp16.h"
+#include "quant/blocks.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 
 using namespace nitro;
@@ -53,6 +57,94 @@ TEST(Synth, TinyGptOssEveryExpertType) {
         const double rd = rms(dequantize_tensor(m.get("blk.0.ffn_down_exps.weight")));
         EXPECT_GT(rd, 1.4 / 16 / 1.5);
         EXPECT_LT(rd, 1.4 / 16 * 1.5);
+    }
+}
+
+// The types written as random codes instead of quantized Gaussians (fast): dequantised with the
+// reference dequantizers, every expert matrix has the std init_scale asks for (gain / sqrt(fan_in),
+// hand-computed here: gate 0.5 / sqrt(256), down 1.4 / sqrt(256) on gpt-oss tiny) within 2% and mean
+// ~0, and every fp16 scale of every block is finite and nonzero.
+TEST(Synth, RandomCodeTypesHaveTheTargetStd) {
+    using namespace nitro::quant;
+    struct T { GgmlType t; std::vector<size_t> fp16_offsets; };  // offsets of a block's fp16 scales
+    const T types[] = {
+        {GgmlType::Q4_1, {offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m)}},
+        {GgmlType::Q5_0, {offsetof(BlockQ5_0, d)}},
+        {GgmlType::Q5_1, {offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m)}},
+        {GgmlType::IQ4_NL, {offsetof(BlockIQ4_NL, d)}},
+        {GgmlType::IQ4_XS, {offsetof(BlockIQ4_XS, d)}},
+        {GgmlType::Q2_K, {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)}},
+        {GgmlType::Q3_K, {offsetof(BlockQ3_K, d)}},
+        {GgmlType::Q4_K, {offsetof(BlockQ4_K, d), offsetof(BlockQ4_K, dmin)}},
+        {GgmlType::Q5_K, {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}},
+        {GgmlType::Q6_K, {offsetof(BlockQ6_K, d)}},
+    };
+    const std::string dir = test::temp_dir("synth-codes");
+    for (const T& ty : types) {
+        SCOPED_TRACE(type_display_name(ty.t));
+        SynthOptions o;
+        o.arch = "gpt-oss";
+        o.preset = "tiny";
+        o.expert_type = ty.t;
+        o.out = dir + "/c.gguf";
+        synth_model(o);
+        GgufModel m(o.out);
+        for (const auto& [name, target] : {std::pair<std::string, double>{"blk.1.ffn_gate_exps.weight", 0.5 / 16},
+                                           {"blk.1.ffn_down_exps.weight", 1.4 / 16}}) {
+            const GgufTensorInfo& t = m.get(name);
+            ASSERT_EQ(t.type, ty.t);
+            const std::vector<float> v = dequantize_tensor(t);
+            double sum = 0, sum2 = 0;
+            for (float x : v) {
+                sum += x;
+                sum2 += static_cast<double>(x) * x;
+            }
+            const double n = static_cast<double>(v.size()), mean = sum / n, sd = std::sqrt(sum2 / n - mean * mean);
+            EXPECT_NEAR(sd / target, 1.0, 0.02) << name << ": std " << sd << ", target " << target;
+            EXPECT_LT(std::abs(mean), 0.01 * target) << name << ": mean " << mean;
+            const auto& tt = type_traits(ty.t);
+            const auto* bytes = static_cast<const uint8_t*>(t.data);
+            for (uint64_t b = 0; b < t.n_bytes / tt.type_size; ++b)
+                for (size_t off : ty.fp16_offsets) {
+                    uint16_t h;
+                    std::memcpy(&h, bytes + b * tt.type_size + off, 2);
+                    const float f = fp16_to_f32(h);
+                    ASSERT_TRUE(std::isfinite(f) && f != 0) << name << " block " << b << " scale at byte " << off << ": " << f;
+                }
+        }
+    }
+}
+
+// Every row draws a fixed number of values, so a file does not depend on how rows are split into
+// chunks or over threads: one thread with one chunk per tensor, one thread with 16 KiB chunks, and
+// 3 threads with 16 KiB chunks write the same bytes, for every random-code type, MXFP4 and Q8_0 (as
+// experts and, but for MXFP4, as dense matrices; the F32 norms and Q8_0 embeddings ride along).
+TEST(Synth, BytesDoNotDependOnThreadsOrChunks) {
+    const std::string dir = test::temp_dir("synth-threads");
+    for (GgmlType t : {GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q2_K,
+                       GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::Q8_0}) {
+        SCOPED_TRACE(type_display_name(t));
+        std::vector<std::string> files;
+        for (auto [threads, chunk] : {std::pair<int, int64_t>{1, int64_t{1} << 30}, {1, 16384}, {3, 16384}}) {
+            SynthOptions o;
+            o.arch = "qwen3moe";
+            o.preset = "tiny";
+            o.expert_type = t;
+            o.dense_type = t == GgmlType::MXFP4 ? GgmlType::F16 : t;
+            o.n_threads = threads;
+            o.chunk_bytes = chunk;
+            o.out = dir + "/t" + std::to_string(files.size()) + ".gguf";
+            synth_model(o);
+            files.push_back(o.out);
+        }
+        GgufModel a(files[0]);
+        for (size_t f = 1; f < files.size(); ++f) {
+            GgufModel b(files[f]);
+            ASSERT_EQ(a.tensors().size(), b.tensors().size());
+            for (size_t i = 0; i < a.tensors().size(); ++i)
+                ASSERT_EQ(0, std::memcmp(a.tensors()[i].data, b.tensors()[i].data, a.tensors()[i].n_bytes))
+                    << "file " << f << ": " << a.tensors()[i].name;
+        }
     }
 }
 
