@@ -83,7 +83,7 @@ bench)
     if [ -z "${NCMOE:-}" ]; then
         NL=$("$N" inspect "$M" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['hparams']['n_layer'])" 2>/dev/null || echo 48)
         NCMOE=$NL
-        for n in $(seq 0 "$NL"); do
+        for n in $(seq 1 "$NL"); do  # (--n-cpu-moe 0 means "not given" to nitro plan, so it always fits)
             "$N" plan -m "$M" --vram-budget "$BUDGET" --n-cpu-moe "$n" > /dev/null 2>&1 && { NCMOE=$n; break; }
         done
     fi
@@ -106,8 +106,10 @@ for r in d: print('llama  $1: %s %.2f tok/s' % ('pp%d' % r['n_prompt'] if r['n_p
     }
     log "timed runs (budget $BUDGET GiB; llama.cpp --cpu-moe and -ncmoe $NCMOE), mirrored"
     run_nitro dec1 "$PROMPT64" 128; run_nitro pp1 "$PROMPT4K" 1
-    run_llama cpumoe1 "--cpu-moe"; run_llama ncmoe1 "-ncmoe $NCMOE"
-    run_llama ncmoe2 "-ncmoe $NCMOE"; run_llama cpumoe2 "--cpu-moe"
+    # llama-bench has no --cpu-moe: -ncmoe with every layer is the same placement
+    NLAYERS=$("$N" inspect "$M" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['hparams']['n_layer'])" 2>/dev/null || echo 48)
+    run_llama cpumoe1 "-ncmoe $NLAYERS"; run_llama ncmoe1 "-ncmoe $NCMOE"
+    run_llama ncmoe2 "-ncmoe $NCMOE"; run_llama cpumoe2 "-ncmoe $NLAYERS"
     run_nitro pp2 "$PROMPT4K" 1; run_nitro dec2 "$PROMPT64" 128
     python3 - "$OUTD" "$NCMOE" <<'PY'
 import json, sys

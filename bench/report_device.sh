@@ -35,20 +35,9 @@ LB=$L/b/bin/llama-bench
 log() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
 if [ "$PHASE" = pack ]; then
-    # On the development machine: the CUDA build's nitro with its non-system libraries, and the
-    # llama.cpp source of the peer.
-    B=${BUILD_CUDA:-$HERE/build-cuda}
-    [ -x "$B/nitro" ] || { echo "no $B/nitro: build it with -DNITRO_CUDA=ON -DNITRO_CUDA_ARCHS=90 first" >&2; exit 1; }
-    S=$(mktemp -d); mkdir -p "$S/bin" "$HERE/.carry"
-    cp "$B/nitro" "$S/bin/"
-    ldd "$B/nitro" | awk '/=> \// {print $3}' | grep -E 'libfmt|libxxhash|libpcre2|libcpp-httplib' | xargs -r -I{} cp -L {} "$S/bin/"
-    tar cJf "$HERE/.carry/bin.tar.xz" -C "$S" bin
-    G=$(mktemp -d)
-    git clone -q "$HERE/tools/peer/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$G/llama"
-    git -C "$G/llama" archive --format=tar HEAD -- . ':!models' ':!docs' ':!tests' ':!examples/*/*.png' | xz -6 > "$HERE/.carry/llama-src.tar.xz"
-    rm -rf "$S" "$G"
-    ls -l "$HERE/.carry/bin.tar.xz" "$HERE/.carry/llama-src.tar.xz"
-    exit 0
+    # On the development machine: the CUDA build's binaries with their non-system libraries, and the
+    # llama.cpp source of the peer trimmed to what llama-bench builds (bench/make_carry.sh).
+    exec bash "$HERE/bench/make_carry.sh" --llama "${BUILD_CUDA:-$HERE/build-cuda}"
 fi
 
 OUT=${2:?out dir}

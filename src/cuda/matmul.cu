@@ -1,7 +1,7 @@
 // Matrix products of src/cuda/ops.h: GEMV, dequantize, f16 GEMM (cuBLAS), the MoE op. Numerics notes (docs/cuda.md has the full story):
 //  - weights are decoded to f32 exactly as src/quant does (quant.cuh);
-//  - matrix-vector products keep activations in f32 (the CPU reference rounds them to its
-//    vec-dot type first; the parity harness bounds the difference);
+//  - activations are rounded to the weight's vec-dot type first, exactly as the CPU engine
+//    rounds them (round_acts), when the caller gives the xr scratch (the engine always does);
 //  - RMSNorm sums squares in double and RoPE computes its angles with the CPU's operation order.
 #include "cuda/ops.h"
 
@@ -189,7 +189,8 @@ __global__ void __launch_bounds__(256) round_acts_kernel(const float* x, int64_t
         const float amax = warp_max(fabsf(v));
         const float d = __fdiv_rn(amax, 127.f);
         const float id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
-        y = roundf(__fmul_rn(v, id)) * __half2float(__float2half_rn(d));
+        // through an integer, as the CPU stores q in an int8: no -0.0 where q rounds to 0
+        y = static_cast<float>(static_cast<int>(roundf(__fmul_rn(v, id)))) * __half2float(__float2half_rn(d));
     } else if constexpr (VDT == GgmlType::Q8_K) {
         // the value of largest magnitude, the first one on ties (quantize_q8_k's scan order)
         __shared__ float s_ax[8], s_v[8];
