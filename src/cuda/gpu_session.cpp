@@ -1242,22 +1242,10 @@ void GpuSession::eval_batch(const SeqBatch& b, std::vector<float>& logits) {
     Impl& m = *m_;
     // Check everything before touching the cache, so a bad batch leaves the session unchanged.
     const int64_t n = static_cast<int64_t>(b.tokens.size());
-    if (n == 0) fail("eval_batch: no rows");
-    if (b.seq.size() != b.tokens.size()) fail("eval_batch: {} tokens but {} sequence ids", b.tokens.size(), b.seq.size());
-    if (!b.logits.empty() && b.logits.size() != b.tokens.size())
-        fail("eval_batch: {} tokens but {} logits flags", b.tokens.size(), b.logits.size());
-    std::vector<int64_t> next(n_past_);  // each sequence's next position
+    const int64_t n_out = check_seq_batch(b, n_past_, m.spec.n_vocab, m.spec.n_ctx);
     std::vector<int64_t> rows_of(n_past_.size(), 0);
-    int64_t n_out = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        const int32_t q = b.seq[static_cast<size_t>(i)], t = b.tokens[static_cast<size_t>(i)];
-        if (q < 0 || q >= n_seq()) fail("eval_batch: row {} names sequence {} but the session holds {}", i, q, n_seq());
-        if (t < 0 || t >= m.spec.n_vocab) fail("token id {} is out of range (vocabulary has {} tokens)", t, m.spec.n_vocab);
-        if (++next[static_cast<size_t>(q)] > m.spec.n_ctx)
-            fail("sequence {} needs {} positions but the context holds {} (n_ctx)", q, next[static_cast<size_t>(q)], m.spec.n_ctx);
-        ++rows_of[static_cast<size_t>(q)];
-        if (!b.logits.empty() && b.logits[static_cast<size_t>(i)]) ++n_out;
-    }
+    for (int64_t i = 0; i < n; ++i) ++rows_of[static_cast<size_t>(b.seq[static_cast<size_t>(i)])];
+    std::vector<int64_t> next;  // each sequence's next position, per chunk
     const int64_t V = m.V;
     logits.resize(static_cast<size_t>(n_out * V));
     float* out = logits.data();

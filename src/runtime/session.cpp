@@ -225,24 +225,31 @@ void Session::eval(std::span<const int32_t> tokens, bool all_logits, std::vector
     }
 }
 
-void Session::eval_batch(const SeqBatch& b, std::vector<float>& logits) {
-    // Check everything before touching the cache, so a bad batch leaves the session unchanged.
+int64_t check_seq_batch(const SeqBatch& b, std::span<const int64_t> n_past, int64_t n_vocab, int64_t n_ctx) {
     const int64_t n = static_cast<int64_t>(b.tokens.size());
+    const int64_t n_seq = static_cast<int64_t>(n_past.size());
     if (n == 0) fail("eval_batch: no rows");
     if (b.seq.size() != b.tokens.size()) fail("eval_batch: {} tokens but {} sequence ids", b.tokens.size(), b.seq.size());
     if (!b.logits.empty() && b.logits.size() != b.tokens.size())
         fail("eval_batch: {} tokens but {} logits flags", b.tokens.size(), b.logits.size());
-    std::vector<int64_t> next(n_past_);  // each sequence's next position
+    std::vector<int64_t> next(n_past.begin(), n_past.end());  // each sequence's next position
     int64_t n_out = 0;
     for (int64_t i = 0; i < n; ++i) {
         const int32_t q = b.seq[static_cast<size_t>(i)], t = b.tokens[static_cast<size_t>(i)];
-        if (q < 0 || q >= n_seq()) fail("eval_batch: row {} names sequence {} but the session holds {}", i, q, n_seq());
-        if (t < 0 || t >= spec_.n_vocab)
-            fail("token id {} is out of range (vocabulary has {} tokens)", t, spec_.n_vocab);
-        if (++next[static_cast<size_t>(q)] > spec_.n_ctx)
-            fail("sequence {} needs {} positions but the context holds {} (n_ctx)", q, next[static_cast<size_t>(q)], spec_.n_ctx);
+        if (q < 0 || q >= n_seq) fail("eval_batch: row {} names sequence {} but the session holds {}", i, q, n_seq);
+        if (t < 0 || t >= n_vocab) fail("token id {} is out of range (vocabulary has {} tokens)", t, n_vocab);
+        if (++next[static_cast<size_t>(q)] > n_ctx)
+            fail("sequence {} needs {} positions but the context holds {} (n_ctx)", q, next[static_cast<size_t>(q)], n_ctx);
         if (!b.logits.empty() && b.logits[static_cast<size_t>(i)]) ++n_out;
     }
+    return n_out;
+}
+
+void Session::eval_batch(const SeqBatch& b, std::vector<float>& logits) {
+    // Check everything before touching the cache, so a bad batch leaves the session unchanged.
+    const int64_t n = static_cast<int64_t>(b.tokens.size());
+    const int64_t n_out = check_seq_batch(b, n_past_, spec_.n_vocab, spec_.n_ctx);
+    std::vector<int64_t> next;
     const int64_t n_vocab = spec_.n_vocab;
     logits.resize(static_cast<size_t>(n_out * n_vocab));
     float* out = logits.data();

@@ -54,6 +54,12 @@ struct SeqBatch {
     std::span<const uint8_t> logits;  ///< [n] nonzero: return this row's logits; empty: no row's
 };
 
+/// Checks a batch before an engine touches its cache, so a bad batch changes nothing: rows, their
+/// sequence ids (n_past.size() sequences), token ids (< n_vocab), and that no sequence would pass
+/// n_ctx positions (n_past: each sequence's positions so far). Returns the number of rows whose
+/// logits are wanted. Throws nitro::Error naming the first problem.
+int64_t check_seq_batch(const SeqBatch& b, std::span<const int64_t> n_past, int64_t n_vocab, int64_t n_ctx);
+
 /// Routing of one token at one layer, after the router's output is final (what traces record).
 struct RouteEvent {
     int64_t pos;                       ///< token position in the sequence
