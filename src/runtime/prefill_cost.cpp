@@ -1,0 +1,109 @@
+#include "runtime/prefill_cost.h"
+
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace nitro {
+
+PrefillCostMode parse_prefill_cost_mode(const std::string& s) {
+    if (s == "auto") return PrefillCostMode::Auto;
+    if (s == "cpu") return PrefillCostMode::Cpu;
+    if (s == "stage") return PrefillCostMode::Stage;
+    fail("unknown --prefill-cost-model '{}' (auto, cpu or stage)", s);
+}
+
+const char* prefill_cost_mode_name(PrefillCostMode m) {
+    switch (m) {
+    case PrefillCostMode::Auto: return "auto";
+    case PrefillCostMode::Cpu: return "cpu";
+    case PrefillCostMode::Stage: return "stage";
+    }
+    return "?";
+}
+
+double PrefillLayerPlan::est_ms() const { return std::max({est_cpu_ms, est_copy_ms, est_gpu_ms}); }
+
+double prefill_cpu_ms(const PrefillRates& r, uint64_t bytes, int64_t rows, double flop_per_row) {
+    return static_cast<double>(bytes) / (r.dram_gb_s * 1e6) + static_cast<double>(rows) * flop_per_row / (r.cpu_gflop_s * 1e6);
+}
+
+double prefill_copy_ms(const PrefillRates& r, uint64_t bytes) {
+    return static_cast<double>(bytes) / (std::min(r.pcie_gb_s, r.fill_gb_s) * 1e6);
+}
+
+double prefill_gpu_ms(const PrefillRates& r, int64_t rows, double flop_per_row) {
+    return static_cast<double>(rows) * flop_per_row / (r.gpu_gflop_s * 1e6);
+}
+
+PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r, std::span<const int64_t> rows,
+                                    std::span<const uint8_t> resident, uint64_t expert_bytes, double flop_per_row) {
+    if (rows.size() != resident.size()) fail("plan_prefill_layer: {} row counts for {} experts", rows.size(), resident.size());
+    if (mode == PrefillCostMode::Auto &&
+        !(r.pcie_gb_s > 0 && r.fill_gb_s > 0 && r.dram_gb_s > 0 && r.cpu_gflop_s > 0 && r.gpu_gflop_s > 0))
+        fail("plan_prefill_layer: every measured rate must be positive");
+    const size_t X = rows.size();
+    PrefillLayerPlan p;
+    p.path.assign(X, PrefillPath::None);
+    std::vector<int32_t> cand;  // non-resident experts with rows
+    double gpu_resident = 0;
+    for (size_t e = 0; e < X; ++e) {
+        if (rows[e] <= 0) continue;
+        if (resident[e]) {
+            p.path[e] = PrefillPath::Resident;
+            ++p.n_resident;
+            gpu_resident += mode == PrefillCostMode::Auto ? prefill_gpu_ms(r, rows[e], flop_per_row) : 0.0;
+        } else {
+            cand.push_back(static_cast<int32_t>(e));
+        }
+    }
+    std::stable_sort(cand.begin(), cand.end(), [&](int32_t a, int32_t b) { return rows[static_cast<size_t>(a)] > rows[static_cast<size_t>(b)]; });
+    const size_t n = cand.size();
+    size_t k = 0;  // stage cand[0, k)
+    if (mode == PrefillCostMode::Stage) {
+        k = n;
+    } else if (mode == PrefillCostMode::Auto) {
+        // est(k) = max(CPU of cand[k..n), copy of cand[0..k), GPU of resident + cand[0..k))
+        std::vector<double> cpu_suffix(n + 1, 0.0);
+        for (size_t i = n; i-- > 0;)
+            cpu_suffix[i] = cpu_suffix[i + 1] + prefill_cpu_ms(r, expert_bytes, rows[static_cast<size_t>(cand[i])], flop_per_row);
+        double copy = 0, gpu = gpu_resident, best = cpu_suffix[0];
+        for (size_t i = 0; i < n; ++i) {
+            copy += prefill_copy_ms(r, expert_bytes);
+            gpu += prefill_gpu_ms(r, rows[static_cast<size_t>(cand[i])], flop_per_row);
+            const double est = std::max({cpu_suffix[i + 1], copy, gpu});
+            if (est < best) best = est, k = i + 1;  // strictly better: ties keep fewer copies
+        }
+    }
+    for (size_t i = 0; i < n; ++i) {
+        const size_t e = static_cast<size_t>(cand[i]);
+        if (i < k) {
+            p.path[e] = PrefillPath::Staged;
+            p.staged.push_back(cand[i]);
+            p.staged_rows += rows[e];
+        } else {
+            p.path[e] = PrefillPath::Cpu;
+            ++p.n_cpu;
+            p.cpu_rows += rows[e];
+        }
+    }
+    if (r.dram_gb_s > 0 && r.cpu_gflop_s > 0)
+        for (size_t i = k; i < n; ++i) p.est_cpu_ms += prefill_cpu_ms(r, expert_bytes, rows[static_cast<size_t>(cand[i])], flop_per_row);
+    if (r.pcie_gb_s > 0 && r.fill_gb_s > 0) p.est_copy_ms = static_cast<double>(k) * prefill_copy_ms(r, expert_bytes);
+    if (r.gpu_gflop_s > 0)
+        for (size_t e = 0; e < X; ++e)
+            if (p.path[e] == PrefillPath::Resident || p.path[e] == PrefillPath::Staged) p.est_gpu_ms += prefill_gpu_ms(r, rows[e], flop_per_row);
+    return p;
+}
+
+std::string describe_prefill_plan(int layer, const PrefillLayerPlan& p, uint64_t expert_bytes) {
+    return fmt::format("layer {}: {} resident, {} staged ({} rows, {:.2f} GB, {:.1f} ms copy), {} on the CPU ({} rows, {:.1f} ms), "
+                       "GPU {:.1f} ms (CALCULATED)",
+                       layer, p.n_resident, p.staged.size(), p.staged_rows, static_cast<double>(p.staged.size() * expert_bytes) / 1e9,
+                       p.est_copy_ms, p.n_cpu, p.cpu_rows, p.est_cpu_ms, p.est_gpu_ms);
+}
+
+}  // namespace nitro

@@ -1,0 +1,76 @@
+// Prompt processing in hybrid placement (issue 14): where each non-resident expert of one MoE
+// layer is computed for a multi-token chunk.
+//
+// Per layer, a prompt chunk's (token, expert) pairs are grouped by expert. A resident expert runs
+// on the GPU from its slot. Every other expert takes one of two paths:
+//   - CPU: the CPU's multi-token kernel reads the expert from RAM once and multiplies all of its
+//     rows (cpu::moe_ffn), on the worker threads;
+//   - staged: the expert's bytes are copied from RAM into a pinned buffer (CPU memcpy), sent over
+//     PCIe into a scratch slot (copy stream) and multiplied there by the GPU's GEMM.
+// The CPU share and the staged share run at the same time, so the layer takes about
+//   max(CPU time of the CPU share, max(copy time of the staged share, GPU time of resident + staged)).
+// plan_prefill_layer picks the partition that minimises that estimate: the experts with the most
+// rows are the ones worth staging (a copy costs the same whatever the rows; the CPU's cost grows
+// with them), so it stages the k experts with the most rows for the k with the smallest estimate.
+// The rates come from measurements at engine start (cuda/gpu_session.cpp measures them).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace nitro {
+
+/// How non-resident experts of a prompt chunk are placed: `--prefill-cost-model`.
+enum class PrefillCostMode {
+    Auto,   ///< the cost model decides per expert (default)
+    Cpu,    ///< every non-resident expert on the CPU (no staging)
+    Stage,  ///< every non-resident expert with rows staged to the GPU
+};
+/// "auto" | "cpu" | "stage"; throws nitro::Error naming the value otherwise.
+PrefillCostMode parse_prefill_cost_mode(const std::string& s);
+const char* prefill_cost_mode_name(PrefillCostMode m);
+
+/// Measured rates the model is fed (MEASURED at engine start; all > 0).
+struct PrefillRates {
+    double pcie_gb_s = 0;     ///< host-to-device copy from pinned memory, GB/s (1e9 bytes)
+    double fill_gb_s = 0;     ///< CPU copy from the mapped file into a pinned buffer, GB/s
+    double dram_gb_s = 0;     ///< the CPU experts' weight read rate, GB/s
+    double cpu_gflop_s = 0;   ///< the CPU experts' arithmetic rate, GFLOP/s (all threads)
+    double gpu_gflop_s = 0;   ///< the GPU's expert GEMM rate incl. dequantisation, GFLOP/s
+};
+
+/// Path of one expert in one layer's chunk.
+enum class PrefillPath : uint8_t { None, Resident, Cpu, Staged };
+
+/// The decision for one layer.
+struct PrefillLayerPlan {
+    std::vector<PrefillPath> path;   ///< [n_expert]; None = no rows in this chunk
+    std::vector<int32_t> staged;     ///< staged experts, in the order they are staged (most rows first)
+    int32_t n_resident = 0, n_cpu = 0;
+    int64_t cpu_rows = 0, staged_rows = 0;
+    double est_cpu_ms = 0;    ///< CALCULATED time of the CPU share
+    double est_copy_ms = 0;   ///< CALCULATED time to fill and copy the staged share
+    double est_gpu_ms = 0;    ///< CALCULATED GPU time of the resident and staged experts
+    double est_ms() const;    ///< max(CPU, copy, GPU)
+};
+
+/// One layer's decision. rows: [n_expert] (token, expert) pairs per expert in the chunk;
+/// resident: [n_expert] nonzero = computed from a VRAM slot; expert_bytes: one expert's gate, up and
+/// down bytes; flop_per_row: 2 x (gate + up + down) weights (one token through the expert).
+/// Ties in rows are broken by lower expert id, so the decision is deterministic.
+PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r, std::span<const int64_t> rows,
+                                    std::span<const uint8_t> resident, uint64_t expert_bytes, double flop_per_row);
+
+/// Model of one expert on the CPU: bytes / dram + rows x flop / cpu rate, in ms.
+double prefill_cpu_ms(const PrefillRates& r, uint64_t bytes, int64_t rows, double flop_per_row);
+/// Fill + PCIe of one expert (the two overlap in the ring: the slower sets the pace), in ms.
+double prefill_copy_ms(const PrefillRates& r, uint64_t bytes);
+/// GPU GEMM time of rows through one expert, in ms.
+double prefill_gpu_ms(const PrefillRates& r, int64_t rows, double flop_per_row);
+
+/// One line: "layer 3: 12 resident, 90 staged (1.2 GB, 45 ms copy), 26 on the CPU (31 rows, 20 ms)".
+std::string describe_prefill_plan(int layer, const PrefillLayerPlan& p, uint64_t expert_bytes);
+
+}  // namespace nitro

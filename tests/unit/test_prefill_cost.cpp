@@ -1,0 +1,101 @@
+// The prefill cost model (runtime/prefill_cost.h) against decisions computed by hand.
+#include "runtime/prefill_cost.h"
+
+#include "core/error.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace nitro {
+namespace {
+
+// Rates chosen so every cost is a round number (by hand): copy of one 25 MB expert at
+// min(50, 25) GB/s = 1 ms; CPU read of it at 50 GB/s = 0.5 ms; a row costs 1 MFLOP: 0.1 ms on a
+// 10 GFLOP/s CPU, 0.001 ms on a 1 TFLOP/s GPU.
+PrefillRates rates() {
+    PrefillRates r;
+    r.pcie_gb_s = 50;
+    r.fill_gb_s = 25;
+    r.dram_gb_s = 50;
+    r.cpu_gflop_s = 10;
+    r.gpu_gflop_s = 1000;
+    return r;
+}
+constexpr uint64_t kBytes = 25'000'000;
+constexpr double kFlop = 1e6;
+
+TEST(PrefillCost, UnitCostsByHand) {
+    const PrefillRates r = rates();
+    EXPECT_DOUBLE_EQ(prefill_copy_ms(r, kBytes), 1.0);
+    EXPECT_DOUBLE_EQ(prefill_cpu_ms(r, kBytes, 20, kFlop), 0.5 + 2.0);
+    EXPECT_DOUBLE_EQ(prefill_gpu_ms(r, 20, kFlop), 0.02);
+}
+
+TEST(PrefillCost, AutoStagesTheExpertsWithMostRowsUntilTheCpuIsNoLongerTheWall) {
+    // Experts 0..5: rows 20, 3, 0, 10, 8, 1; expert 3 resident. Candidates by rows: 0 (CPU 2.5 ms),
+    // 4 (1.3), 1 (0.8), 5 (0.6). Staging the first k costs k ms of copy and leaves the rest's CPU
+    // time: k=0: 5.2; k=1: max(2.7, 1) = 2.7; k=2: max(1.4, 2) = 2.0; k=3: 3.0; k=4: 4.0. Best k = 2.
+    const std::vector<int64_t> rows = {20, 3, 0, 10, 8, 1};
+    const std::vector<uint8_t> res = {0, 0, 0, 1, 0, 0};
+    const PrefillLayerPlan p = plan_prefill_layer(PrefillCostMode::Auto, rates(), rows, res, kBytes, kFlop);
+    EXPECT_EQ(p.staged, (std::vector<int32_t>{0, 4}));
+    const std::vector<PrefillPath> want = {PrefillPath::Staged, PrefillPath::Cpu, PrefillPath::None,
+                                           PrefillPath::Resident, PrefillPath::Staged, PrefillPath::Cpu};
+    EXPECT_EQ(p.path, want);
+    EXPECT_EQ(p.n_resident, 1);
+    EXPECT_EQ(p.n_cpu, 2);
+    EXPECT_EQ(p.cpu_rows, 4);
+    EXPECT_EQ(p.staged_rows, 28);
+    EXPECT_NEAR(p.est_cpu_ms, 1.4, 1e-12);
+    EXPECT_NEAR(p.est_copy_ms, 2.0, 1e-12);
+    EXPECT_NEAR(p.est_gpu_ms, 0.038, 1e-12);
+    EXPECT_NEAR(p.est_ms(), 2.0, 1e-12);
+}
+
+TEST(PrefillCost, FewRowsStageOnlyWhileTheCpuShareIsLonger) {
+    // One row each: CPU 0.6 ms per expert, a copy 1 ms: staging any would only add. With 3
+    // experts: k=0: 1.8; k=1: max(1.2, 1) = 1.2; k=2: max(0.6, 2) = 2. So one is staged...
+    const std::vector<int64_t> rows = {1, 1, 1};
+    const std::vector<uint8_t> res = {0, 0, 0};
+    PrefillLayerPlan p = plan_prefill_layer(PrefillCostMode::Auto, rates(), rows, res, kBytes, kFlop);
+    EXPECT_EQ(p.staged, (std::vector<int32_t>{0}));  // ties in rows: the lower id first
+    // ...but with two experts: k=0: 1.2; k=1: max(0.6, 1) = 1.0; k=2: 2. And with one: k=0 0.6, k=1 1.0.
+    p = plan_prefill_layer(PrefillCostMode::Auto, rates(), std::vector<int64_t>{1}, std::vector<uint8_t>{0}, kBytes, kFlop);
+    EXPECT_TRUE(p.staged.empty());
+    EXPECT_EQ(p.path[0], PrefillPath::Cpu);
+}
+
+TEST(PrefillCost, ForcedModes) {
+    const std::vector<int64_t> rows = {5, 0, 2, 9};
+    const std::vector<uint8_t> res = {0, 0, 1, 0};
+    PrefillLayerPlan p = plan_prefill_layer(PrefillCostMode::Cpu, rates(), rows, res, kBytes, kFlop);
+    EXPECT_TRUE(p.staged.empty());
+    EXPECT_EQ(p.n_cpu, 2);
+    EXPECT_EQ(p.path[2], PrefillPath::Resident);
+    p = plan_prefill_layer(PrefillCostMode::Stage, rates(), rows, res, kBytes, kFlop);
+    EXPECT_EQ(p.staged, (std::vector<int32_t>{3, 0}));  // most rows first
+    EXPECT_EQ(p.n_cpu, 0);
+    EXPECT_EQ(p.path[1], PrefillPath::None);
+    // The forced modes need no rates (the engine may run before measuring them).
+    p = plan_prefill_layer(PrefillCostMode::Stage, PrefillRates{}, rows, res, kBytes, kFlop);
+    EXPECT_EQ(p.staged.size(), 2u);
+}
+
+TEST(PrefillCost, Errors) {
+    const std::vector<int64_t> rows = {1};
+    EXPECT_THROW(plan_prefill_layer(PrefillCostMode::Auto, PrefillRates{}, rows, std::vector<uint8_t>{0}, kBytes, kFlop), Error);
+    EXPECT_THROW(plan_prefill_layer(PrefillCostMode::Cpu, rates(), rows, std::vector<uint8_t>{0, 0}, kBytes, kFlop), Error);
+    EXPECT_EQ(parse_prefill_cost_mode("auto"), PrefillCostMode::Auto);
+    EXPECT_EQ(parse_prefill_cost_mode("stage"), PrefillCostMode::Stage);
+    EXPECT_STREQ(prefill_cost_mode_name(parse_prefill_cost_mode("cpu")), "cpu");
+    try {
+        parse_prefill_cost_mode("gpu");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("'gpu'"), std::string::npos);
+    }
+}
+
+}  // namespace
+}  // namespace nitro
