@@ -69,6 +69,7 @@ int run_plan(const PlanCli& o) {
         hot = read_hot_set(o.engine.gpu.hot_set, sp.n_layer, sp.n_expert);
         po.hot_set = &hot;
     }
+    po.prefill_stage_slots = o.engine.gpu.prefill_mode == PrefillCostMode::Cpu ? 0 : o.engine.gpu.prefill_stage_slots;
     po.runtime_overhead_bytes = static_cast<uint64_t>(o.runtime_mib * kMiB);
     const Plan p = plan_placement(layout, po);
 
@@ -98,6 +99,9 @@ int run_plan(const PlanCli& o) {
     std::printf("  KV cache     %9.0f MiB  (F16, -c %lld)\n", p.kv_bytes / kMiB, static_cast<long long>(sp.n_ctx));
     std::printf("  buffers      %9.0f MiB  (activations for -u %lld tokens, slot tables)\n", p.compute_bytes / kMiB,
                 static_cast<long long>(sp.n_ubatch));
+    if (p.stage_slots > 0)
+        std::printf("  staging      %9.0f MiB  (%d scratch slots for experts staged to the GPU during prompts)\n", p.stage_bytes / kMiB,
+                    p.stage_slots);
     std::printf("  CUDA runtime %9.0f MiB  (ASSUMED, --runtime-mib: context, cuBLAS + workspace, modules; the engine measures it)\n",
                 p.overhead_bytes / kMiB);
     std::printf("  expert slots %9.0f MiB  (%lld of %lld experts, %.1f%%)\n", p.slots_bytes / kMiB, static_cast<long long>(p.n_resident()),

@@ -35,6 +35,33 @@ void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode) {
         ->capture_default_str()
         ->check(CLI::IsMember({"auto", "hot-set", "even", "layers"}));
     add_residency_options(sub, o.gpu.adapt);
+    const char* g = "Prompt processing (hybrid)";
+    sub->add_option_function<std::string>(
+           "--prefill-cost-model", [&o](const std::string& v) { o.gpu.prefill_mode = parse_prefill_cost_mode(v); },
+           "Where the off-GPU experts of a prompt chunk are computed: auto (a cost model fed by rates measured at start-up "
+           "stages the experts with many tokens to the GPU over PCIe and leaves the rest to the CPU, both at once; -v prints "
+           "its decisions), cpu (all on the CPU), stage (all staged)")
+        ->default_str("auto")
+        ->check(CLI::IsMember({"auto", "cpu", "stage"}))
+        ->envname("NITRO_PREFILL_COST_MODEL")
+        ->group(g);
+    sub->add_option("--prefill-stage-slots", o.gpu.prefill_stage_slots,
+                    "VRAM scratch slots (one expert each) that staged experts are copied into; counted in the budget; 0 = "
+                    "never stage")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 64))
+        ->group(g);
+    sub->add_option("--prefill-stage-buffers", o.gpu.prefill_stage_buffers,
+                    "Pinned host buffers (one expert each) the staging pipeline fills from the model file (never the whole "
+                    "model; pageable, with a warning, if pinning fails)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64))
+        ->group(g);
+    sub->add_option("--prefill-stage-threads", o.gpu.prefill_stage_threads,
+                    "Threads that copy staged experts from the model file into the pinned buffers")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 256))
+        ->group(g);
 }
 
 void add_residency_options(CLI::App* sub, ResidencyOptions& o) {

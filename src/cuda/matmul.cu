@@ -473,23 +473,31 @@ __global__ void moe_combine_kernel(float* __restrict__ x, const float* __restric
     *xp = v;
 }
 
-/// Prefill: activation of grouped rows g (expert group_exp[g]) -> f16 (act), or f32 into act32
-/// when act is null (act32 may be gate: each value is read and written by one thread).
+/// Prefill: activation of grouped rows g0 .. g0 + nrows - 1 (expert group_exp[g]) -> f16 (act), or
+/// f32 into act32 when act is null (act32 may be gate: each value is read and written by one
+/// thread). Rows of experts with slot_of[e] < 0 are skipped; slot_of null computes every row.
 __global__ void moe_glu_kernel(const float* gate, const float* __restrict__ up,
                                const int32_t* __restrict__ group_exp, const int32_t* __restrict__ slot_of,
-                               const float* __restrict__ gb, const float* __restrict__ ub, int oai, int64_t R, int64_t F,
-                               __half* __restrict__ act, float* act32) {
-    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (i >= R * F) return;
+                               const float* __restrict__ gb, const float* __restrict__ ub, int oai, int64_t g0,
+                               int64_t nrows, int64_t F, __half* __restrict__ act, float* act32) {
+    const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (j >= nrows * F) return;
+    const int64_t i = g0 * F + j;
     const int64_t g = i / F, f = i % F;
     const int e = group_exp[g];
-    if (slot_of[e] < 0) return;
+    if (slot_of && slot_of[e] < 0) return;
     float gv = gate[i], uv = up[i];
     if (gb) gv += gb[static_cast<int64_t>(e) * F + f];
     if (ub) uv += ub[static_cast<int64_t>(e) * F + f];
     const float y = glu(gv, uv, oai);
     if (act) act[i] = __float2half_rn(y);
     else act32[i] = y;
+}
+
+DWeight at_data(const DWeight& base, const uint8_t* data) {
+    DWeight d = base;
+    d.data = data;
+    return d;
 }
 
 }  // namespace
@@ -530,62 +538,102 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
         return;
     }
 
-    // Prefill: group (token, j) pairs by expert on the host (ids are there already), one f16
-    // GEMM per resident expert over its tokens, from the expert's slot.
-    std::vector<int64_t> count(static_cast<size_t>(ex.n_expert) + 1, 0);
-    for (int64_t r = 0; r < R; ++r) ++count[static_cast<size_t>(host_ids[r]) + 1];
-    for (int64_t e = 0; e < ex.n_expert; ++e) count[static_cast<size_t>(e) + 1] += count[static_cast<size_t>(e)];
-    std::vector<int64_t> fill(count.begin(), count.end() - 1);
+    MoePrefillGroups g;
+    moe_prefill_begin(s, ex, h, n, E, K, host_ids, sc, g);
+    moe_prefill_resident(s, ex, g, host_slot_of, sc);
+}
+
+void moe_prefill_begin(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K,
+                       const int32_t* host_ids, MoeScratch& sc, MoePrefillGroups& g) {
+    // Group (token, j) pairs by expert on the host (ids are there already): expert e's pairs are
+    // grouped rows [off[e], off[e + 1]), in token order.
+    const int64_t R = n * K;
+    g.R = R;
+    g.F = ex.gate.n_rows;
+    g.E = E;
+    g.off.assign(static_cast<size_t>(ex.n_expert) + 1, 0);
+    for (int64_t r = 0; r < R; ++r) ++g.off[static_cast<size_t>(host_ids[r]) + 1];
+    for (int64_t e = 0; e < ex.n_expert; ++e) g.off[static_cast<size_t>(e) + 1] += g.off[static_cast<size_t>(e)];
+    std::vector<int64_t> fill(g.off.begin(), g.off.end() - 1);
     int32_t* group_tok = sc.host_idx;
     int32_t* group_exp = sc.host_idx + R;
     int32_t* row_of = sc.host_idx + 2 * R;
     for (int64_t r = 0; r < R; ++r) {
         const int32_t e = host_ids[r];
-        const int64_t g = fill[static_cast<size_t>(e)]++;
-        group_tok[g] = static_cast<int32_t>(r / K);
-        group_exp[g] = e;
-        row_of[r] = static_cast<int32_t>(g);
+        const int64_t gi = fill[static_cast<size_t>(e)]++;
+        group_tok[gi] = static_cast<int32_t>(r / K);
+        group_exp[gi] = e;
+        row_of[r] = static_cast<int32_t>(gi);
     }
     NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.group_tok, group_tok, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.group_exp, group_exp, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.row_of, row_of, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     NITRO_CUDA_ASSERT(static_cast<size_t>(R * E) <= sc.gemm.act_elems);
-    NITRO_CUDA_ASSERT(static_cast<size_t>(F * E) <= sc.gemm.w_elems);
+    NITRO_CUDA_ASSERT(static_cast<size_t>(g.F * E) <= sc.gemm.w_elems);
+    // The expert input of every pair, rounded as the CPU's experts round it (matmul's note), f16.
     auto* hg = reinterpret_cast<__half*>(sc.gemm.act);
-    if (round) {
+    if (sc.gemm.xr) {
         launch_round_acts<__half>(s, ex.gate.type, h, E, sc.group_tok, R, E, hg, E);
     } else {
         to_f16_kernel<<<ceil_div(R * E, 256), 256, 0, s>>>(h, E, sc.group_tok, R, E, hg);
         NITRO_CUDA_LAUNCH_CHECK();
     }
+}
+
+void moe_prefill_resident(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g, const int32_t* host_slot_of,
+                          MoeScratch& sc) {
+    const int64_t F = g.F, E = g.E, R = g.R;
+    const bool round = sc.gemm.xr != nullptr;
+    auto* hg = reinterpret_cast<__half*>(sc.gemm.act);
     auto* wbuf = reinterpret_cast<__half*>(sc.gemm.w);
-    auto expert_w = [](const DWeight& base, size_t stride, int slot) {
-        DWeight d = base;
-        d.data = base.data + static_cast<size_t>(slot) * stride;
-        return d;
-    };
+    auto* act16 = reinterpret_cast<__half*>(sc.act);
+    bool any = false;
     for (int64_t e = 0; e < ex.n_expert; ++e) {
-        const int64_t b = count[static_cast<size_t>(e)], c = count[static_cast<size_t>(e) + 1] - b;
+        const int64_t b = g.off[static_cast<size_t>(e)], c = g.off[static_cast<size_t>(e) + 1] - b;
         const int slot = host_slot_of[e];
         if (c == 0 || slot < 0) continue;
-        const DWeight g = expert_w(ex.gate, ex.gate_stride, slot), u = expert_w(ex.up, ex.up_stride, slot);
-        dequantize_f16(s, g, 0, F, sc.gemm.w);
+        any = true;
+        dequantize_f16(s, at_data(ex.gate, ex.gate.data + static_cast<size_t>(slot) * ex.gate_stride), 0, F, sc.gemm.w);
         gemm_f16(sc.gemm.cublas, wbuf, F, E, E, hg + b * E, c, sc.gate + b * F, F, false);
-        dequantize_f16(s, u, 0, F, sc.gemm.w);
+        dequantize_f16(s, at_data(ex.up, ex.up.data + static_cast<size_t>(slot) * ex.up_stride), 0, F, sc.gemm.w);
         gemm_f16(sc.gemm.cublas, wbuf, F, E, E, hg + b * E, c, sc.up + b * F, F, false);
     }
-    auto* act16 = reinterpret_cast<__half*>(sc.act);
+    if (!any) return;
+    // One GLU and one rounding over every grouped row (rows of non-resident experts are skipped by
+    // the GLU; the rounding of their stale values is never read: moe_prefill_expert redoes theirs).
     moe_glu_kernel<<<ceil_div(R * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, ex.slot_of, ex.gate_b, ex.up_b,
-                                                       ex.oai_act ? 1 : 0, R, F, round ? nullptr : act16, sc.gate);
+                                                       ex.oai_act ? 1 : 0, 0, R, F, round ? nullptr : act16, sc.gate);
     NITRO_CUDA_LAUNCH_CHECK();
     if (round) launch_round_acts<__half>(s, ex.down.type, sc.gate, F, nullptr, R, F, act16, F);
     for (int64_t e = 0; e < ex.n_expert; ++e) {
-        const int64_t b = count[static_cast<size_t>(e)], c = count[static_cast<size_t>(e) + 1] - b;
+        const int64_t b = g.off[static_cast<size_t>(e)], c = g.off[static_cast<size_t>(e) + 1] - b;
         const int slot = host_slot_of[e];
         if (c == 0 || slot < 0) continue;
-        dequantize_f16(s, expert_w(ex.down, ex.down_stride, slot), 0, E, sc.gemm.w);
+        dequantize_f16(s, at_data(ex.down, ex.down.data + static_cast<size_t>(slot) * ex.down_stride), 0, E, sc.gemm.w);
         gemm_f16(sc.gemm.cublas, wbuf, E, F, F, act16 + b * F, c, sc.down + b * E, E, false);
     }
+}
+
+void moe_prefill_expert(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g, int e, const uint8_t* gate,
+                        const uint8_t* up, const uint8_t* down, MoeScratch& sc) {
+    const int64_t F = g.F, E = g.E;
+    const int64_t b = g.off[static_cast<size_t>(e)], c = g.off[static_cast<size_t>(e) + 1] - b;
+    if (c == 0) return;
+    const bool round = sc.gemm.xr != nullptr;
+    auto* hg = reinterpret_cast<__half*>(sc.gemm.act);
+    auto* wbuf = reinterpret_cast<__half*>(sc.gemm.w);
+    auto* act16 = reinterpret_cast<__half*>(sc.act);
+    // The same arithmetic as moe_prefill_resident for these rows (every step is row-wise).
+    dequantize_f16(s, at_data(ex.gate, gate), 0, F, sc.gemm.w);
+    gemm_f16(sc.gemm.cublas, wbuf, F, E, E, hg + b * E, c, sc.gate + b * F, F, false);
+    dequantize_f16(s, at_data(ex.up, up), 0, F, sc.gemm.w);
+    gemm_f16(sc.gemm.cublas, wbuf, F, E, E, hg + b * E, c, sc.up + b * F, F, false);
+    moe_glu_kernel<<<ceil_div(c * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, nullptr, ex.gate_b, ex.up_b,
+                                                       ex.oai_act ? 1 : 0, b, c, F, round ? nullptr : act16, sc.gate);
+    NITRO_CUDA_LAUNCH_CHECK();
+    if (round) launch_round_acts<__half>(s, ex.down.type, sc.gate + b * F, F, nullptr, c, F, act16 + b * F, F);
+    dequantize_f16(s, at_data(ex.down, down), 0, E, sc.gemm.w);
+    gemm_f16(sc.gemm.cublas, wbuf, E, F, F, act16 + b * F, c, sc.down + b * E, E, false);
 }
 
 void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids, const float* w,

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 typedef struct cublasContext* cublasHandle_t;
 
@@ -174,6 +175,27 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
                  const int32_t* host_ids, const int32_t* host_slot_of, MoeScratch& scratch);
 void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids, const float* w,
                  const int32_t* host_ids, const float* partial, float* x, MoeScratch& scratch);
+/// The prefill path of moe_experts in pieces, for a caller that computes some experts from
+/// elsewhere than their slot (the hybrid's staged experts, cuda/prefill_stager.h).
+/// Grouping of one chunk's (token, j) pairs by expert: expert e's pairs are the grouped rows
+/// [off[e], off[e + 1]) of scratch.gate / up / act / down, in token order.
+struct MoePrefillGroups {
+    std::vector<int64_t> off;  ///< [n_expert + 1]
+    int64_t R = 0, F = 0, E = 0;  ///< pairs (n * K), n_ff_exp, n_embd
+};
+/// Groups the pairs by expert (host_ids: [n, K] on the host), uploads the grouping and rounds every
+/// pair's expert input h[token] ([n, E] device) to f16 grouped rows (as moe_experts).
+void moe_prefill_begin(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K,
+                       const int32_t* host_ids, MoeScratch& scratch, MoePrefillGroups& g);
+/// Every expert with host_slot_of[e] >= 0, from its slot (ex.slot_of on the device must agree),
+/// into its grouped rows of scratch.down.
+void moe_prefill_resident(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g, const int32_t* host_slot_of,
+                          MoeScratch& scratch);
+/// Expert e alone from weights at gate / up / down (device; the layout of one slot of ex's pools,
+/// e.g. a staging scratch slot) into its grouped rows of scratch.down: the same arithmetic as
+/// moe_prefill_resident (every step is row-wise), so a row's result does not depend on the path.
+void moe_prefill_expert(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g, int e, const uint8_t* gate,
+                        const uint8_t* up, const uint8_t* down, MoeScratch& scratch);
 /// moe_experts then moe_combine.
 void moe_ffn(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
              const float* w, const int32_t* host_ids, const int32_t* host_slot_of, const float* partial, float* x,

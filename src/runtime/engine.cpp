@@ -128,6 +128,14 @@ void ExpertLayerCounters::add(const ExpertLayerCounters& o) {
     cpu_decode_ms += o.cpu_decode_ms;
     gpu_ms += o.gpu_ms;
     wait_ms += o.wait_ms;
+    prompt_resident_experts += o.prompt_resident_experts;
+    prompt_cpu_experts += o.prompt_cpu_experts;
+    staged_experts += o.staged_experts;
+    staged_pairs += o.staged_pairs;
+    staged_bytes += o.staged_bytes;
+    stage_ms += o.stage_ms;
+    prompt_cpu_ms += o.prompt_cpu_ms;
+    prompt_idle_ms += o.prompt_idle_ms;
     cache.add(o.cache);
 }
 

@@ -11,6 +11,7 @@
 
 #include "runtime/expert_cache.h"
 #include "runtime/model.h"
+#include "runtime/prefill_cost.h"
 #include "runtime/session.h"
 
 #include <cstdint>
@@ -51,6 +52,14 @@ struct GpuOptions {
     /// pinned (< 0: no limit); every N-th copy of an admitted expert fails (0: none).
     int test_max_pinned_buffers = -1;
     int test_fail_copy_every = 0;
+    /// Prompt chunks in hybrid placement (runtime/prefill_cost.h, docs/hybrid.md "Prompts"):
+    /// --prefill-cost-model, --prefill-stage-slots (VRAM scratch slots, 0 = never stage),
+    /// --prefill-stage-buffers (pinned host buffers), --prefill-stage-threads (fill team).
+    PrefillCostMode prefill_mode = PrefillCostMode::Auto;
+    int prefill_stage_slots = 4;
+    int prefill_stage_buffers = 6;
+    int prefill_stage_threads = 4;
+    int test_max_pinned_stage_buffers = -1;  ///< fault injection (no flag): pinned staging buffers at most
 };
 
 /// What each layer's routed experts cost, counted by an engine that places experts (the GPU
@@ -64,6 +73,15 @@ struct ExpertLayerCounters {
     double cpu_decode_ms = 0; ///< the part of cpu_ms spent in decode steps
     double gpu_ms = 0;        ///< GPU time from the router's result to the wait for the CPU (decode steps)
     double wait_ms = 0;       ///< GPU time waiting for the CPU's partial sum (decode steps)
+    // Prompt chunks of the hybrid (docs/hybrid.md "Prompts"): experts by path, summed over chunks.
+    uint64_t prompt_resident_experts = 0;  ///< distinct resident experts a prompt chunk used
+    uint64_t prompt_cpu_experts = 0;       ///< distinct experts the CPU computed for a prompt chunk
+    uint64_t staged_experts = 0;  ///< experts staged to a GPU scratch slot for a prompt chunk
+    uint64_t staged_pairs = 0;    ///< selections computed by the GPU from a staging slot (not in gpu_pairs)
+    uint64_t staged_bytes = 0;    ///< bytes those experts sent host -> device
+    double stage_ms = 0;          ///< host time staging them (filling pinned buffers, enqueueing copies)
+    double prompt_cpu_ms = 0;     ///< the part of cpu_ms spent in prompt chunks
+    double prompt_idle_ms = 0;    ///< prompt chunks: GPU time waiting for staged copies and for the CPU's partial sum
     CacheCounters cache;      ///< the expert cache's counters (hybrid placement; zeros otherwise)
     void add(const ExpertLayerCounters& o);
 };

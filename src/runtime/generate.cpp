@@ -187,6 +187,10 @@ nlohmann::json layer_json(const ExpertLayerCounters& L) {
             {"cpu_bytes", L.cpu_bytes}, {"cpu_ms", L.cpu_ms}, {"cpu_decode_ms", L.cpu_decode_ms}, {"gpu_ms", L.gpu_ms}, {"wait_ms", L.wait_ms},
             {"gpu_share", pairs ? static_cast<double>(L.gpu_pairs) / static_cast<double>(pairs) : 0.0},
             {"cpu_gb_s", L.cpu_ms > 0 ? static_cast<double>(L.cpu_bytes) / (L.cpu_ms * 1e6) : 0.0},
+            {"prompt", {{"resident_experts", L.prompt_resident_experts}, {"cpu_experts", L.prompt_cpu_experts},
+                        {"staged_experts", L.staged_experts}, {"staged_pairs", L.staged_pairs}, {"staged_bytes", L.staged_bytes},
+                        {"stage_ms", L.stage_ms}, {"cpu_ms", L.prompt_cpu_ms}, {"gpu_idle_ms", L.prompt_idle_ms},
+                        {"staged_gb_s", L.stage_ms > 0 ? static_cast<double>(L.staged_bytes) / (L.stage_ms * 1e6) : 0.0}}},
             {"cache", cache_counters_json(c)}};
 }
 
@@ -211,10 +215,11 @@ nlohmann::json expert_counters_json(const ExpertCounters& c) {
 
 std::string expert_counters_line(const ExpertCounters& c) {
     const ExpertLayerCounters t = c.total();
-    const uint64_t pairs = t.gpu_pairs + t.cpu_pairs;
+    const uint64_t pairs = t.gpu_pairs + t.cpu_pairs + t.staged_pairs;
     if (pairs == 0) return "";
     std::string s = fmt::format("experts: {:.1f}% of {} selections on the GPU, {:.1f}% on the CPU", 100.0 * t.gpu_pairs / pairs,
                                 pairs, 100.0 * t.cpu_pairs / pairs);
+    if (t.staged_pairs > 0) s += fmt::format(", {:.1f}% staged to the GPU", 100.0 * t.staged_pairs / pairs);
     if (t.cpu_pairs > 0)
         s += fmt::format(" ({:.2f} GB read in {:.0f} ms: {:.1f} GB/s)", t.cpu_bytes / 1e9, t.cpu_ms,
                          t.cpu_ms > 0 ? t.cpu_bytes / (t.cpu_ms * 1e6) : 0.0);
@@ -222,6 +227,12 @@ std::string expert_counters_line(const ExpertCounters& c) {
         s += fmt::format("; per decode step: CPU experts {:.2f} ms, GPU experts {:.2f} ms, GPU waiting for the CPU {:.2f} ms",
                          t.cpu_decode_ms / static_cast<double>(c.decode_steps),
                          t.gpu_ms / static_cast<double>(c.decode_steps), t.wait_ms / static_cast<double>(c.decode_steps));
+    if (c.prefill_tokens > 0 && (t.staged_experts > 0 || t.prompt_cpu_experts > 0))
+        s += fmt::format("\nprompt experts: {} resident, {} staged ({:.2f} GB host-to-device in {:.0f} ms: {:.1f} GB/s), {} on the CPU "
+                         "({:.0f} ms); GPU idle {:.0f} ms (waiting for copies and for the CPU)",
+                         t.prompt_resident_experts, t.staged_experts, t.staged_bytes / 1e9, t.stage_ms,
+                         t.stage_ms > 0 ? t.staged_bytes / (t.stage_ms * 1e6) : 0.0, t.prompt_cpu_experts, t.prompt_cpu_ms,
+                         t.prompt_idle_ms);
     const CacheCounters& k = t.cache;
     if (k.hits + k.misses > 0) {
         const double tokens = static_cast<double>(c.decode_steps + c.prefill_tokens);
@@ -236,13 +247,15 @@ std::string expert_counters_line(const ExpertCounters& c) {
 }
 
 std::string expert_counters_table(const ExpertCounters& c) {
-    std::string s = "layer   GPU sel   CPU sel  CPU experts   CPU MB   CPU ms   GPU ms  wait ms   hit %  admit  evict  refused\n";
+    std::string s = "layer   GPU sel   CPU sel  CPU experts   CPU MB   CPU ms   GPU ms  wait ms   hit %  admit  evict  refused"
+                    "  staged  stage MB  stage ms  idle ms\n";
     for (size_t il = 0; il < c.layers.size(); ++il) {
         const auto& L = c.layers[il];
         const CacheCounters& k = L.cache;
-        s += fmt::format("{:5} {:9} {:9} {:12} {:8.1f} {:8.2f} {:8.2f} {:8.2f} {:7.1f} {:6} {:6} {:8}\n", il, L.gpu_pairs,
-                         L.cpu_pairs, L.cpu_experts, L.cpu_bytes / 1e6, L.cpu_ms, L.gpu_ms, L.wait_ms, 100.0 * k.hit_rate(),
-                         k.admissions, k.evictions, k.refused_rate + k.refused_staging + k.refused_policy);
+        s += fmt::format("{:5} {:9} {:9} {:12} {:8.1f} {:8.2f} {:8.2f} {:8.2f} {:7.1f} {:6} {:6} {:8} {:7} {:9.1f} {:9.2f} {:8.2f}\n",
+                         il, L.gpu_pairs, L.cpu_pairs, L.cpu_experts, L.cpu_bytes / 1e6, L.cpu_ms, L.gpu_ms, L.wait_ms,
+                         100.0 * k.hit_rate(), k.admissions, k.evictions, k.refused_rate + k.refused_staging + k.refused_policy,
+                         L.staged_experts, L.staged_bytes / 1e6, L.stage_ms, L.prompt_idle_ms);
     }
     return s;
 }

@@ -350,6 +350,22 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     for (int64_t il = 0; il < spec.n_layer; ++il)
         if (force[static_cast<size_t>(il)] == Force::None) free_layers.push_back(il);
     const int64_t capacity = static_cast<int64_t>(free_layers.size()) * spec.n_expert;
+    // Some experts stay off the GPU (forced, or the free layers do not all fit): reserve the prompt
+    // staging slots first (as many as fit, up to the option's count).
+    const bool forced_cpu = std::find(force.begin(), force.end(), Force::Cpu) != force.end();
+    const bool all_fit = p.expert_bytes == 0 || static_cast<uint64_t>(capacity) <= avail / p.expert_bytes;
+    if ((forced_cpu || !all_fit) && opt.prefill_stage_slots > 0) {
+        for (const auto& layer : layout.experts) {
+            uint64_t b = 0;
+            for (const ModelLayout::Tensor& t : layer) b += align(t.bytes / X);
+            p.stage_slot_bytes = std::max(p.stage_slot_bytes, b);
+        }
+        const uint64_t fit = std::max<uint64_t>(avail, 2ull << 20) - (2ull << 20);  // one page rounding
+        p.stage_slots = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(opt.prefill_stage_slots),
+                                                            p.stage_slot_bytes > 0 ? fit / p.stage_slot_bytes : 0));
+        p.stage_bytes = p.stage_slots > 0 ? rnd(static_cast<uint64_t>(p.stage_slots) * p.stage_slot_bytes) : 0;
+        avail -= std::min(avail, p.stage_bytes);
+    }
     const int64_t slots = std::min<int64_t>(capacity, p.expert_bytes > 0 ? static_cast<int64_t>(avail / p.expert_bytes) : 0);
     ResidencySource src = opt.source;
     if (src == ResidencySource::Auto) src = opt.hot_set ? ResidencySource::HotSet : ResidencySource::Even;
@@ -414,10 +430,10 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
 
 std::string plan_summary_line(const Plan& p) {
     return fmt::format("experts: {} resident slots ({:.0f} MiB) in VRAM, {} on CPU; dense core {:.0f} MiB, KV {:.0f} MiB, "
-                       "buffers {:.0f} MiB, runtime {:.0f} MiB; budget {:.0f} MiB",
+                       "buffers {:.0f} MiB, prompt staging {} slots {:.0f} MiB, runtime {:.0f} MiB; budget {:.0f} MiB",
                        p.n_resident(), p.slots_bytes / kMiB, p.n_experts() - p.n_resident(),
                        (p.dense_bytes + p.expert_biases_bytes) / kMiB, p.kv_bytes / kMiB, p.compute_bytes / kMiB,
-                       p.overhead_bytes / kMiB, p.budget_bytes / kMiB);
+                       p.stage_slots, p.stage_bytes / kMiB, p.overhead_bytes / kMiB, p.budget_bytes / kMiB);
 }
 
 nlohmann::json plan_to_json(const Plan& p) {
@@ -430,6 +446,8 @@ nlohmann::json plan_to_json(const Plan& p) {
         {"expert_biases_bytes", p.expert_biases_bytes},
         {"kv_bytes", p.kv_bytes},
         {"compute_bytes", p.compute_bytes},
+        {"stage_slots", p.stage_slots},
+        {"stage_bytes", p.stage_bytes},
         {"runtime_overhead_bytes", p.overhead_bytes},
         {"expert_bytes", p.expert_bytes},
         {"slots_bytes", p.slots_bytes},

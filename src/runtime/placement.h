@@ -69,6 +69,9 @@ struct PlacementOptions {
     /// engine passes its measurement; otherwise ASSUMED 700 MiB (MEASURED 691 MiB on an H200 with
     /// CUDA 13 and driver 580; smaller GPUs take less).
     uint64_t runtime_overhead_bytes = 700ull << 20;
+    /// Scratch slots for experts staged to the GPU during prompt processing (docs/hybrid.md,
+    /// "Prompts"); reserved only when some expert stays off the GPU. 0 = no staging.
+    int prefill_stage_slots = 4;
 };
 
 /// One layer's routed experts: which are resident in VRAM slots (slot s holds resident[s]).
@@ -87,13 +90,16 @@ struct Plan {
     uint64_t overhead_bytes = 0;   ///< PlacementOptions::runtime_overhead_bytes
     uint64_t expert_bytes = 0;     ///< one expert's gate + up + down, bytes (the same in every layer)
     uint64_t slots_bytes = 0;      ///< all resident experts
+    int stage_slots = 0;           ///< prompt staging scratch slots (0 when every expert is resident)
+    uint64_t stage_slot_bytes = 0; ///< one staging slot: the largest expert of any layer, gate | up | down, 256-byte aligned parts
+    uint64_t stage_bytes = 0;      ///< all staging slots (one arena)
     int64_t n_layer = 0, n_expert = 0, n_expert_used = 0;
     std::vector<LayerPlacement> layers;
     std::vector<std::string> warnings;  ///< e.g. -ot patterns that matched no tensor
 
     /// Bytes of GPU memory the plan uses in total.
     uint64_t total_bytes() const {
-        return dense_bytes + expert_biases_bytes + kv_bytes + compute_bytes + overhead_bytes + slots_bytes;
+        return dense_bytes + expert_biases_bytes + kv_bytes + compute_bytes + overhead_bytes + slots_bytes + stage_bytes;
     }
     int64_t n_resident() const;
     int64_t n_experts() const { return n_layer * n_expert; }

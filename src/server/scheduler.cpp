@@ -162,7 +162,18 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
         for (size_t il = 0; il < experts_.layers.size(); ++il) {
             out += fmt::format("nitro_expert_selections_total{{layer=\"{}\",device=\"gpu\"}} {}\n", il, experts_.layers[il].gpu_pairs);
             out += fmt::format("nitro_expert_selections_total{{layer=\"{}\",device=\"cpu\"}} {}\n", il, experts_.layers[il].cpu_pairs);
+            out += fmt::format("nitro_expert_selections_total{{layer=\"{}\",device=\"staged\"}} {}\n", il, experts_.layers[il].staged_pairs);
         }
+        family("nitro_prompt_staged_experts_total", "Experts staged to a GPU scratch slot for prompt chunks.",
+               [](const ExpertLayerCounters& L) { return L.staged_experts; });
+        family("nitro_prompt_staged_bytes_total", "Bytes staged host-to-device for prompt chunks.",
+               [](const ExpertLayerCounters& L) { return L.staged_bytes; });
+        family("nitro_prompt_stage_seconds_total", "Host time staging experts for prompt chunks, seconds.",
+               [](const ExpertLayerCounters& L) { return L.stage_ms / 1e3; });
+        family("nitro_prompt_cpu_experts_total", "Distinct experts the CPU computed for prompt chunks, summed over chunks.",
+               [](const ExpertLayerCounters& L) { return L.prompt_cpu_experts; });
+        family("nitro_prompt_gpu_idle_seconds_total", "GPU time waiting for staged copies and the CPU in prompt chunks, seconds.",
+               [](const ExpertLayerCounters& L) { return L.prompt_idle_ms / 1e3; });
         family("nitro_expert_cpu_experts_total", "Distinct experts the CPU computed, summed over steps.",
                [](const ExpertLayerCounters& L) { return L.cpu_experts; });
         family("nitro_expert_cpu_read_bytes_total", "Expert weight bytes the CPU read, bytes.",

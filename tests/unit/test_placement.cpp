@@ -81,9 +81,16 @@ TEST(Placement, BudgetLadderFillsWhatIsLeftEvenly) {
         EXPECT_LE(p.total_bytes(), p.budget_bytes) << gib << " GiB";
         const uint64_t fixed = p.dense_bytes + p.expert_biases_bytes + p.kv_bytes + p.compute_bytes + p.overhead_bytes;
         // Hand computation: whole experts in what is left after the fixed part and the slot arena's
-        // rounding (3 x 256 bytes per layer, 2 MiB for the arena).
-        const int64_t want = std::min<int64_t>(
-            36 * 128, static_cast<int64_t>((p.budget_bytes - fixed - 36 * 3 * 256 - (2u << 20)) / p.expert_bytes));
+        // rounding (3 x 256 bytes per layer, 2 MiB for the arena)...
+        const uint64_t left = p.budget_bytes - fixed - 36 * 3 * 256 - (2u << 20);
+        const bool all_fit = left / p.expert_bytes >= 36 * 128;
+        // ...and, when they do not all fit, after 4 prompt staging slots: one MXFP4 expert matrix
+        // of 2880 x 2880 is 2880 rows x 90 blocks x 17 bytes = 4,406,400 bytes, 4,406,528 aligned to
+        // 256; three of them per slot; 4 slots = 52,878,336 bytes, 26 pages of 2 MiB = 54,525,952.
+        const uint64_t stage = all_fit ? 0 : 54'525'952;
+        EXPECT_EQ(p.stage_bytes, stage) << gib << " GiB";
+        EXPECT_EQ(p.stage_slots, all_fit ? 0 : 4) << gib << " GiB";
+        const int64_t want = std::min<int64_t>(36 * 128, static_cast<int64_t>((left - stage) / p.expert_bytes));
         EXPECT_EQ(p.n_resident(), want) << gib << " GiB";
         EXPECT_GT(p.n_resident(), prev) << "more budget, more resident experts";
         prev = p.n_resident();

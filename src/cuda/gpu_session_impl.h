@@ -1,0 +1,473 @@
+// GpuSession's state and the ops of the forward pass it supplies (runtime/forward.h): private to
+// src/cuda (gpu_session.cpp: construction, chunks and decode steps; gpu_session_prompt.cpp: the
+// hybrid's prompt chunks with staged experts and the start-up measurements they are planned by).
+#pragma once
+
+#include "cpu/moe.h"
+#include "cpu/thread_pool.h"
+#include "cuda/check.h"
+#include "cuda/context.h"
+#include "cuda/delta_net.h"
+#include "cuda/gpu_session.h"
+#include "cuda/ops.h"
+#include "cuda/prefill_stager.h"
+#include "cuda/slot_copier.h"
+#include "runtime/forward.h"
+#include "runtime/prefill_cost.h"
+#include "runtime/route_replay.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace nitro::cuda {
+
+namespace detail {
+using Clock = std::chrono::steady_clock;
+inline double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+}  // namespace detail
+
+struct GpuSession::Impl {
+    using Clock = detail::Clock;
+    static double ms_since(Clock::time_point t) { return detail::ms_since(t); }
+    const Model& model;
+    ModelSpec spec;
+    Plan plan;
+    GpuScratchSizes z;
+    bool hybrid = false;  ///< some selected experts may be computed by the CPU
+    bool use_graphs = true;
+    bool verbose = false;
+    int64_t E = 0, X = 0, K = 0, F = 0, V = 0;
+
+    struct Layer {
+        DWeight wq, wk, wv, wo, gate_inp;
+        const float *attn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+        const float *q_norm = nullptr, *k_norm = nullptr, *sinks = nullptr, *ffn_norm = nullptr, *gate_inp_b = nullptr;
+        ExpertSlots ex;
+        int32_t* d_slot_of = nullptr;    ///< [X] device: this layer's row of d_slot_tables
+        std::vector<int32_t> h_slot_of;  ///< [X] slot of each expert in the current step, -1 = on the CPU
+        std::vector<uint8_t> on_gpu;     ///< [X] 1 = resident (cpu::moe_ffn skips it; layers without a cache)
+        int64_t n_slots = 0;
+        bool cpu_part = false;           ///< some experts of this layer are on the CPU
+        uint16_t *kc = nullptr, *vc = nullptr;
+        int64_t capacity = 0, window = 0;
+        int n_split_decode = 1;
+        // Decode-step exchange in mapped pinned host memory (h* host view, d* device alias).
+        float *rh_h = nullptr, *rd_h = nullptr;        // router input (normalised hidden state) [E]
+        int32_t *rh_ids = nullptr, *rd_ids = nullptr;  // [K]
+        float *rh_w = nullptr, *rd_w = nullptr;        // [K]
+        float *rh_margin = nullptr, *rd_margin = nullptr;
+        uint32_t *rh_ready = nullptr, *rd_ready = nullptr;  // GPU -> CPU: router result of step N is there
+        float *ph_partial = nullptr, *pd_partial = nullptr;  // CPU -> GPU: sum of the CPU's experts [E]
+        uint32_t *ph_done = nullptr, *pd_done = nullptr;     // CPU -> GPU: partial of step N is there
+        uint64_t *th_route = nullptr, *td_route = nullptr;   // GPU clock when the router flag was set
+        uint64_t *th_wait = nullptr, *td_wait = nullptr;     // GPU clock at the start / end of the wait
+        // Gated DeltaNet layers (qwen3next): weights and the sequence's recurrent state.
+        bool recurrent = false;
+        DWeight wqkv, wqkv_gate, ssm_in, ssm_ba, ssm_beta, ssm_alpha, ssm_out;
+        const float *ssm_conv1d = nullptr, *ssm_dt = nullptr, *ssm_a = nullptr, *ssm_norm = nullptr;
+        float *conv_state = nullptr, *delta_state = nullptr;  // [conv_dim, d_conv - 1], [n_v, d, d]
+        // Shared expert with a sigmoid gate.
+        DWeight gate_shexp, up_shexp, down_shexp;
+        const float* gate_inp_shexp = nullptr;
+    };
+    std::vector<Layer> layers;
+    DWeight token_embd, output;
+    const float* output_norm = nullptr;
+
+    // activations (device)
+    float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr, *router = nullptr;
+    int32_t* d_ids = nullptr;
+    float *d_w = nullptr, *d_margin = nullptr, *logits = nullptr, *attn_partial = nullptr, *partial = nullptr;
+    int32_t *d_tok = nullptr, *d_pos = nullptr;
+    uint32_t* d_step = nullptr;
+    // qwen3next: attention output gate, DeltaNet and shared-expert activations (runtime/placement.h)
+    float *qg = nullptr, *gate = nullptr, *ssm_qkv = nullptr, *ssm_z = nullptr, *ssm_ba = nullptr, *ssm_beta = nullptr,
+          *ssm_g = nullptr, *ssm_convout = nullptr, *ssm_core = nullptr, *ssm_fused = nullptr;
+    float *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr;
+    /// Every DeltaNet layer's state, one block of rstate_floats per sequence (a snapshot copies a
+    /// sequence's block whole): [n_seq, rstate_floats]. Layer::conv_state / delta_state point into
+    /// sequence 0's block; sequence q's are rstate_floats * q further.
+    float* rstate = nullptr;
+    int64_t rstate_floats = 0;
+    int n_seq = 1;
+    // Prefix reuse with a recurrent state (as runtime/session.h seq_truncate), per sequence: the
+    // tokens held and host snapshots of its state after multi-token evaluations, newest last.
+    std::vector<std::vector<int32_t>> history;  ///< [n_seq]
+    struct Snapshot {
+        int64_t pos;
+        std::vector<float> state;
+    };
+    std::vector<std::vector<Snapshot>> snapshots;  ///< [n_seq]
+    int n_snapshots = 4;
+    cudaStream_t compute = nullptr;  ///< the compute stream (non-blocking: state copies are ordered on it)
+    float* seq_state(int q) const { return rstate + static_cast<int64_t>(q) * rstate_floats; }
+    /// Sequence q: zero state, no history, no snapshots (a fresh sequence).
+    void reset_recurrent(int q) {
+        if (!rstate) return;
+        NITRO_CUDA_CHECK(cudaMemsetAsync(seq_state(q), 0, static_cast<size_t>(rstate_floats) * 4, compute));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
+        history[static_cast<size_t>(q)].clear();
+        snapshots[static_cast<size_t>(q)].clear();
+    }
+    /// Copies sequence q's recurrent state to / from host memory (stream-ordered, then synchronised).
+    void state_to_host(int q, std::vector<float>& out) {
+        out.resize(static_cast<size_t>(rstate_floats));
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(out.data(), seq_state(q), out.size() * 4, cudaMemcpyDeviceToHost, compute));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
+    }
+    void state_from_host(int q, const std::vector<float>& in) {
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(seq_state(q), in.data(), in.size() * 4, cudaMemcpyHostToDevice, compute));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
+    }
+    /// The chunk's rows grouped by sequence: group g is rows [off, off + n) of the chunk, all of
+    /// sequence seq at positions pos0 .. pos0 + n - 1 (d_pos[g] holds pos0 on the device). Attention,
+    /// the K/V store, RoPE and the DeltaNet recurrence run per group; every other op over all rows.
+    struct Group {
+        int seq = 0;
+        int64_t off = 0, n = 0, pos0 = 0;
+    };
+    std::vector<Group> groups;
+    std::vector<int64_t> row_pos;  ///< [n] position of each row of the chunk (route events)
+    std::vector<int32_t> row_seq;  ///< [n] sequence of each row
+    std::vector<uint8_t> row_prefill;  ///< [n] its sequence has several rows in the chunk
+    // pinned host
+    int32_t *h_tok = nullptr, *h_pos = nullptr;  ///< [n_ubatch] token ids, [n_seq] each group's first position
+    uint32_t* h_step = nullptr;
+    float* h_logits = nullptr;
+    int32_t* h_ids = nullptr;          ///< [ub, K] router ids of a multi-token chunk
+    float *h_w = nullptr, *h_margin = nullptr, *h_hidden = nullptr, *h_partial = nullptr;
+    MoeScratch moe_sc;
+    GemmScratch gemm;
+    uint8_t* slot_arena = nullptr;  ///< every layer's expert slot pools (install_slots)
+    // Slot tables of every layer: the device copy the kernels read and its pinned host mirror,
+    // refreshed from the expert cache's snapshot before each step (in the decode graph too).
+    int32_t* d_slot_tables = nullptr;  ///< [n_layer, X] device
+    int32_t* h_slot_tables = nullptr;  ///< [n_layer, X] pinned host
+    // Adaptive residency (hybrid): the expert cache and its copy backend; copy_to[e] = the
+    // staging buffer admitted expert e is written to while the CPU computes it (copy-on-compute).
+    std::unique_ptr<SlotCopier> copier;
+    std::unique_ptr<ExpertCache> cache;
+    std::vector<uint8_t*> copy_to;
+    ResidencyOptions adapt;
+    int test_max_pinned = -1, test_fail_copy_every = 0;
+
+    // The decode step of each sequence, captured on its first single-row chunk (its K/V and state
+    // pointers are baked in): [n_seq].
+    std::vector<cudaGraph_t> graph;
+    std::vector<cudaGraphExec_t> graph_exec;
+    bool graph_host_router = false;  ///< the captured graphs write router results to the host
+
+    // CPU side of the hybrid
+    std::unique_ptr<cpu::ThreadPool> pool;
+    std::vector<cpu::ExpertWeights> experts;
+    cpu::MoeScratch cpu_scratch;
+    std::function<void(const RouteEvent&)> on_route;
+    ExpertCounters counters;
+    // Benchmark-only routing replay (runtime/route_replay.h): eval() fills h_replay with the
+    // replay's router logits [n_layer, rows, X] before it launches a chunk; route() copies layer
+    // il's rows over the router's own logits (a memcpy node in the decode graph).
+    std::shared_ptr<RouteReplay> replay;
+    float* h_replay = nullptr;
+
+    // the chunk being run
+    std::span<const int32_t> tokens;
+    float* logits_dst = nullptr;  ///< host destination of the chunk's logits rows
+    bool single = false;          ///< a captured single-token decode step
+    cudaStream_t s = nullptr;
+
+    explicit Impl(const Model& m) : model(m) {}
+
+    void drop_graph() {
+        for (auto& g : graph_exec)
+            if (g) cudaGraphExecDestroy(g), g = nullptr;
+        for (auto& g : graph)
+            if (g) cudaGraphDestroy(g), g = nullptr;
+    }
+    bool any_graph() const {
+        return std::any_of(graph_exec.begin(), graph_exec.end(), [](cudaGraphExec_t g) { return g != nullptr; });
+    }
+    /// Router results go to the host in decode steps when the CPU needs them or someone listens.
+    bool host_router() const { return hybrid || static_cast<bool>(on_route); }
+
+    /// Starts a step of n tokens in the expert cache (copies that landed flip their slots) and
+    /// mirrors the changed slot tables to the host copies the step uses: the pinned table the
+    /// device copy is refreshed from, and h_slot_of (prefill grouping).
+    void begin_cache_step(int64_t n) {
+        if (!cache) return;
+        cache->begin_step(n);
+        for (size_t il = 0; il < layers.size(); ++il) {
+            if (!cache->take_changed(static_cast<int>(il))) continue;
+            const std::span<const int32_t> t = cache->slot_of(static_cast<int>(il));
+            std::copy(t.begin(), t.end(), h_slot_tables + il * static_cast<size_t>(X));
+            std::copy(t.begin(), t.end(), layers[il].h_slot_of.begin());
+        }
+    }
+    /// The cache's counters into the engine's.
+    void sync_cache_counters() {
+        if (!cache) return;
+        for (size_t il = 0; il < layers.size(); ++il) counters.layers[il].cache = cache->counters(static_cast<int>(il));
+    }
+    /// Layer il's experts on the CPU for n tokens (h: [n, E] host, ids/w: [n, K] host) into
+    /// `partial`: the cache decides which are resident in this step and which missed experts are
+    /// admitted (their bytes go to staging buffers as the CPU reads them, then to their slots).
+    cpu::MoeStats cpu_experts(int il, const float* hidden, int64_t n, const int32_t* ids, const float* w, float* partial,
+                              const std::function<void()>& computed) {
+        Layer& D = layers[static_cast<size_t>(il)];
+        if (!cache) {
+            const cpu::MoeStats st = cpu::moe_ffn(*pool, experts[static_cast<size_t>(il)], hidden, n, static_cast<int>(K), ids,
+                                                  w, D.on_gpu.data(), partial, cpu_scratch);
+            computed();
+            return st;
+        }
+        const ExpertCache::LayerStep step = cache->access(il, std::span<const int32_t>(ids, static_cast<size_t>(n * K)));
+        for (const Admission& a : step.admissions) copy_to[a.expert] = copier->buffer_data(a.buffer);
+        cpu::MoeStats st;
+        try {
+            st = cpu::moe_ffn(*pool, experts[static_cast<size_t>(il)], hidden, n, static_cast<int>(K), ids, w,
+                              step.resident.data(), partial, cpu_scratch, step.admissions.empty() ? nullptr : copy_to.data());
+        } catch (...) {
+            for (const Admission& a : step.admissions) copy_to[a.expert] = nullptr;
+            cache->abandon(il);  // their buffers were not filled: never copy them
+            throw;
+        }
+        computed();
+        for (const Admission& a : step.admissions) copy_to[a.expert] = nullptr;
+        cache->commit(il);
+        return st;
+    }
+
+    // ---- the ops of forward_chunk (runtime/forward.h)
+    void embed(const ChunkArgs& c) { get_rows(s, token_embd, d_tok, c.n, x); }
+    void attn_norm(int il, const ChunkArgs& c) {
+        rms_norm(s, x, layers[static_cast<size_t>(il)].attn_norm, c.n, E, E, spec.rms_eps, h, E);
+    }
+    void qkv(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const GemmScratch* gs = &gemm;
+        if (spec.attn_gate) {  // attn_q gives [q, gate] per head, split into q and gate
+            matmul(s, D.wq, h, c.n, E, qg, 2 * spec.n_q(), D.bq, false, gs);
+            split_q_gate(s, qg, c.n, spec.n_head, spec.head_dim, q, gate);
+        } else {
+            matmul(s, D.wq, h, c.n, E, q, spec.n_q(), D.bq, false, gs);
+        }
+        matmul(s, D.wk, h, c.n, E, k, spec.n_k(), D.bk, false, gs);
+        matmul(s, D.wv, h, c.n, E, v, spec.n_v(), D.bv, false, gs);
+    }
+    void rope_kv_store(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        if (D.q_norm) {
+            rms_norm(s, q, D.q_norm, c.n * spec.n_head, spec.head_dim, spec.head_dim, spec.rms_eps, q, spec.head_dim);
+            rms_norm(s, k, D.k_norm, c.n * spec.n_head_kv, spec.head_dim, spec.head_dim, spec.rms_eps, k, spec.head_dim);
+        }
+        const int64_t nq = spec.n_q(), nk = spec.n_k(), nv = spec.n_v();
+        for (size_t g = 0; g < groups.size(); ++g) {  // each sequence at its positions, into its own K/V
+            const Group& G = groups[g];
+            rope_neox(s, q + G.off * nq, G.n, spec.n_head, spec.head_dim, nq, spec.rope, d_pos + g);
+            rope_neox(s, k + G.off * nk, G.n, spec.n_head_kv, spec.head_dim, nk, spec.rope, d_pos + g);
+            kv_store(s, k + G.off * nk, v + G.off * nv, G.n, nk, nv, D.kc + G.seq * D.capacity * nk,
+                     D.vc + G.seq * D.capacity * nv, D.capacity, d_pos + g);
+        }
+    }
+    void attention(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        for (size_t g = 0; g < groups.size(); ++g) {  // each sequence against its own K/V
+            const Group& G = groups[g];
+            AttnArgs a;
+            a.q = q + G.off * spec.n_q();
+            a.k_cache = D.kc + G.seq * D.capacity * spec.n_k();
+            a.v_cache = D.vc + G.seq * D.capacity * spec.n_v();
+            a.capacity = D.capacity;
+            a.n_q = G.n;
+            a.n_head = spec.n_head;
+            a.n_head_kv = spec.n_head_kv;
+            a.head_dim = spec.head_dim;
+            a.window = D.window;
+            a.sinks = D.sinks;
+            a.scale = spec.attn_scale;
+            a.pos0 = d_pos + g;
+            a.n_split = G.n == 1 ? D.n_split_decode : 1;  // as a decode step of that sequence alone
+            a.partial = attn_partial;
+            a.out = attn + G.off * spec.n_o();
+            cuda::attention(s, a);
+        }
+    }
+    void attn_out(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        if (spec.attn_gate) mul_sigmoid(s, attn, gate, c.n * spec.n_o());  // attn *= sigmoid(gate)
+        matmul(s, D.wo, attn, c.n, spec.n_o(), x, E, D.bo, true, &gemm);  // x += attn W_o + b_o
+    }
+    // Gated DeltaNet (llama.cpp qwen3next build_layer_attn_linear; CPU: runtime/session.cpp).
+    void ssm_in(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const SsmSpec& ss = spec.ssm;
+        const GemmScratch* gs = &gemm;
+        const int64_t cd = ss.conv_dim(), vd = ss.value_dim(), nv = ss.n_v_heads, r = nv / ss.n_k_heads;
+        if (D.wqkv.data) {
+            matmul(s, D.wqkv, h, c.n, E, ssm_qkv, cd, nullptr, false, gs);
+            matmul(s, D.wqkv_gate, h, c.n, E, ssm_z, vd, nullptr, false, gs);
+        } else {
+            matmul(s, D.ssm_in, h, c.n, E, ssm_fused, cd + vd, nullptr, false, gs);
+            ssm_in_regroup(s, ssm_fused, c.n, ss.n_k_heads, ss.head_dim, r, ssm_qkv, ssm_z);
+        }
+        if (D.ssm_ba.data) {
+            matmul(s, D.ssm_ba, h, c.n, E, ssm_ba, 2 * nv, nullptr, false, gs);
+        } else {  // qwen35moe: beta rows then alpha rows
+            matmul(s, D.ssm_beta, h, c.n, E, ssm_ba, nv, nullptr, false, gs);
+            matmul(s, D.ssm_alpha, h, c.n, E, ssm_ba + c.n * nv, nv, nullptr, false, gs);
+        }
+        ssm_beta_decay(s, ssm_ba, D.ssm_dt, D.ssm_a, c.n, nv, r, !D.ssm_ba.data, ssm_beta, ssm_g);
+    }
+    void ssm_conv(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const int64_t cd = spec.ssm.conv_dim();
+        for (const Group& G : groups)  // each sequence's rows through its own conv state
+            ssm_conv_silu(s, ssm_qkv + G.off * cd, G.n, cd, D.ssm_conv1d, spec.ssm.d_conv,
+                          D.conv_state + G.seq * rstate_floats, ssm_convout + G.off * cd);
+    }
+    void delta_net(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const SsmSpec& ss = spec.ssm;
+        l2_norm_heads(s, ssm_convout, c.n, 2 * ss.n_k_heads, ss.head_dim, ss.conv_dim(), spec.rms_eps);
+        for (const Group& G : groups) {  // each sequence's rows through its own state, in order
+            DeltaArgs a;
+            a.qkv = ssm_convout + G.off * ss.conv_dim();
+            a.ld = ss.conv_dim();
+            a.key_dim = ss.key_dim();
+            a.n_k_heads = ss.n_k_heads;
+            a.n_v_heads = ss.n_v_heads;
+            a.d = ss.head_dim;
+            a.tiled = ss.head_map == SsmHeadMap::Tiled;
+            a.g = ssm_g + G.off * ss.n_v_heads;
+            a.beta = ssm_beta + G.off * ss.n_v_heads;
+            a.n = G.n;
+            a.M = D.delta_state + G.seq * rstate_floats;
+            a.out = ssm_core + G.off * ss.value_dim();
+            a.ld_out = ss.value_dim();
+            gated_delta_rule(s, a);
+        }
+    }
+    void ssm_out(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const SsmSpec& ss = spec.ssm;
+        const int64_t hd = ss.head_dim, vd = ss.value_dim();
+        // Gated RMSNorm per value head, then x += core W_out.
+        rms_norm(s, ssm_core, D.ssm_norm, c.n * ss.n_v_heads, hd, hd, spec.rms_eps, ssm_core, hd);
+        mul_silu(s, ssm_core, ssm_z, c.n * vd);
+        matmul(s, D.ssm_out, ssm_core, c.n, vd, x, E, nullptr, true, &gemm);
+    }
+    void shared_expert(int il, const ChunkArgs& c) {
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const GemmScratch* gs = &gemm;
+        const int64_t Fs = spec.n_ff_shexp;
+        matmul(s, D.gate_shexp, h, c.n, E, sh_gate, Fs, nullptr, false, gs);
+        matmul(s, D.up_shexp, h, c.n, E, sh_up, Fs, nullptr, false, gs);
+        swiglu(s, sh_gate, sh_up, c.n * Fs, sh_gate);
+        matmul(s, D.down_shexp, sh_gate, c.n, Fs, sh_down, E, nullptr, false, gs);
+        shexp_gate_add(s, x, h, D.gate_inp_shexp, sh_down, c.n, E);  // x += sigmoid(h . g) * ffn_shexp(h)
+    }
+    void ffn_norm(int il, const ChunkArgs& c) {
+        Layer& D = layers[static_cast<size_t>(il)];
+        rms_norm(s, x, D.ffn_norm, c.n, E, E, spec.rms_eps, h, E, single && D.cpu_part ? D.rd_h : nullptr);
+    }
+    void route(int il, const ChunkArgs& c) {
+        Layer& D = layers[static_cast<size_t>(il)];
+        matmul(s, D.gate_inp, h, c.n, E, router, X, nullptr, false, &gemm);
+        if (replay)
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(router, h_replay + il * c.n * X, static_cast<size_t>(c.n * X) * 4,
+                                             cudaMemcpyHostToDevice, s));
+        RouterHostOut ho;
+        if (single && host_router()) {
+            ho.ids = D.rd_ids;
+            ho.w = D.rd_w;
+            ho.margin = D.rd_margin;
+            ho.ready = D.rd_ready;
+            ho.step = d_step;
+            ho.t_ns = D.td_route;
+        }
+        top_k_route(s, router, D.gate_inp_b, c.n, X, static_cast<int>(K), spec.gating == MoeGating::SoftmaxAll, d_ids, d_w,
+                    d_margin, single && host_router() ? &ho : nullptr);
+        if (single) return;
+        // Multi-token chunk: ids to the host when the prefill GEMMs group by expert there, when the
+        // CPU computes some experts, or for route events (one host synchronisation per layer).
+        const bool need = c.n > kGemvMaxTokens || D.cpu_part || on_route;
+        if (!need) return;
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(h_ids, d_ids, static_cast<size_t>(c.n * K) * 4, cudaMemcpyDeviceToHost, s));
+        if (D.cpu_part || on_route) {
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(h_w, d_w, static_cast<size_t>(c.n * K) * 4, cudaMemcpyDeviceToHost, s));
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(h_margin, d_margin, static_cast<size_t>(c.n) * 4, cudaMemcpyDeviceToHost, s));
+        }
+        if (D.cpu_part)
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(h_hidden, h, static_cast<size_t>(c.n * E) * 4, cudaMemcpyDeviceToHost, s));
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
+        if (on_route)
+            for (int64_t i = 0; i < c.n; ++i)
+                on_route(RouteEvent{row_pos[static_cast<size_t>(i)], il, row_prefill[static_cast<size_t>(i)] != 0,
+                                    std::span<const int32_t>(h_ids + i * K, static_cast<size_t>(K)),
+                                    std::span<const float>(h_w + i * K, static_cast<size_t>(K)), h_margin[i],
+                                    row_seq[static_cast<size_t>(i)]});
+    }
+    void moe(int il, const ChunkArgs& c) {
+        Layer& D = layers[static_cast<size_t>(il)];
+        const bool host_ids = !single && (c.n > kGemvMaxTokens || D.cpu_part || on_route);
+        const int32_t* hid = host_ids ? h_ids : nullptr;
+        if (D.n_slots > 0) moe_experts(s, D.ex, h, c.n, E, static_cast<int>(K), d_ids, hid, D.h_slot_of.data(), moe_sc);
+        if (!D.cpu_part) {
+            moe_combine(s, D.ex, c.n, E, static_cast<int>(K), d_ids, d_w, hid, nullptr, x, moe_sc);
+            if (!single) count_gpu_only(il, c.n);
+            return;
+        }
+        if (single) {  // the CPU thread of eval() computes the rest; wait for it on the device
+            wait_flag(s, D.pd_done, d_step, D.td_wait);
+            moe_combine(s, D.ex, c.n, E, static_cast<int>(K), d_ids, d_w, nullptr, D.pd_partial, x, moe_sc);
+            return;
+        }
+        // Multi-token chunk: the CPU's experts now, while the GPU runs the resident ones.
+        const auto t0 = Clock::now();
+        const cpu::MoeStats st = cpu_experts(il, h_hidden, c.n, h_ids, h_w, h_partial, [] {});
+        ExpertLayerCounters& L = counters.layers[static_cast<size_t>(il)];
+        L.cpu_ms += ms_since(t0);
+        L.cpu_pairs += static_cast<uint64_t>(st.rows);
+        L.gpu_pairs += static_cast<uint64_t>(c.n * K - st.rows);
+        L.cpu_experts += static_cast<uint64_t>(st.experts);
+        L.cpu_bytes += st.bytes;
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(partial, h_partial, static_cast<size_t>(c.n * E) * 4, cudaMemcpyHostToDevice, s));
+        moe_combine(s, D.ex, c.n, E, static_cast<int>(K), d_ids, d_w, hid, partial, x, moe_sc);
+    }
+    void count_gpu_only(int il, int64_t n) { counters.layers[static_cast<size_t>(il)].gpu_pairs += static_cast<uint64_t>(n * K); }
+    void lm_head(const ChunkArgs& c) {
+        const GemmScratch* gs = &gemm;
+        if (c.logits == ChunkArgs::Logits::Rows) {
+            // The listed rows (in the order the caller wants their logits; eval_batch lists them in
+            // batch order, which need not be increasing here), gathered into h, normed in place.
+            const int64_t n_out = static_cast<int64_t>(c.logit_rows.size());
+            for (int64_t j0 = 0; j0 < n_out; j0 += z.logits_rows) {
+                const int64_t rows = std::min<int64_t>(z.logits_rows, n_out - j0);
+                for (int64_t j = 0; j < rows; ++j)
+                    NITRO_CUDA_CHECK(cudaMemcpyAsync(h + j * E, x + c.logit_rows[static_cast<size_t>(j0 + j)] * E,
+                                                     static_cast<size_t>(E) * 4, cudaMemcpyDeviceToDevice, s));
+                rms_norm(s, h, output_norm, rows, E, E, spec.rms_eps, h, E);
+                matmul(s, output, h, rows, E, logits, V, nullptr, false, gs);
+                NITRO_CUDA_CHECK(cudaMemcpyAsync(logits_dst + j0 * V, logits, static_cast<size_t>(rows * V) * 4,
+                                                 cudaMemcpyDeviceToHost, s));
+            }
+            return;
+        }
+        const int64_t first = c.logits == ChunkArgs::Logits::All ? 0 : c.n - 1;
+        // At most z.logits_rows rows at a time (the logits of a whole prompt chunk would not fit
+        // a small budget: 512 x 201,088 floats are 412 MB).
+        for (int64_t r0 = first; r0 < c.n; r0 += z.logits_rows) {
+            const int64_t rows = std::min<int64_t>(z.logits_rows, c.n - r0);
+            rms_norm(s, x + r0 * E, output_norm, rows, E, E, spec.rms_eps, h, E);
+            matmul(s, output, h, rows, E, logits, V, nullptr, false, gs);
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(logits_dst + (r0 - first) * V, logits, static_cast<size_t>(rows * V) * 4,
+                                             cudaMemcpyDeviceToHost, s));
+        }
+    }
+};
+
+}  // namespace nitro::cuda
