@@ -467,6 +467,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     // The allocator may not hand out what the runtime's modules took.
     ctx.alloc().set_budget(std::max(ctx.alloc().used(), ctx.total_budget() - ctx.runtime_overhead() - lazy - kModuleMargin));
     install_slots(plan, go.progress);
+    m.setup_prompt_staging(ctx, go);
     for (const std::string& w : plan.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (go.progress || go.verbose) std::fprintf(stderr, "%s\n", plan_summary_line(plan).c_str());
     if (go.verbose)
@@ -573,7 +574,10 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
 }
 
 GpuSession::~GpuSession() {
-    if (m_) m_->drop_graph();
+    if (!m_) return;
+    m_->drop_graph();
+    if (m_->ev_gpu_done) cudaEventDestroy(m_->ev_gpu_done);
+    if (m_->ev_partial) cudaEventDestroy(m_->ev_partial);
 }
 
 int64_t GpuSession::n_ctx() const { return m_->spec.n_ctx; }
@@ -771,6 +775,7 @@ void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
     if (m.cache) NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, table_bytes, cudaMemcpyHostToDevice, s));
     forward_chunk(m, m.spec, c);
     NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
+    m.flush_prompt_idle();
     m.counters.prefill_tokens += static_cast<uint64_t>(k);
     m.sync_cache_counters();
 }

@@ -174,6 +174,29 @@ struct GpuSession::Impl {
     std::shared_ptr<RouteReplay> replay;
     float* h_replay = nullptr;
 
+    // Prompt chunks of the hybrid (gpu_session_prompt.cpp, docs/hybrid.md "Prompts"): experts
+    // staged to VRAM scratch slots, placed per expert by the cost model on measured rates.
+    std::unique_ptr<PrefillStager> stager;
+    PrefillCostMode prefill_mode = PrefillCostMode::Auto;
+    PrefillRates rates;
+    bool rates_measured = false;
+    int32_t* d_gpu_of = nullptr;    ///< [X] device: a prompt chunk layer's experts computed on the GPU (>= 0) or not (-1)
+    int32_t* h_gpu_of = nullptr;    ///< [n_layer, X] pinned host sources, one row per layer (no reuse within a chunk)
+    // GPU idle time of the last prompt layer (read once its events completed, flush_prompt_idle)
+    cudaEvent_t ev_gpu_done = nullptr, ev_partial = nullptr;
+    int idle_layer = -1;
+    bool idle_cpu_pair = false;
+    /// Creates the stager for the plan's staging slots and measures the rates the cost model uses
+    /// (gpu_session_prompt.cpp). No-op without staging slots.
+    void setup_prompt_staging(DeviceContext& ctx, const GpuOptions& go);
+    /// Layer il's experts for a multi-token hybrid chunk of more than kGemvMaxTokens rows:
+    /// resident ones from their slots, the others staged or on the CPU as the cost model says,
+    /// staged and CPU shares at the same time; then the combine.
+    void moe_prompt(int il, const ChunkArgs& c);
+    /// Adds the GPU idle time of the last prompt layer to its counters (its events must have
+    /// completed: after a synchronisation of the compute stream).
+    void flush_prompt_idle();
+
     // the chunk being run
     std::span<const int32_t> tokens;
     float* logits_dst = nullptr;  ///< host destination of the chunk's logits rows
@@ -413,6 +436,7 @@ struct GpuSession::Impl {
     }
     void moe(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
+        if (!single && D.cpu_part && c.n > kGemvMaxTokens) return moe_prompt(il, c);
         const bool host_ids = !single && (c.n > kGemvMaxTokens || D.cpu_part || on_route);
         const int32_t* hid = host_ids ? h_ids : nullptr;
         if (D.n_slots > 0) moe_experts(s, D.ex, h, c.n, E, static_cast<int>(K), d_ids, hid, D.h_slot_of.data(), moe_sc);

@@ -68,6 +68,7 @@ public:
         double buffer_wait_ms = 0; ///< CPU time waiting for a buffer's previous copy
     };
     const Stats& stats() const { return stats_; }
+    void reset_stats() { stats_ = Stats{}; }
     bool pinned() const { return pinned_; }
     int n_slots() const { return static_cast<int>(slots_.size()); }
     size_t slot_bytes() const { return slot_bytes_; }

@@ -354,7 +354,7 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     // staging slots first (as many as fit, up to the option's count).
     const bool forced_cpu = std::find(force.begin(), force.end(), Force::Cpu) != force.end();
     const bool all_fit = p.expert_bytes == 0 || static_cast<uint64_t>(capacity) <= avail / p.expert_bytes;
-    if ((forced_cpu || !all_fit) && opt.prefill_stage_slots > 0) {
+    if ((forced_cpu || !all_fit) && opt.prefill_stage_slots > 0 && spec.n_ubatch > GpuScratchSizes::kGemvMaxTokens) {
         for (const auto& layer : layout.experts) {
             uint64_t b = 0;
             for (const ModelLayout::Tensor& t : layer) b += align(t.bytes / X);
@@ -363,7 +363,8 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
         const uint64_t fit = std::max<uint64_t>(avail, 2ull << 20) - (2ull << 20);  // one page rounding
         p.stage_slots = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(opt.prefill_stage_slots),
                                                             p.stage_slot_bytes > 0 ? fit / p.stage_slot_bytes : 0));
-        p.stage_bytes = p.stage_slots > 0 ? rnd(static_cast<uint64_t>(p.stage_slots) * p.stage_slot_bytes) : 0;
+        // + the prompt's expert table (n_expert int32) in the same arena
+        p.stage_bytes = p.stage_slots > 0 ? rnd(static_cast<uint64_t>(p.stage_slots) * p.stage_slot_bytes + align(X * 4)) : 0;
         avail -= std::min(avail, p.stage_bytes);
     }
     const int64_t slots = std::min<int64_t>(capacity, p.expert_bytes > 0 ? static_cast<int64_t>(avail / p.expert_bytes) : 0);

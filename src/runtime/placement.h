@@ -92,7 +92,7 @@ struct Plan {
     uint64_t slots_bytes = 0;      ///< all resident experts
     int stage_slots = 0;           ///< prompt staging scratch slots (0 when every expert is resident)
     uint64_t stage_slot_bytes = 0; ///< one staging slot: the largest expert of any layer, gate | up | down, 256-byte aligned parts
-    uint64_t stage_bytes = 0;      ///< all staging slots (one arena)
+    uint64_t stage_bytes = 0;      ///< all staging slots and the prompt's expert table (one arena)
     int64_t n_layer = 0, n_expert = 0, n_expert_used = 0;
     std::vector<LayerPlacement> layers;
     std::vector<std::string> warnings;  ///< e.g. -ot patterns that matched no tensor

@@ -8,6 +8,8 @@
 #include "cuda/gpu_session.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"
+#include "arch/synth.h"
+#include "quant/types.h"
 #include "runtime/placement.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +17,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -38,8 +41,17 @@ double budget_for(const Model& model, const SessionOptions& so, double fraction)
     const Plan& all = probe.plan();
     const uint64_t fixed = all.dense_bytes + all.expert_biases_bytes + all.kv_bytes + all.compute_bytes + all.overhead_bytes;
     const double experts = static_cast<double>(all.n_experts()) * fraction;
+    // Below 100%, the plan also reserves the prompt staging slots (4 experts, parts 256-byte
+    // aligned, the arena rounded to 2 MiB pages: runtime/placement.cpp).
+    uint64_t stage = 0;
+    if (fraction < 1.0) {
+        const LayerWeights& L = model.layers()[0];
+        const uint64_t X = static_cast<uint64_t>(model.hp().n_expert);
+        for (const GgufTensorInfo* t : {L.gate_exps, L.up_exps, L.down_exps}) stage += (t->n_bytes / X + 255) / 256 * 256;
+        stage = vram_alloc_size(4 * stage + (X * 4 + 255) / 256 * 256);
+    }
     // + the pool rounding the plan keeps free, + half an expert so the count lands on `fraction`
-    const double bytes = static_cast<double>(fixed) + static_cast<double>(all.n_layer * 3 * 256 + (2 << 20)) +
+    const double bytes = static_cast<double>(fixed + stage) + static_cast<double>(all.n_layer * 3 * 256 + (2 << 20)) +
                          (experts + 0.5) * static_cast<double>(all.expert_bytes);
     return bytes / kGiB;
 }
@@ -203,4 +215,139 @@ TEST(CudaHybrid, ModesAndBudgetErrors) {
     cuda::GpuSession g2(model, SessionOptions{}, go);
     EXPECT_EQ(g2.plan().layers[0].resident.size(), 0u);
     EXPECT_EQ(g2.plan().layers[3].resident.size(), static_cast<size_t>(model.hp().n_expert));
+}
+
+namespace {
+
+/// A tiny synthetic model (nitro synth's `tiny` preset: 4 layers, 16 experts) in the temp folder.
+std::string synth_tiny(const std::string& arch, GgmlType expert_type) {
+    SynthOptions o;
+    o.arch = arch;
+    o.preset = "tiny";
+    o.expert_type = expert_type;
+    o.seed = static_cast<uint64_t>(cuda::test::randint(1, 1 << 30));
+    o.out = (std::filesystem::temp_directory_path() / ("nitro-prompt-" + arch + "-" + type_display_name(expert_type) + ".gguf")).string();
+    synth_model(o);
+    return o.out;
+}
+
+std::vector<int32_t> random_tokens(const Model& model, int n) {
+    std::vector<int32_t> seq;
+    for (int i = 0; i < n; ++i) seq.push_back(cuda::test::randint(0, static_cast<int>(model.n_vocab()) - 1));
+    return seq;
+}
+
+}  // namespace
+
+// Prompt chunks with staged experts (issue 14, docs/hybrid.md "Prompts"): every path of the cost
+// model gives the CPU reference's tokens within the bounds, in chunks of 512 and of 16 tokens (the
+// staged GEMM path needs more than 8 rows per chunk); forcing `stage` stages every off-GPU expert
+// (counters prove it) and `cpu` none. Synthetic tiny models (the shared fixtures need not travel).
+TEST(CudaHybrid, PromptPathsMatchCpu) {
+    cuda::test::require_gpu();
+    const std::pair<const char*, GgmlType> models[] = {{"gpt-oss", GgmlType::MXFP4}, {"qwen3moe", GgmlType::Q4_K}};
+    for (const auto& [arch, type] : models) {
+        const std::string path = synth_tiny(arch, type);
+        Model model(path);
+        const std::vector<int32_t> seq = random_tokens(model, 48);
+        for (double fraction : {0.0, 0.3}) {
+            for (PrefillCostMode mode : {PrefillCostMode::Stage, PrefillCostMode::Auto, PrefillCostMode::Cpu}) {
+                GpuOptions go;
+                go.progress = false;
+                go.mode = EngineMode::Hybrid;
+                go.vram_budget_gib = budget_for(model, SessionOptions{}, fraction);
+                go.prefill_mode = mode;
+                SCOPED_TRACE(std::string(arch) + " at " + std::to_string(fraction) + ", --prefill-cost-model " + prefill_cost_mode_name(mode));
+                {
+                    SessionOptions so;
+                    so.n_threads = 2;
+                    cuda::GpuSession gpu(model, so, go);
+                    std::vector<float> l;
+                    gpu.eval(seq, false, l);
+                    const ExpertLayerCounters t = gpu.expert_counters()->total();
+                    std::printf("  %s %.0f%% %s: %lld of %lld resident; prompt experts %llu resident, %llu staged (%.2f MB, %.2f ms), "
+                                "%llu CPU; GPU idle %.2f ms\n",
+                                arch, 100 * fraction, prefill_cost_mode_name(mode), static_cast<long long>(gpu.plan().n_resident()),
+                                static_cast<long long>(gpu.plan().n_experts()), static_cast<unsigned long long>(t.prompt_resident_experts),
+                                static_cast<unsigned long long>(t.staged_experts), t.staged_bytes / 1e6, t.stage_ms,
+                                static_cast<unsigned long long>(t.prompt_cpu_experts), t.prompt_idle_ms);
+                    EXPECT_EQ(gpu.plan().stage_slots, mode == PrefillCostMode::Cpu ? 0 : 4);
+                    if (mode == PrefillCostMode::Stage) {
+                        EXPECT_GT(t.staged_experts, 0u) << "--prefill-cost-model stage staged nothing";
+                        EXPECT_EQ(t.prompt_cpu_experts, 0u);
+                        EXPECT_EQ(t.cpu_pairs, 0u);
+                        // each staged expert sends its three parts (256-byte aligned in the slot)
+                        EXPECT_LE(t.staged_bytes, t.staged_experts * gpu.plan().stage_slot_bytes);
+                        EXPECT_GE(t.staged_bytes, t.staged_experts * gpu.plan().expert_bytes);
+                    }
+                    if (mode == PrefillCostMode::Cpu) {
+                        EXPECT_EQ(t.staged_experts, 0u);
+                        EXPECT_GT(t.prompt_cpu_experts, 0u);
+                    }
+                    EXPECT_EQ(t.gpu_pairs + t.cpu_pairs + t.staged_pairs,
+                              seq.size() * static_cast<uint64_t>(model.hp().n_expert_used) * static_cast<uint64_t>(model.hp().n_layer));
+                }
+                Stats st;
+                compare(model, seq, 24, 8, 512, st, go);
+                compare(model, seq, 24, 4, 16, st, go);
+                std::printf("  argmax agrees at %d/%d positions (%d checked), max top-5 |dp| %.5f\n", st.agree, st.steps, st.checked,
+                            st.max_dp);
+                EXPECT_GT(st.checked, st.steps / 2);
+            }
+        }
+        std::filesystem::remove(path);
+    }
+}
+
+// A staged expert runs the resident path's arithmetic (cuda/ops.h moe_prefill_expert): with every
+// expert off the GPU and every one staged, a prompt's logits equal GPU-all's bit for bit, with
+// pinned or pageable staging buffers, with 1 or 4 fill threads, and with 1 or 4 scratch slots.
+TEST(CudaHybrid, StagedPromptEqualsGpuAllBitForBit) {
+    cuda::test::require_gpu();
+    const std::pair<const char*, GgmlType> models[] = {
+        {"gpt-oss", GgmlType::MXFP4}, {"qwen3moe", GgmlType::IQ4_XS}, {"qwen3next", GgmlType::Q8_0}};
+    for (const auto& [arch, type] : models) {
+        const std::string path = synth_tiny(arch, type);
+        Model model(path);
+        const std::vector<int32_t> prompt = random_tokens(model, 40);
+        SessionOptions so;
+        so.n_threads = 2;
+        GpuOptions all;
+        all.progress = false;
+        all.mode = EngineMode::Gpu;
+        all.vram_budget_gib = 2;
+        std::vector<float> ref;
+        cuda::GpuSession(model, so, all).eval(prompt, true, ref);
+        struct Variant {
+            const char* what;
+            int max_pinned, threads, slots;
+        };
+        for (const Variant v : {Variant{"pinned, 4 threads, 4 slots", -1, 4, 4}, Variant{"pageable buffers", 0, 4, 4},
+                                Variant{"1 fill thread", -1, 1, 4}, Variant{"1 slot", -1, 4, 1}}) {
+            SCOPED_TRACE(std::string(arch) + ": " + v.what);
+            GpuOptions go;
+            go.progress = false;
+            go.mode = EngineMode::Hybrid;
+            go.cpu_moe = true;
+            go.vram_budget_gib = 2;
+            go.prefill_mode = PrefillCostMode::Stage;
+            go.test_max_pinned_stage_buffers = v.max_pinned;
+            go.prefill_stage_threads = v.threads;
+            go.prefill_stage_slots = v.slots;
+            cuda::GpuSession gpu(model, so, go);
+            EXPECT_EQ(gpu.plan().n_resident(), 0);
+            EXPECT_EQ(gpu.plan().stage_slots, v.slots);
+            std::vector<float> l;
+            gpu.eval(prompt, true, l);
+            ASSERT_EQ(l.size(), ref.size());
+            double maxd = 0;
+            for (size_t i = 0; i < l.size(); ++i) maxd = std::max(maxd, static_cast<double>(std::abs(l[i] - ref[i])));
+            EXPECT_EQ(std::memcmp(l.data(), ref.data(), l.size() * 4), 0) << "max |diff| " << maxd;
+            const ExpertLayerCounters t = gpu.expert_counters()->total();
+            EXPECT_EQ(t.staged_pairs, prompt.size() * static_cast<uint64_t>(model.hp().n_expert_used) *
+                                          static_cast<uint64_t>(model.hp().n_layer));
+            EXPECT_EQ(t.cpu_pairs, 0u);
+        }
+        std::filesystem::remove(path);
+    }
 }

@@ -86,7 +86,8 @@ TEST(Placement, BudgetLadderFillsWhatIsLeftEvenly) {
         const bool all_fit = left / p.expert_bytes >= 36 * 128;
         // ...and, when they do not all fit, after 4 prompt staging slots: one MXFP4 expert matrix
         // of 2880 x 2880 is 2880 rows x 90 blocks x 17 bytes = 4,406,400 bytes, 4,406,528 aligned to
-        // 256; three of them per slot; 4 slots = 52,878,336 bytes, 26 pages of 2 MiB = 54,525,952.
+        // 256; three of them per slot; 4 slots = 52,878,336 bytes, + the prompt's expert table (128
+        // int32 = 512 bytes): 52,878,848 bytes, 26 pages of 2 MiB = 54,525,952.
         const uint64_t stage = all_fit ? 0 : 54'525'952;
         EXPECT_EQ(p.stage_bytes, stage) << gib << " GiB";
         EXPECT_EQ(p.stage_slots, all_fit ? 0 : 4) << gib << " GiB";
