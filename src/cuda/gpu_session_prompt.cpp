@@ -55,10 +55,6 @@ void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions
         void* unused = nullptr;
         h_gpu_of = static_cast<int32_t*>(ctx.host_mapped(layers.size() * static_cast<size_t>(X) * 4, &unused));
     }
-    if (!ev_gpu_done) {
-        NITRO_CUDA_CHECK(cudaEventCreate(&ev_gpu_done));
-        NITRO_CUDA_CHECK(cudaEventCreate(&ev_partial));
-    }
 
     // ---- rates for the cost model, MEASURED now on this machine (about 0.1-0.3 s).
     // A layer with experts on the CPU and its non-resident experts (cold in the caches).
@@ -163,6 +159,10 @@ void GpuSession::Impl::flush_prompt_idle() {
 
 void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c) {
     flush_prompt_idle();  // the previous layer's events completed at this layer's router synchronisation
+    if (!ev_gpu_done) {
+        NITRO_CUDA_CHECK(cudaEventCreate(&ev_gpu_done));
+        NITRO_CUDA_CHECK(cudaEventCreate(&ev_partial));
+    }
     Layer& D = layers[static_cast<size_t>(il)];
     const cpu::ExpertWeights& W = experts[static_cast<size_t>(il)];
     ExpertLayerCounters& L = counters.layers[static_cast<size_t>(il)];
@@ -186,9 +186,11 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c) {
     if (verbose) std::fprintf(stderr, "prefill cost model: %s\n", describe_prefill_plan(il, pp, W.expert_bytes()).c_str());
 
     // What the CPU skips (resident or staged), and the GPU's table for the combine.
+    // (Without staged experts the layer's own slot table is that table: the stager, and with it
+    // the staged table's buffers, may not exist, e.g. in the start-up warm-up.)
     std::vector<uint8_t> skip(resident.begin(), resident.end());
-    int32_t* gpu_of = h_gpu_of + static_cast<size_t>(il) * static_cast<size_t>(X);
-    for (size_t e = 0; e < skip.size(); ++e) {
+    int32_t* gpu_of = pp.staged.empty() ? nullptr : h_gpu_of + static_cast<size_t>(il) * static_cast<size_t>(X);
+    for (size_t e = 0; gpu_of && e < skip.size(); ++e) {
         gpu_of[e] = D.h_slot_of[e];
         if (pp.path[e] == PrefillPath::Staged) skip[e] = 1, gpu_of[e] = static_cast<int32_t>(X);  // >= 0: computed on the GPU
     }
@@ -266,13 +268,13 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c) {
     L.prompt_cpu_ms += cpu_ms;
 
     // Combine: resident and staged experts' rows (gpu_of >= 0) + the CPU's partial sum.
-    NITRO_CUDA_CHECK(cudaMemcpyAsync(d_gpu_of, gpu_of, static_cast<size_t>(X) * 4, cudaMemcpyHostToDevice, s));
+    if (gpu_of) NITRO_CUDA_CHECK(cudaMemcpyAsync(d_gpu_of, gpu_of, static_cast<size_t>(X) * 4, cudaMemcpyHostToDevice, s));
     if (pp.n_cpu > 0) {
         NITRO_CUDA_CHECK(cudaEventRecord(ev_partial, s));  // reached when the CPU was done (enqueued after the join)
         NITRO_CUDA_CHECK(cudaMemcpyAsync(partial, h_partial, static_cast<size_t>(c.n * E) * 4, cudaMemcpyHostToDevice, s));
     }
     ExpertSlots gx = D.ex;
-    gx.slot_of = d_gpu_of;
+    if (gpu_of) gx.slot_of = d_gpu_of;
     moe_combine(s, gx, c.n, E, k, d_ids, d_w, h_ids, pp.n_cpu > 0 ? partial : nullptr, x, moe_sc);
     idle_layer = il;
     idle_cpu_pair = pp.n_cpu > 0;

@@ -360,11 +360,11 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
             for (const ModelLayout::Tensor& t : layer) b += align(t.bytes / X);
             p.stage_slot_bytes = std::max(p.stage_slot_bytes, b);
         }
-        const uint64_t fit = std::max<uint64_t>(avail, 2ull << 20) - (2ull << 20);  // one page rounding
-        p.stage_slots = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(opt.prefill_stage_slots),
-                                                            p.stage_slot_bytes > 0 ? fit / p.stage_slot_bytes : 0));
-        // + the prompt's expert table (n_expert int32) in the same arena
-        p.stage_bytes = p.stage_slots > 0 ? rnd(static_cast<uint64_t>(p.stage_slots) * p.stage_slot_bytes + align(X * 4)) : 0;
+        // The slots and the prompt's expert table (n_expert int32) are one arena, rounded once.
+        const auto arena = [&](int n) { return rnd(static_cast<uint64_t>(n) * p.stage_slot_bytes + align(X * 4)); };
+        p.stage_slots = opt.prefill_stage_slots;
+        while (p.stage_slots > 0 && arena(p.stage_slots) > avail) --p.stage_slots;
+        p.stage_bytes = p.stage_slots > 0 ? arena(p.stage_slots) : 0;
         avail -= std::min(avail, p.stage_bytes);
     }
     const int64_t slots = std::min<int64_t>(capacity, p.expert_bytes > 0 ? static_cast<int64_t>(avail / p.expert_bytes) : 0);
