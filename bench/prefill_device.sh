@@ -5,10 +5,12 @@
 #                                         no shared fixtures + nitro synth gpt-oss-120b in /dev/shm
 #   bench/prefill_device.sh bench OUT     timed, nothing else running: nitro hybrid (cost model
 #                                         auto, and cpu = every off-GPU expert on the CPU) against
-#                                         llama-bench -ncmoe 31 at ubatch 512/2048/4096, mirrored
+#                                         llama-bench -ncmoe 31 (ubatch 512 for 512 tokens, 2048
+#                                         and 4096 above), mirrored; RESULTS/summary.txt grows run by run
 # Inputs from .carry/ (bench/make_carry.sh --llama): bin.tar.xz, llama-src.tar.xz.
 # Environment: BUDGET (GiB, 12), NCMOE (31), PROMPTS (512,4096,13000), UB (nitro --ubatch, 4096),
-# PRESET (gpt-oss-120b), FILTER (gtest filter of prepare's tests).
+# PRESET (gpt-oss-120b), FILTER (gtest filter of prepare's tests), MIRROR (1: the B half too),
+# CPU_BASELINE (1: also --prefill-cost-model cpu on 4,096 tokens).
 set -uo pipefail
 PHASE=${1:?phase}; RESULTS=${2:?out dir}
 OUTD=/tmp/nitro-out/$PHASE; rm -rf "$OUTD"; mkdir -p "$OUTD"
@@ -21,6 +23,8 @@ N="$W/bin/nitro"; M=/dev/shm/bench.gguf
 export NITRO_SOURCE_DIR="$HERE"  # tests/data (the qwen3next fixture) of this checkout
 BUDGET=${BUDGET:-12}; NCMOE=${NCMOE:-31}; PROMPTS=${PROMPTS:-512,4096,13000}; UB=${UB:-4096}; PRESET=${PRESET:-gpt-oss-120b}
 L=/tmp/llama; LB="$L/b/bin/llama-bench"
+# The CUDA tests that need no ../shared fixtures (those do not fit beside the binaries in a call)
+FILTER=${FILTER:-'CudaHybrid.PromptPaths*:CudaHybrid.StagedPrompt*:CudaAdaptive.LiveEquals*:CudaOps.*:CudaQwen3Next.*:CudaBatch.*:CudaModel.Synth*'}
 log() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
 case "$PHASE" in
@@ -34,8 +38,8 @@ prepare)
           cmake --build b -j12 --target llama-bench > "$OUTD/llama_build.log" 2>&1 ) &
         BUILD=$!
     fi
-    log "cuda tests: ${FILTER:-*}"
-    "$W/bin/nitro_cuda_tests" --gtest_color=no --gtest_filter="${FILTER:-*}" > "$OUTD/cuda_tests.log" 2>&1; echo "cuda tests rc=$?"
+    log "cuda tests: $FILTER"
+    "$W/bin/nitro_cuda_tests" --gtest_color=no --gtest_filter="$FILTER" > "$OUTD/cuda_tests.log" 2>&1; echo "cuda tests rc=$?"
     grep -E "^\[  (FAILED|PASSED) |^\[ +OK|^\[  FAILED|Failure|rror|max \|diff\||prompt experts|argmax agrees" "$OUTD/cuda_tests.log" | tail -70
     if [ "$(cat "$M.key" 2>/dev/null)" != "$PRESET" ]; then
         rm -f /dev/shm/*.gguf /dev/shm/*.gguf.key
@@ -49,47 +53,54 @@ bench)
     [ -x "$LB" ] || { echo "no llama-bench (run prepare first)"; exit 1; }
     [ -f "$M" ] || { echo "no model (run prepare first)"; exit 1; }
     maxp=$(echo "$PROMPTS" | tr , '\n' | sort -n | tail -1)
+    # Every run appends its summary line to RESULTS/summary.txt at once, so a call that runs out
+    # of time still brings back what it measured.
+    S="$RESULTS/summary.txt"
     run_nitro() {  # $1 tag, $2 prompt tokens, $3.. extra options
         local tag=$1 np=$2; shift 2
-        "$N" run -m "$M" --prompt-ids "$(seq -s, 1000 $((1000 + np - 1)))" -n 1 --ignore-eos -t 16 --mode hybrid \
+        timeout 300 "$N" run -m "$M" --prompt-ids "$(seq -s, 1000 $((1000 + np - 1)))" -n 1 --ignore-eos -t 16 --mode hybrid \
             --vram-budget "$BUDGET" -u "$UB" -c $((maxp + 256)) --json -v "$@" > "$OUTD/nitro_$tag.json" 2> "$OUTD/nitro_$tag.err"
-        python3 - "$OUTD/nitro_$tag.json" "$tag" "$np" <<'PY'
+        python3 - "$OUTD/nitro_$tag.json" "$tag" "$np" <<'PY' | tee -a "$S"
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))
 except Exception as e:
     print("nitro %s: no result (%s)" % (sys.argv[2], e)); sys.exit(0)
 t = d["timings"]; e = d.get("experts", {}); p = e.get("prompt", {})
-print("nitro %-14s pp%-6s %8.1f tok/s  TTFT %7.0f ms | staged %5d experts %6.2f GB in %6.0f ms (%.1f GB/s), CPU %5d experts %6.0f ms, resident %5d, GPU idle %5.0f ms"
+print("MEASURED nitro %-14s pp%-6s %8.1f tok/s  TTFT %7.0f ms | staged %5d experts %6.2f GB in %6.0f ms (%.1f GB/s), CPU %5d experts %6.0f ms, resident %5d, GPU idle %5.0f ms"
       % (sys.argv[2], sys.argv[3], t["prompt_tok_s"], t.get("ttft_ms", 0), p.get("staged_experts", 0), p.get("staged_bytes", 0) / 1e9,
          p.get("stage_ms", 0), p.get("staged_gb_s", 0), p.get("cpu_experts", 0), p.get("cpu_ms", 0), p.get("resident_experts", 0),
          p.get("gpu_idle_ms", 0)))
 PY
-        grep -m1 "prompt staging:" "$OUTD/nitro_$tag.err"
-        grep -m1 "^experts:" "$OUTD/nitro_$tag.err"
+        grep -m1 "prompt staging:" "$OUTD/nitro_$tag.err" | tee -a "$S"
     }
-    run_llama() {  # $1 tag
-        "$LB" -m "$M" -ngl 99 -ncmoe "$NCMOE" -fa 1 -t 16 -p "$PROMPTS" -n 0 -b 4096 -ub 512,2048,4096 -r 1 -o json \
-            > "$OUTD/llama_$1.json" 2> "$OUTD/llama_$1.err" || tail -5 "$OUTD/llama_$1.err"
-        python3 - "$OUTD/llama_$1.json" "$1" <<'PY'
+    run_llama() {  # $1 tag, $2 prompt tokens, $3 ubatch list: llama-bench runs every pair, so one prompt per call
+        timeout 300 "$LB" -m "$M" -ngl 99 -ncmoe "$NCMOE" -fa 1 -t 16 -p "$2" -n 0 -b 4096 -ub "$3" -r 1 -o json \
+            > "$OUTD/llama_$1_$2.json" 2> "$OUTD/llama_$1_$2.err" || tail -3 "$OUTD/llama_$1_$2.err"
+        python3 - "$OUTD/llama_$1_$2.json" "$1" <<'PY' | tee -a "$S"
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))
 except Exception as e:
     print("llama %s: no result (%s)" % (sys.argv[2], e)); sys.exit(0)
-for r in d: print("llama %-4s pp%-6d ubatch %-5d %8.1f tok/s" % (sys.argv[2], r["n_prompt"], r["n_ubatch"], r["avg_ts"]))
+for r in d: print("MEASURED llama %-4s pp%-6d ubatch %-5d %8.1f tok/s" % (sys.argv[2], r["n_prompt"], r["n_ubatch"], r["avg_ts"]))
 PY
     }
-    log "nitro bench -p 4 -n 2 (read probe, PCIe)"; "$N" bench -m "$M" -p 4 -n 2 -t 16 --kernels none > "$OUTD/nitro_bench.txt" 2>&1
-    grep -iE "bandwidth|pcie|read" "$OUTD/nitro_bench.txt" | head -4
-    log "timed runs: $PRESET, budget $BUDGET GiB, nitro -u $UB; llama.cpp -ncmoe $NCMOE; mirrored"
+    # llama.cpp's ubatch per prompt: 512 for 512 tokens; 2048 and 4096 above (512 runs a 4,096-token
+    # prompt at ~71 tok/s on this machine, ../shared/PEERS.md: minutes for nothing).
+    llama_all() { for p in "${PS[@]}"; do if [ "$p" -le 512 ]; then run_llama "$1" "$p" 512; else run_llama "$1" "$p" 2048,4096; fi; done; }
+    log "nitro bench -p 4 -n 2 (read probe)"; "$N" bench -m "$M" -p 4 -n 2 -t 16 --kernels none > "$OUTD/nitro_bench.txt" 2>&1
+    grep -iE "memory read" "$OUTD/nitro_bench.txt" | head -2 | tee -a "$S"
+    log "timed runs: $PRESET, budget $BUDGET GiB, nitro -u $UB; llama.cpp -ncmoe $NCMOE; mirrored" | tee -a "$S"
     IFS=, read -ra PS <<< "$PROMPTS"
     for p in "${PS[@]}"; do run_nitro "auto-$p-a" "$p"; done
-    run_nitro "cpu-4096-a" 4096 --prefill-cost-model cpu
-    run_llama A
-    run_llama B
-    run_nitro "cpu-4096-b" 4096 --prefill-cost-model cpu
-    for ((i = ${#PS[@]} - 1; i >= 0; i--)); do run_nitro "auto-${PS[$i]}-b" "${PS[$i]}"; done
+    [ "${CPU_BASELINE:-1}" = 1 ] && run_nitro "cpu-4096-a" 4096 --prefill-cost-model cpu
+    llama_all A
+    [ "${MIRROR:-1}" = 1 ] && {
+        llama_all B
+        [ "${CPU_BASELINE:-1}" = 1 ] && run_nitro "cpu-4096-b" 4096 --prefill-cost-model cpu
+        for ((i = ${#PS[@]} - 1; i >= 0; i--)); do run_nitro "auto-${PS[$i]}-b" "${PS[$i]}"; done
+    }
     ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;
 esac
