@@ -57,20 +57,9 @@ int run_plan(const PlanCli& o) {
     }
     const ModelSpec& sp = layout.spec;
     HotSet hot;
-    PlacementOptions po;
-    po.vram_budget_gib = o.engine.gpu.vram_budget_gib;
-    po.cpu_moe = o.engine.gpu.cpu_moe;
-    po.n_cpu_moe = o.engine.gpu.n_cpu_moe;
-    for (const std::string& s : o.engine.gpu.override_tensor) po.overrides.push_back(parse_tensor_override(s));
-    const std::string& r = o.engine.gpu.residency;
-    po.source = r == "hot-set" ? ResidencySource::HotSet : r == "even" ? ResidencySource::Even
-              : r == "layers" ? ResidencySource::Layers : ResidencySource::Auto;
-    if (!o.engine.gpu.hot_set.empty()) {
-        hot = read_hot_set(o.engine.gpu.hot_set, sp.n_layer, sp.n_expert);
-        po.hot_set = &hot;
-    }
-    po.prefill_stage_slots = o.engine.gpu.prefill_mode == PrefillCostMode::Cpu ? 0 : o.engine.gpu.prefill_stage_slots;
-    po.runtime_overhead_bytes = static_cast<uint64_t>(o.runtime_mib * kMiB);
+    if (!o.engine.gpu.hot_set.empty()) hot = read_hot_set(o.engine.gpu.hot_set, sp.n_layer, sp.n_expert);
+    const PlacementOptions po = placement_options(o.engine.gpu, o.engine.gpu.vram_budget_gib, static_cast<uint64_t>(o.runtime_mib * kMiB),
+                                                  o.engine.gpu.hot_set.empty() ? nullptr : &hot);
     const Plan p = plan_placement(layout, po);
 
     // CALCULATED decode floor of the CPU side: its expert bytes per token over the DRAM bandwidth.

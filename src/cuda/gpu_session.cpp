@@ -61,20 +61,8 @@ const float* f32(const GgufTensorInfo* t) { return t ? reinterpret_cast<const fl
 
 /// Placement options from the engine options, the budget and the runtime overhead measured by ctx.
 PlacementOptions placement_options(const GpuOptions& go, const DeviceContext& ctx, const HotSet* hot) {
-    PlacementOptions po;
-    po.vram_budget_gib = static_cast<double>(ctx.total_budget()) / kGiB;
-    po.cpu_moe = go.cpu_moe;
-    po.n_cpu_moe = go.n_cpu_moe;
-    for (const std::string& o : go.override_tensor) po.overrides.push_back(parse_tensor_override(o));
-    if (go.residency == "auto") po.source = ResidencySource::Auto;
-    else if (go.residency == "hot-set") po.source = ResidencySource::HotSet;
-    else if (go.residency == "even") po.source = ResidencySource::Even;
-    else if (go.residency == "layers") po.source = ResidencySource::Layers;
-    else fail("--residency '{}': expected auto, hot-set, even or layers", go.residency);
-    po.hot_set = hot;
-    po.prefill_stage_slots = go.prefill_mode == PrefillCostMode::Cpu ? 0 : go.prefill_stage_slots;
-    po.runtime_overhead_bytes = ctx.runtime_overhead() + ctx.alloc().used();  // the runtime + cuBLAS workspace
-    return po;
+    // the runtime + the cuBLAS workspace so far (the final plan adds what the warm-up measured)
+    return nitro::placement_options(go, static_cast<double>(ctx.total_budget()) / kGiB, ctx.runtime_overhead() + ctx.alloc().used(), hot);
 }
 
 }  // namespace

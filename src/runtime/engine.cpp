@@ -119,6 +119,23 @@ const char* engine_mode_name(EngineMode m) {
     return "?";
 }
 
+PlacementOptions placement_options(const GpuOptions& go, double budget_gib, uint64_t runtime_overhead_bytes, const HotSet* hot) {
+    PlacementOptions po;
+    po.vram_budget_gib = budget_gib;
+    po.cpu_moe = go.cpu_moe;
+    po.n_cpu_moe = go.n_cpu_moe;
+    for (const std::string& o : go.override_tensor) po.overrides.push_back(parse_tensor_override(o));
+    if (go.residency == "auto") po.source = ResidencySource::Auto;
+    else if (go.residency == "hot-set") po.source = ResidencySource::HotSet;
+    else if (go.residency == "even") po.source = ResidencySource::Even;
+    else if (go.residency == "layers") po.source = ResidencySource::Layers;
+    else fail("--residency '{}': expected auto, hot-set, even or layers", go.residency);
+    po.hot_set = hot;
+    po.prefill_stage_slots = go.prefill_mode == PrefillCostMode::Cpu ? 0 : go.prefill_stage_slots;
+    po.runtime_overhead_bytes = runtime_overhead_bytes;
+    return po;
+}
+
 void ExpertLayerCounters::add(const ExpertLayerCounters& o) {
     gpu_pairs += o.gpu_pairs;
     cpu_pairs += o.cpu_pairs;

@@ -11,6 +11,7 @@
 
 #include "runtime/expert_cache.h"
 #include "runtime/model.h"
+#include "runtime/placement.h"
 #include "runtime/prefill_cost.h"
 #include "runtime/session.h"
 
@@ -61,6 +62,13 @@ struct GpuOptions {
     int prefill_stage_threads = 0;  ///< 0 = min(8, half the hardware threads)
     int test_max_pinned_stage_buffers = -1;  ///< fault injection (no flag): pinned staging buffers at most
 };
+
+/// The placement options (runtime/placement.h) that the engine options ask for: llama.cpp's flags,
+/// the residency source, the prompt staging slots (none with --prefill-cost-model cpu), at a budget
+/// of budget_gib whole-process GiB with runtime_overhead_bytes taken by the CUDA runtime. `hot` is
+/// the hot set read from go.hot_set (may be null). Throws nitro::Error for a bad -ot pattern or
+/// --residency value. One function for `nitro plan` and the GPU engine, so both plan alike.
+PlacementOptions placement_options(const GpuOptions& go, double budget_gib, uint64_t runtime_overhead_bytes, const HotSet* hot);
 
 /// What each layer's routed experts cost, counted by an engine that places experts (the GPU
 /// engine; zero-filled for GPU-all). Pairs are (token, selected expert); ms are wall-clock.
