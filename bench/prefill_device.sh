@@ -7,6 +7,10 @@
 #                                         auto, and cpu = every off-GPU expert on the CPU) against
 #                                         llama-bench -ncmoe 31 (ubatch 512 for 512 tokens, 2048
 #                                         and 4096 above), mirrored; RESULTS/summary.txt grows run by run
+#   bench/prefill_device.sh staging OUT   nitro_cuda_bench --staging on the same file: fill rates
+#                                         (memcpy / non-temporal stores, write-combined / cached
+#                                         pinned, 4-16 threads), copy rates, cudaHostRegister in place
+#                                         (needs bin.tar.xz made with CARRY_CUDA_BENCH=1)
 # Inputs from .carry/ (bench/make_carry.sh --llama): bin.tar.xz, llama-src.tar.xz.
 # Environment: BUDGET (GiB, 12), NCMOE (31), PROMPTS (512,4096,13000), UB (nitro --ubatch, 4096),
 # PRESET (gpt-oss-120b), FILTER (gtest filter of prepare's tests), MIRROR (1: the B half too),
@@ -101,6 +105,10 @@ PY
         [ "${CPU_BASELINE:-1}" = 1 ] && run_nitro "cpu-4096-b" 4096 --prefill-cost-model cpu
         for ((i = ${#PS[@]} - 1; i >= 0; i--)); do run_nitro "auto-${PS[$i]}-b" "${PS[$i]}"; done
     }
+    ;;
+staging)
+    [ -f "$M" ] || { echo "no model (run prepare first)"; exit 1; }
+    "$W/bin/nitro_cuda_bench" "$M" --staging --threads "${THREADS:-4,8,16}" 2>&1 | tee "$RESULTS/staging.txt"
     ;;
 *) echo "unknown phase $PHASE"; exit 2 ;;
 esac

@@ -7,6 +7,12 @@
 //   - f16 GEMM rate of cuBLAS (tensor cores) at expert shapes, as in prefill;
 //   - pp N and tg N tok/s like llama-bench (prompt from an empty context; decode from a 1-token
 //     context), median of --reps runs, and kernel launches per decode step.
+// nitro_cuda_bench MODEL.gguf --staging [--threads 4,8,16]: the ways a hybrid prompt could bring
+// experts of the mapped file to the GPU (issue 14, docs/hybrid.md "Prompts"), each over distinct
+// (cold) experts: CPU copy into write-combined or cached pinned buffers with memcpy or with
+// non-temporal 16-byte stores, per fill team size; the host-to-device copy from each buffer kind;
+// and registering each expert's pages for a direct copy (cudaHostRegister, no CPU copy).
+#include "cpu/thread_pool.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/gpu_session.h"
@@ -15,6 +21,7 @@
 #include "runtime/model.h"
 
 #include <cuda_runtime.h>
+#include <emmintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -125,21 +132,156 @@ void kernel_figures() {
 
 }  // namespace
 
+/// One expert's bytes in the mapped file: its gate, up and down matrices.
+struct ExpertRange {
+    const uint8_t* part[3];
+    size_t bytes[3];
+    size_t total() const { return bytes[0] + bytes[1] + bytes[2]; }
+};
+
+/// Copies n bytes with 16-byte non-temporal stores (SSE2: every x86-64 CPU) where dst allows.
+void stream_copy(uint8_t* dst, const uint8_t* src, size_t n) {
+    size_t i = 0;
+    while (i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0) dst[i] = src[i], ++i;
+    for (; i + 64 <= n; i += 64) {
+        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+        const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    for (; i < n; ++i) dst[i] = src[i];
+    _mm_sfence();
+}
+
+/// GB/s of filling `buf` with each expert in turn (parts back to back) by a team of `threads`
+/// (a persistent cpu::ThreadPool, as the stager's), each thread copying its share of every part.
+double fill_rate(const std::vector<ExpertRange>& ex, uint8_t* buf, int threads, bool nt) {
+    cpu::ThreadPool team(threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    size_t bytes = 0;
+    for (const ExpertRange& r : ex) {
+        team.parallel_for(threads, 1, [&](int64_t tb, int64_t te, int) {
+            for (int64_t t = tb; t < te; ++t) {
+                size_t off = 0;
+                for (int k = 0; k < 3; ++k) {
+                    const size_t per = (r.bytes[k] / static_cast<size_t>(threads) + 4095) / 4096 * 4096;
+                    const size_t b = std::min(r.bytes[k], per * static_cast<size_t>(t));
+                    const size_t e = std::min(r.bytes[k], b + per);
+                    if (e > b) {
+                        if (nt) stream_copy(buf + off + b, r.part[k] + b, e - b);
+                        else std::memcpy(buf + off + b, r.part[k] + b, e - b);
+                    }
+                    off += r.bytes[k];
+                }
+            }
+        });
+        bytes += r.total();
+    }
+    return static_cast<double>(bytes) / (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e9);
+}
+
+int staging_figures(const Model& model, const std::vector<int>& threads) {
+    // Distinct experts across layers, round robin, so no fill reads what an earlier one cached.
+    std::vector<ExpertRange> all;
+    const auto& layers = model.layers();
+    const int64_t X = model.hp().n_expert;
+    for (int64_t e = 0; e < X && all.size() < 4096; ++e)
+        for (const auto& L : layers) {
+            ExpertRange r{};
+            const GgufTensorInfo* t[3] = {L.gate_exps, L.up_exps, L.down_exps};
+            for (int k = 0; k < 3; ++k) {
+                r.bytes[k] = row_size(t[k]->type, t[k]->ne[0]) * static_cast<size_t>(t[k]->ne[1]);
+                r.part[k] = t[k]->data + static_cast<size_t>(e) * r.bytes[k];
+            }
+            all.push_back(r);
+        }
+    const size_t per = 48;  // experts per measurement (~630 MB for gpt-oss-120b)
+    size_t next = 0;
+    auto take = [&] {
+        std::vector<ExpertRange> v;
+        for (size_t i = 0; i < per; ++i) v.push_back(all[next++ % all.size()]);
+        return v;
+    };
+    const size_t slot = all[0].total();
+    uint8_t *wc = nullptr, *cached = nullptr, *dev = nullptr;
+    NITRO_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&wc), slot, cudaHostAllocPortable | cudaHostAllocWriteCombined));
+    NITRO_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&cached), slot, cudaHostAllocPortable));
+    NITRO_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dev), slot));
+    std::printf("staging: one expert %.2f MB, %zu experts per figure, distinct and cold\n", slot / 1e6, per);
+    for (int t : threads)
+        for (const auto& [name, buf] : {std::pair<const char*, uint8_t*>{"write-combined", wc}, {"cached", cached}})
+            for (bool nt : {false, true})
+                std::printf("MEASURED fill %-14s %-10s %2d threads: %6.1f GB/s\n", name, nt ? "nt-stores" : "memcpy", t,
+                            fill_rate(take(), buf, t, nt));
+    cudaStream_t s = nullptr;
+    NITRO_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (const auto& [name, buf] : {std::pair<const char*, uint8_t*>{"write-combined", wc}, {"cached", cached}}) {
+        const double ms = time_ms(s, 5, [&] { NITRO_CUDA_CHECK(cudaMemcpyAsync(dev, buf, slot, cudaMemcpyHostToDevice, s)); });
+        std::printf("MEASURED host-to-device from %-14s pinned: %6.1f GB/s\n", name, slot / (ms * 1e6));
+    }
+    // Registering an expert's pages in place (read-only) and copying from them: no CPU copy.
+    {
+        const auto t0 = std::chrono::steady_clock::now();
+        size_t bytes = 0;
+        bool ok = true;
+        for (const ExpertRange& r : take()) {
+            for (int k = 0; k < 3 && ok; ++k) {
+                // whole pages around the part
+                const uintptr_t b = reinterpret_cast<uintptr_t>(r.part[k]) & ~uintptr_t{4095};
+                const uintptr_t e = (reinterpret_cast<uintptr_t>(r.part[k]) + r.bytes[k] + 4095) & ~uintptr_t{4095};
+                void* p = reinterpret_cast<void*>(b);
+                if (cudaHostRegister(p, e - b, cudaHostRegisterReadOnly) != cudaSuccess) {
+                    std::printf("cudaHostRegister refused the mapped file: %s\n", cudaGetErrorString(cudaGetLastError()));
+                    ok = false;
+                    break;
+                }
+                NITRO_CUDA_CHECK(cudaMemcpyAsync(dev, r.part[k], r.bytes[k], cudaMemcpyHostToDevice, s));
+                NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
+                NITRO_CUDA_CHECK(cudaHostUnregister(p));
+                bytes += r.bytes[k];
+            }
+        }
+        if (ok)
+            std::printf("MEASURED register + copy + unregister per part, serial: %6.1f GB/s\n",
+                        bytes / (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e9));
+    }
+    cudaStreamDestroy(s);
+    cudaFreeHost(wc);
+    cudaFreeHost(cached);
+    cudaFree(dev);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--reps N] [--no-kernels]\n");
+        std::fprintf(stderr, "usage: nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--reps N] [--no-kernels] | --staging [--threads 4,8,16]\n");
         return 2;
     }
     int pp = 512, tg = 128, reps = 3;
-    bool kernels = true;
+    bool kernels = true, staging = false;
+    std::vector<int> threads = {4, 8, 16};
     for (int i = 2; i < argc; ++i) {
         const std::string a = argv[i];
+        if (a == "--staging") staging = true;
+        if (a == "--threads" && i + 1 < argc) {
+            threads.clear();
+            for (const char* p = argv[++i]; *p;) {
+                threads.push_back(std::max(1, std::atoi(p)));
+                while (*p && *p != ',') ++p;
+                if (*p == ',') ++p;
+            }
+        }
         if (a == "--pp" && i + 1 < argc) pp = std::atoi(argv[++i]);
         else if (a == "--tg" && i + 1 < argc) tg = std::atoi(argv[++i]);
         else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
         else if (a == "--no-kernels") kernels = false;
     }
     try {
+        if (staging) return staging_figures(Model(argv[1]), threads);
         if (kernels) kernel_figures();
         Model model(argv[1]);
         SessionOptions so;
