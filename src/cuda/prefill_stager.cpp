@@ -78,21 +78,22 @@ PrefillStager::~PrefillStager() {
 }
 
 void PrefillStager::fill(uint8_t* dst, std::span<const Part> parts, uint8_t* also_to) {
-    // Units of kFillChunk bytes over all parts; each unit copies its piece to the slot layout and,
-    // with also_to, to the back-to-back layout of a copy-on-compute buffer.
-    std::vector<size_t> first(parts.size() + 1, 0);
-    for (size_t k = 0; k < parts.size(); ++k) first[k + 1] = first[k] + (parts[k].bytes + kFillChunk - 1) / kFillChunk;
+    // Units of kFillChunk bytes over all parts; each unit copies its piece to the slot layout
+    // (parts at 256-byte aligned offsets) and, with also_to, to the back-to-back layout of a
+    // copy-on-compute buffer.
+    std::vector<size_t> first(parts.size() + 1, 0), slot_off(parts.size(), 0), packed_off(parts.size(), 0);
+    for (size_t k = 0; k < parts.size(); ++k) {
+        first[k + 1] = first[k] + (parts[k].bytes + kFillChunk - 1) / kFillChunk;
+        slot_off[k] = part_offset(parts, k);
+        packed_off[k] = k == 0 ? 0 : packed_off[k - 1] + parts[k - 1].bytes;
+    }
     team_->parallel_for(static_cast<int64_t>(first.back()), 1, [&](int64_t b, int64_t e, int) {
         for (int64_t u = b; u < e; ++u) {
             const size_t k = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), static_cast<size_t>(u)) - first.begin()) - 1;
             const size_t off = (static_cast<size_t>(u) - first[k]) * kFillChunk;
             const size_t n = std::min(kFillChunk, parts[k].bytes - off);
-            std::memcpy(dst + part_offset(parts, k) + off, parts[k].src + off, n);
-            if (also_to) {
-                size_t packed = 0;
-                for (size_t j = 0; j < k; ++j) packed += parts[j].bytes;
-                std::memcpy(also_to + packed + off, parts[k].src + off, n);
-            }
+            std::memcpy(dst + slot_off[k] + off, parts[k].src + off, n);
+            if (also_to) std::memcpy(also_to + packed_off[k] + off, parts[k].src + off, n);
         }
     });
 }

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
 
 namespace nitro {
 
@@ -42,9 +41,8 @@ double prefill_gpu_ms(const PrefillRates& r, int64_t rows, double flop_per_row) 
 PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r, std::span<const int64_t> rows,
                                     std::span<const uint8_t> resident, uint64_t expert_bytes, double flop_per_row) {
     if (rows.size() != resident.size()) fail("plan_prefill_layer: {} row counts for {} experts", rows.size(), resident.size());
-    if (mode == PrefillCostMode::Auto &&
-        !(r.pcie_gb_s > 0 && r.fill_gb_s > 0 && r.dram_gb_s > 0 && r.cpu_gflop_s > 0 && r.gpu_gflop_s > 0))
-        fail("plan_prefill_layer: every measured rate must be positive");
+    const bool timed = r.pcie_gb_s > 0 && r.fill_gb_s > 0 && r.dram_gb_s > 0 && r.cpu_gflop_s > 0 && r.gpu_gflop_s > 0;
+    if (mode == PrefillCostMode::Auto && !timed) fail("plan_prefill_layer: every measured rate must be positive");
     const size_t X = rows.size();
     PrefillLayerPlan p;
     p.path.assign(X, PrefillPath::None);
@@ -55,28 +53,28 @@ PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r,
         if (resident[e]) {
             p.path[e] = PrefillPath::Resident;
             ++p.n_resident;
-            gpu_resident += mode == PrefillCostMode::Auto ? prefill_gpu_ms(r, rows[e], flop_per_row) : 0.0;
+            if (timed) gpu_resident += prefill_gpu_ms(r, rows[e], flop_per_row);
         } else {
             cand.push_back(static_cast<int32_t>(e));
         }
     }
     std::stable_sort(cand.begin(), cand.end(), [&](int32_t a, int32_t b) { return rows[static_cast<size_t>(a)] > rows[static_cast<size_t>(b)]; });
     const size_t n = cand.size();
-    size_t k = 0;  // stage cand[0, k)
+    // Staging cand[0, k) costs max(CPU of cand[k, n), copy of cand[0, k), GPU of resident + cand[0, k)).
+    std::vector<double> cpu_suffix(n + 1, 0.0), gpu_prefix(n + 1, gpu_resident);
+    if (timed) {
+        for (size_t i = n; i-- > 0;)
+            cpu_suffix[i] = cpu_suffix[i + 1] + prefill_cpu_ms(r, expert_bytes, rows[static_cast<size_t>(cand[i])], flop_per_row);
+        for (size_t i = 0; i < n; ++i) gpu_prefix[i + 1] = gpu_prefix[i] + prefill_gpu_ms(r, rows[static_cast<size_t>(cand[i])], flop_per_row);
+    }
+    const double copy = timed ? prefill_copy_ms(r, expert_bytes) : 0.0;
+    const auto est = [&](size_t k) { return std::max({cpu_suffix[k], static_cast<double>(k) * copy, gpu_prefix[k]}); };
+    size_t k = 0;
     if (mode == PrefillCostMode::Stage) {
         k = n;
     } else if (mode == PrefillCostMode::Auto) {
-        // est(k) = max(CPU of cand[k..n), copy of cand[0..k), GPU of resident + cand[0..k))
-        std::vector<double> cpu_suffix(n + 1, 0.0);
-        for (size_t i = n; i-- > 0;)
-            cpu_suffix[i] = cpu_suffix[i + 1] + prefill_cpu_ms(r, expert_bytes, rows[static_cast<size_t>(cand[i])], flop_per_row);
-        double copy = 0, gpu = gpu_resident, best = cpu_suffix[0];
-        for (size_t i = 0; i < n; ++i) {
-            copy += prefill_copy_ms(r, expert_bytes);
-            gpu += prefill_gpu_ms(r, rows[static_cast<size_t>(cand[i])], flop_per_row);
-            const double est = std::max({cpu_suffix[i + 1], copy, gpu});
-            if (est < best) best = est, k = i + 1;  // strictly better: ties keep fewer copies
-        }
+        for (size_t i = 1; i <= n; ++i)
+            if (est(i) < est(k)) k = i;  // strictly better: ties keep fewer copies
     }
     for (size_t i = 0; i < n; ++i) {
         const size_t e = static_cast<size_t>(cand[i]);
@@ -90,12 +88,9 @@ PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r,
             p.cpu_rows += rows[e];
         }
     }
-    if (r.dram_gb_s > 0 && r.cpu_gflop_s > 0)
-        for (size_t i = k; i < n; ++i) p.est_cpu_ms += prefill_cpu_ms(r, expert_bytes, rows[static_cast<size_t>(cand[i])], flop_per_row);
-    if (r.pcie_gb_s > 0 && r.fill_gb_s > 0) p.est_copy_ms = static_cast<double>(k) * prefill_copy_ms(r, expert_bytes);
-    if (r.gpu_gflop_s > 0)
-        for (size_t e = 0; e < X; ++e)
-            if (p.path[e] == PrefillPath::Resident || p.path[e] == PrefillPath::Staged) p.est_gpu_ms += prefill_gpu_ms(r, rows[e], flop_per_row);
+    p.est_cpu_ms = cpu_suffix[k];
+    p.est_copy_ms = static_cast<double>(k) * copy;
+    p.est_gpu_ms = gpu_prefix[k];
     return p;
 }
 

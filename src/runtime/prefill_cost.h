@@ -59,7 +59,8 @@ struct PrefillLayerPlan {
 /// One layer's decision. rows: [n_expert] (token, expert) pairs per expert in the chunk;
 /// resident: [n_expert] nonzero = computed from a VRAM slot; expert_bytes: one expert's gate, up and
 /// down bytes; flop_per_row: 2 x (gate + up + down) weights (one token through the expert).
-/// Ties in rows are broken by lower expert id, so the decision is deterministic.
+/// Ties in rows are broken by lower expert id, so the decision is deterministic. The est_* fields
+/// are 0 unless every rate is positive (the forced modes need none).
 PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r, std::span<const int64_t> rows,
                                     std::span<const uint8_t> resident, uint64_t expert_bytes, double flop_per_row);
 

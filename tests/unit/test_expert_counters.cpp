@@ -11,40 +11,29 @@
 namespace nitro {
 namespace {
 
+/// One layer's counters of prompt chunks: selections by path, experts by path, bytes and times.
+ExpertLayerCounters layer(uint64_t slot_pairs, uint64_t staged_pairs, uint64_t cpu_pairs, uint64_t resident, uint64_t staged,
+                          uint64_t cpu, double stage_ms, double cpu_ms, double idle_ms) {
+    ExpertLayerCounters L;
+    L.gpu_pairs = slot_pairs;
+    L.staged_pairs = staged_pairs;
+    L.cpu_pairs = cpu_pairs;
+    L.prompt_resident_experts = resident;
+    L.staged_experts = staged;
+    L.staged_bytes = staged * 10'000'000;  // 10 MB experts
+    L.stage_ms = stage_ms;
+    L.prompt_cpu_experts = L.cpu_experts = cpu;
+    L.cpu_bytes = cpu * 10'000'000;
+    L.cpu_ms = L.prompt_cpu_ms = cpu_ms;
+    L.prompt_idle_ms = idle_ms;
+    return L;
+}
+
 ExpertCounters two_layers() {
     ExpertCounters c;
-    c.layers.resize(2);
     c.prefill_tokens = 100;
-    // layer 0: 300 selections from slots, 60 staged, 40 on the CPU
-    ExpertLayerCounters& a = c.layers[0];
-    a.gpu_pairs = 300;
-    a.staged_pairs = 60;
-    a.cpu_pairs = 40;
-    a.prompt_resident_experts = 3;
-    a.staged_experts = 4;
-    a.staged_bytes = 40'000'000;
-    a.stage_ms = 4;
-    a.prompt_cpu_experts = 2;
-    a.cpu_experts = 2;
-    a.cpu_bytes = 20'000'000;
-    a.cpu_ms = 5;
-    a.prompt_cpu_ms = 5;
-    a.prompt_idle_ms = 1.5;
-    // layer 1: the same shape, other numbers
-    ExpertLayerCounters& b = c.layers[1];
-    b.gpu_pairs = 100;
-    b.staged_pairs = 140;
-    b.cpu_pairs = 160;
-    b.prompt_resident_experts = 1;
-    b.staged_experts = 6;
-    b.staged_bytes = 60'000'000;
-    b.stage_ms = 6;
-    b.prompt_cpu_experts = 5;
-    b.cpu_experts = 5;
-    b.cpu_bytes = 50'000'000;
-    b.cpu_ms = 10;
-    b.prompt_cpu_ms = 10;
-    b.prompt_idle_ms = 0.5;
+    c.layers.push_back(layer(300, 60, 40, 3, 4, 2, 4, 5, 1.5));
+    c.layers.push_back(layer(100, 140, 160, 1, 6, 5, 6, 10, 0.5));
     return c;
 }
 
