@@ -24,6 +24,17 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/// The experts' gated activation of gate g and up u: cpu::swiglu_oai (gpt-oss: alpha 1.702,
+/// limit 7, (u + 1)) when oai, else cpu::swiglu (silu(g) * u); the same f32 operations.
+__device__ __forceinline__ float glu(float g, float u, int oai) {
+    if (oai) {
+        g = fminf(g, 7.0f);
+        u = fminf(fmaxf(u, -7.0f), 7.0f);
+        return __fmul_rn(__fdiv_rn(g, 1.0f + expf(-1.702f * g)), u + 1.0f);
+    }
+    return __fmul_rn(__fdiv_rn(g, 1.0f + expf(-g)), u);
+}
+
 inline int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
 
 }  // namespace nitro::cuda

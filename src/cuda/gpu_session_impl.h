@@ -272,14 +272,15 @@ struct GpuSession::Impl {
     void qkv(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
         const GemmScratch* gs = &gemm;
+        // (one rounding of h for the three products in decode)
         if (spec.attn_gate) {  // attn_q gives [q, gate] per head, split into q and gate
-            matmul(s, D.wq, h, c.n, E, qg, 2 * spec.n_q(), D.bq, false, gs);
+            matmul_same_input(s, {{&D.wq, qg, 2 * spec.n_q(), D.bq}, {&D.wk, k, spec.n_k(), D.bk}, {&D.wv, v, spec.n_v(), D.bv}},
+                              h, c.n, E, gs);
             split_q_gate(s, qg, c.n, spec.n_head, spec.head_dim, q, gate);
         } else {
-            matmul(s, D.wq, h, c.n, E, q, spec.n_q(), D.bq, false, gs);
+            matmul_same_input(s, {{&D.wq, q, spec.n_q(), D.bq}, {&D.wk, k, spec.n_k(), D.bk}, {&D.wv, v, spec.n_v(), D.bv}},
+                              h, c.n, E, gs);
         }
-        matmul(s, D.wk, h, c.n, E, k, spec.n_k(), D.bk, false, gs);
-        matmul(s, D.wv, h, c.n, E, v, spec.n_v(), D.bv, false, gs);
     }
     void rope_kv_store(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
@@ -387,8 +388,7 @@ struct GpuSession::Impl {
         const Layer& D = layers[static_cast<size_t>(il)];
         const GemmScratch* gs = &gemm;
         const int64_t Fs = spec.n_ff_shexp;
-        matmul(s, D.gate_shexp, h, c.n, E, sh_gate, Fs, nullptr, false, gs);
-        matmul(s, D.up_shexp, h, c.n, E, sh_up, Fs, nullptr, false, gs);
+        matmul_same_input(s, {{&D.gate_shexp, sh_gate, Fs, nullptr}, {&D.up_shexp, sh_up, Fs, nullptr}}, h, c.n, E, gs);
         swiglu(s, sh_gate, sh_up, c.n * Fs, sh_gate);
         matmul(s, D.down_shexp, sh_gate, c.n, Fs, sh_down, E, nullptr, false, gs);
         shexp_gate_add(s, x, h, D.gate_inp_shexp, sh_down, c.n, E);  // x += sigmoid(h . g) * ffn_shexp(h)

@@ -8,6 +8,8 @@
 #include "cpu/matmul.h"
 
 #include "cuda/common.cuh"
+#include "cuda/mmvq.h"
+#include "cuda/q8dot.cuh"
 #include "cuda/quant.cuh"
 
 #include <cublas_v2.h>
@@ -101,13 +103,96 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const uint8_t* __res
     }
 }
 
+/// GEMV of unquantized weights (F16, BF16, F32): lane l reads the row's 16-byte pieces l, l + 32,
+/// ... (8 or 4 values each), so a warp's loads of weights and of activations are contiguous; two
+/// pieces per iteration keep two loads in flight.
+template <GgmlType T>
+__device__ __forceinline__ void decode16(const uint4& u, float* w) {
+    if constexpr (T == GgmlType::F32) {
+        w[0] = __uint_as_float(u.x); w[1] = __uint_as_float(u.y); w[2] = __uint_as_float(u.z); w[3] = __uint_as_float(u.w);
+    } else {
+        const uint32_t v[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            if constexpr (T == GgmlType::F16) {
+                const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&v[k]));
+                w[2 * k] = f.x;
+                w[2 * k + 1] = f.y;
+            } else {
+                w[2 * k] = __uint_as_float(v[k] << 16);
+                w[2 * k + 1] = __uint_as_float(v[k] & 0xFFFF0000u);
+            }
+        }
+    }
+}
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kGemvThreads) gemv_dense_kernel(const uint8_t* __restrict__ W, size_t row_bytes,
+                                                                  int n_rows, int n_pieces, const float* __restrict__ x,
+                                                                  int64_t ldx, int n_tok, float* __restrict__ out,
+                                                                  int64_t ldo, const float* __restrict__ bias,
+                                                                  int accumulate) {
+    constexpr int V = T == GgmlType::F32 ? 4 : 8;  // values per 16-byte piece
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int r = blockIdx.x * kRowsPerBlock + warp;
+    if (r >= n_rows) return;
+    const int t0 = blockIdx.y * NT;
+    const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<size_t>(r) * row_bytes);
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+    auto consume = [&](const uint4& u, int p) {
+        float w[V];
+        decode16<T>(u, w);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t0 + t < n_tok) {
+                const float4* xp = reinterpret_cast<const float4*>(x + (t0 + t) * ldx + p * V);
+                float a = 0.f;
+#pragma unroll
+                for (int i = 0; i < V / 4; ++i) {
+                    const float4 v = xp[i];
+                    a = fmaf(w[4 * i], v.x, a);
+                    a = fmaf(w[4 * i + 1], v.y, a);
+                    a = fmaf(w[4 * i + 2], v.z, a);
+                    a = fmaf(w[4 * i + 3], v.w, a);
+                }
+                acc[t] += a;
+            }
+        }
+    };
+    int p = lane;
+    for (; p + kWarp < n_pieces; p += 2 * kWarp) {
+        const uint4 u0 = __ldg(row + p), u1 = __ldg(row + p + kWarp);
+        consume(u0, p);
+        consume(u1, p + kWarp);
+    }
+    if (p < n_pieces) consume(__ldg(row + p), p);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[t]);
+        if (lane == 0 && t0 + t < n_tok) {
+            float* o = out + (t0 + t) * ldo + r;
+            const float y = v + (bias ? bias[r] : 0.f);
+            *o = accumulate ? *o + y : y;
+        }
+    }
+}
+
 template <GgmlType T, int NT>
 void launch_gemv(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
                  const float* bias, bool acc) {
     dim3 grid(ceil_div(w.n_rows, kRowsPerBlock), ceil_div(n_tok, NT));
-    gemv_kernel<T, NT><<<grid, kGemvThreads, 0, s>>>(w.data, w.row_bytes, static_cast<int>(w.n_rows),
-                                                     static_cast<int>(w.ne0 / 32), x, ldx, static_cast<int>(n_tok), out,
-                                                     ldo, bias, acc ? 1 : 0);
+    if constexpr (T == GgmlType::F16 || T == GgmlType::BF16 || T == GgmlType::F32) {
+        constexpr int V = T == GgmlType::F32 ? 4 : 8;
+        gemv_dense_kernel<T, NT><<<grid, kGemvThreads, 0, s>>>(w.data, w.row_bytes, static_cast<int>(w.n_rows),
+                                                               static_cast<int>(w.ne0 / V), x, ldx, static_cast<int>(n_tok),
+                                                               out, ldo, bias, acc ? 1 : 0);
+    } else {
+        gemv_kernel<T, NT><<<grid, kGemvThreads, 0, s>>>(w.data, w.row_bytes, static_cast<int>(w.n_rows),
+                                                         static_cast<int>(w.ne0 / 32), x, ldx, static_cast<int>(n_tok), out,
+                                                         ldo, bias, acc ? 1 : 0);
+    }
     NITRO_CUDA_LAUNCH_CHECK();
 }
 
@@ -185,37 +270,12 @@ __global__ void __launch_bounds__(256) round_acts_kernel(const float* x, int64_t
     const bool in = c < n;
     const float v = in ? x[src * ldx + c] : 0.f;
     float y = v;
-    if constexpr (VDT == GgmlType::Q8_0) {
-        const float amax = warp_max(fabsf(v));
-        const float d = __fdiv_rn(amax, 127.f);
-        const float id = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
+    if constexpr (VDT == GgmlType::Q8_0 || VDT == GgmlType::Q8_K) {
         // through an integer, as the CPU stores q in an int8: no -0.0 where q rounds to 0
-        y = static_cast<float>(static_cast<int>(roundf(__fmul_rn(v, id)))) * __half2float(__float2half_rn(d));
-    } else if constexpr (VDT == GgmlType::Q8_K) {
-        // the value of largest magnitude, the first one on ties (quantize_q8_k's scan order)
-        __shared__ float s_ax[8], s_v[8];
-        __shared__ int s_i[8];
-        float ax = fabsf(v), mv = v;
-        int mi = threadIdx.x;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ax2 = __shfl_xor_sync(0xffffffffu, ax, o), mv2 = __shfl_xor_sync(0xffffffffu, mv, o);
-            const int mi2 = __shfl_xor_sync(0xffffffffu, mi, o);
-            if (ax2 > ax || (ax2 == ax && mi2 < mi)) { ax = ax2; mv = mv2; mi = mi2; }
-        }
-        const int w = threadIdx.x / kWarp;
-        if (threadIdx.x % kWarp == 0) { s_ax[w] = ax; s_v[w] = mv; s_i[w] = mi; }
-        __syncthreads();
-        ax = s_ax[0]; mv = s_v[0]; mi = s_i[0];
-        for (int k = 1; k < 8; ++k)
-            if (s_ax[k] > ax || (s_ax[k] == ax && s_i[k] < mi)) { ax = s_ax[k]; mv = s_v[k]; mi = s_i[k]; }
-        if (ax == 0.f) {
-            y = 0.f;
-        } else {
-            const float iscale = __fdiv_rn(-127.f, mv);
-            const int q = min(127, __float2int_rn(__fmul_rn(iscale, v)));
-            y = static_cast<float>(q) * __fdiv_rn(1.f, iscale);
-        }
+        int q;
+        float d;
+        q8_value<VDT>(v, q, d);
+        y = static_cast<float>(q) * d;
     } else if constexpr (VDT == GgmlType::F16) {
         y = __half2float(__float2half_rn(v));
     } else if constexpr (VDT == GgmlType::BF16) {
@@ -304,6 +364,11 @@ void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int
     check_weight(w, "matmul");
     if (n_tok <= 0) return;
     const bool gemv = n_tok <= kGemvMaxTokens || !scratch || !scratch->cublas || w.type == GgmlType::F32;
+    if (gemv && n_tok <= kGemvMaxTokens && scratch && scratch->xr && scratch->int8_dot && q8_supported(w.type)) {
+        const Q8Acts q = quantize_q8(s, w.type, x, ldx, n_tok, w.ne0, scratch->xr, scratch->xr_elems * sizeof(float));
+        mmvq(s, w, q, n_tok, out, ldo, bias, accumulate);
+        return;
+    }
     if (scratch && scratch->xr && cpu::vec_dot_type(w.type) != GgmlType::F32) {
         NITRO_CUDA_ASSERT(static_cast<size_t>(n_tok * w.ne0) <= scratch->xr_elems);
         if (gemv || w.type != GgmlType::F16) {
@@ -344,18 +409,34 @@ void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int
     }
 }
 
+void matmul_same_input(cudaStream_t s, std::initializer_list<MatmulTo> outs, const float* x, int64_t n_tok, int64_t ldx,
+                       const GemmScratch* scratch) {
+    bool shared = n_tok <= kGemvMaxTokens && scratch && scratch->xr && outs.size() > 1;
+    const GgmlType t0 = outs.begin()->w->type;
+    for (const MatmulTo& o : outs) {
+        check_weight(*o.w, "matmul");
+        shared = shared && o.w->ne0 == outs.begin()->w->ne0 && cpu::vec_dot_type(o.w->type) == cpu::vec_dot_type(t0) &&
+                 q8_supported(o.w->type) == q8_supported(t0);
+    }
+    if (shared && scratch->int8_dot && q8_supported(t0)) {
+        const Q8Acts q = quantize_q8(s, t0, x, ldx, n_tok, outs.begin()->w->ne0, scratch->xr, scratch->xr_elems * sizeof(float));
+        for (const MatmulTo& o : outs) mmvq(s, *o.w, q, n_tok, o.out, o.ldo, o.bias, false);
+        return;
+    }
+    if (shared && cpu::vec_dot_type(t0) != GgmlType::F32) {
+        // rounded once into xr; the products then take it as given (the values matmul would round to)
+        const int64_t ne0 = outs.begin()->w->ne0;
+        NITRO_CUDA_ASSERT(static_cast<size_t>(n_tok * ne0) <= scratch->xr_elems);
+        round_acts(s, t0, x, ldx, nullptr, n_tok, ne0, scratch->xr, ne0);
+        for (const MatmulTo& o : outs) matmul(s, *o.w, scratch->xr, n_tok, ne0, o.out, o.ldo, o.bias, false, nullptr);
+        return;
+    }
+    for (const MatmulTo& o : outs) matmul(s, *o.w, x, n_tok, ldx, o.out, o.ldo, o.bias, false, scratch);
+}
+
 // ------------------------------------------------------------------------------ MoE
 
 namespace {
-
-__device__ __forceinline__ float glu(float g, float u, int oai) {
-    if (oai) {  // cpu::swiglu_oai, alpha 1.702, limit 7
-        g = fminf(g, 7.0f);
-        u = fminf(fmaxf(u, -7.0f), 7.0f);
-        return __fmul_rn(__fdiv_rn(g, 1.0f + expf(-1.702f * g)), u + 1.0f);
-    }
-    return __fmul_rn(__fdiv_rn(g, 1.0f + expf(-g)), u);
-}
 
 /// Decode: gate and up rows of pair r = t*K + j (expert ids[r], in its slot) -> act[r, f].
 template <GgmlType T>
@@ -515,6 +596,10 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
     // Activations rounded as the CPU's experts round them (matmul's note): the expert input per
     // token, and the GLU output per (token, expert) pair.
     const bool round = sc.gemm.xr != nullptr;
+    if (decode && round && sc.gemm.int8_dot && q8_supported(ex.gate.type) && q8_supported(ex.down.type)) {
+        moe_decode_q8(s, ex, h, n, E, K, ids, sc);
+        return;
+    }
     if (decode) {
         if (round) {
             NITRO_CUDA_ASSERT(static_cast<size_t>(n * E) <= sc.gemm.xr_elems);

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 typedef struct cublasContext* cublasHandle_t;
@@ -83,6 +84,10 @@ struct GemmScratch {
     size_t w_elems = 0;
     float* xr = nullptr;         ///< [n_tok, ne0] f32; null: activations are used unrounded
     size_t xr_elems = 0;
+    /// With xr: decode products of 8-bit-block weight types as integer dot products on 8-bit
+    /// activations (cuda/mmvq.h; xr then holds them); false: the f32 kernels on rounded
+    /// activations (the same values; kept for comparisons).
+    bool int8_dot = true;
 };
 
 /// Rows of x [n_rows, n] (row stride ldx; row r read from row idx[r] when idx is given) rounded to
@@ -98,12 +103,26 @@ void round_acts(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, co
 /// products are the CPU engine's (which computes scale x integer dot products on 8-bit blocks, as
 /// llama.cpp's CPU and CUDA backends do) up to float summation order; without it, f32 as given
 /// (exact products: for tests and callers that want them).
-/// n_tok <= kGemvMaxTokens (or no cuBLAS): matrix-vector kernel, weights decoded in registers.
+/// n_tok <= kGemvMaxTokens (or no cuBLAS): matrix-vector kernel, weights decoded in registers
+/// (with xr and int8_dot, for 8-bit-block types: integer products on 8-bit activations, mmvq.h).
 /// Otherwise: weights dequantized to f16 in row chunks (F16 used as stored), activations to f16,
 /// cuBLAS GEMM with f32 accumulation (tensor cores). accumulate: add to out instead of overwriting.
 inline constexpr int64_t kGemvMaxTokens = 8;
 void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
             const float* bias, bool accumulate, const GemmScratch* scratch);
+
+/// One product of matmul_same_input: out[t*ldo + r] = dot(w.row(r), x[t]) + bias[r].
+struct MatmulTo {
+    const DWeight* w = nullptr;
+    float* out = nullptr;
+    int64_t ldo = 0;
+    const float* bias = nullptr;
+};
+/// matmul of each of `outs` with the same input x (q, k and v; a shared expert's gate and up), with
+/// the same results; for up to kGemvMaxTokens tokens the input is rounded or quantized once for
+/// all of them when their weights share a vec-dot type (fewer launches per decode step).
+void matmul_same_input(cudaStream_t s, std::initializer_list<MatmulTo> outs, const float* x, int64_t n_tok, int64_t ldx,
+                       const GemmScratch* scratch);
 
 /// f16 copy of rows [r0, r0 + n) of w into out (n * ne0 values).
 void dequantize_f16(cudaStream_t s, const DWeight& w, int64_t r0, int64_t n, uint16_t* out);

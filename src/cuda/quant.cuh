@@ -12,6 +12,7 @@
 #include "quant/types.h"
 
 #include <cstdint>
+#include <cstring>
 
 namespace nitro::cuda {
 
@@ -27,7 +28,9 @@ template <> struct TypeInfo<GgmlType::Q5_K>   { static constexpr int block = 256
 template <> struct TypeInfo<GgmlType::Q6_K>   { static constexpr int block = 256; static constexpr int bytes = 210; };
 template <> struct TypeInfo<GgmlType::IQ4_XS> { static constexpr int block = 256; static constexpr int bytes = 136; };
 
-__device__ __forceinline__ float d_fp16(const uint8_t* p) {
+// d_fp16, e8m0_half and scale_min_k4 are also host functions: q8dot.cuh's decoders use them and are
+// tested on the CPU.
+__host__ __device__ __forceinline__ float d_fp16(const uint8_t* p) {
     const uint16_t h = static_cast<uint16_t>(p[0] | (p[1] << 8));
     return __half2float(__ushort_as_half(h));
 }
@@ -47,13 +50,19 @@ __device__ __forceinline__ float kv_iq4nl(int q) {
 }
 
 /// ggml_e8m0_to_fp32_half.
-__device__ __forceinline__ float e8m0_half(uint8_t e) {
+__host__ __device__ __forceinline__ float e8m0_half(uint8_t e) {
     const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+#ifdef __CUDA_ARCH__
     return __uint_as_float(bits);
+#else
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+#endif
 }
 
 /// get_scale_min_k4.
-__device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
+__host__ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
     if (j < 4) {
         sc = q[j] & 63;
         m = q[j + 4] & 63;

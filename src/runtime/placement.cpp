@@ -160,7 +160,9 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
     z.moe_act = R * F;
     z.moe_down = R * E;
     const int64_t max_ne0 = std::max({E, sp.n_o(), F, sp.ssm.value_dim(), sp.n_ff_shexp});
-    z.xr = ub * max_ne0;
+    // (+ room for the decode MoE's 8-bit activations when the chunk is too small to hold them)
+    const int64_t dec_rows = std::min<int64_t>(ub, GpuScratchSizes::kGemvMaxTokens) * K;
+    z.xr = std::max<int64_t>(ub * max_ne0, static_cast<int64_t>((q8_act_bytes(dec_rows, max_ne0) + 3) / 4));
     if (ub > GpuScratchSizes::kGemvMaxTokens) {
         z.moe_gate = R * F;
         z.moe_up = R * F;

@@ -154,6 +154,13 @@ constexpr uint64_t vram_alloc_size(uint64_t bytes) {
 /// Element counts of the activations and scratch the GPU engine allocates for a chunk of
 /// n_ubatch tokens. The engine allocates exactly these (cuda/gpu_session.cpp) and the plan counts
 /// them, so the two cannot disagree. f32 unless noted.
+/// Bytes of `rows` rows of `ne0` activations quantized to 8-bit blocks of 32 for the GPU's integer
+/// decode products (cuda/mmvq.h): int8 values [rows, ne0], then, 256-byte aligned, one f32 scale per
+/// block [rows, ne0 / 32].
+constexpr uint64_t q8_act_bytes(int64_t rows, int64_t ne0) {
+    return (static_cast<uint64_t>(rows * ne0) + 255) / 256 * 256 + static_cast<uint64_t>(rows * (ne0 / 32)) * 4;
+}
+
 struct GpuScratchSizes {
     static constexpr int64_t kGemvMaxTokens = 8;   ///< chunks up to this use the GEMV path (cuda/ops.h)
     static constexpr int64_t kMaxLogitsRows = 64;  ///< the LM head writes at most this many rows at a time
@@ -171,7 +178,8 @@ struct GpuScratchSizes {
     int64_t gemm_act = 0, gemm_w = 0;  ///< f16 (prefill GEMMs)
     int64_t partial = 0;      ///< the CPU experts' partial sum, [n_ubatch, n_embd]
     /// Activations rounded to a weight's vec-dot type (cuda::round_acts), [n_ubatch, largest
-    /// matrix input].
+    /// matrix input]; it also holds the 8-bit activations of the integer decode products (q8_act_bytes
+    /// of the decode MoE's n*n_expert_used rows of n_ff_exp values), whichever is larger.
     int64_t xr = 0;
     int64_t qg = 0, gate = 0; ///< gated attention: attn_q's output [n_ubatch, 2 n_q] ([q, gate] per head), the gate [n_ubatch, n_q]
     /// Gated DeltaNet: q|k|v, z, beta/alpha, beta, log decay, conv output, core output and (older

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include "cuda/mmvq.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "quant/types.h"
@@ -172,15 +173,25 @@ TEST_F(CudaOps, MatmulGemvMatchesReference) {
                 auto got2 = to_host(out, static_cast<size_t>(n * rows));
                 for (int64_t i = 0; i < n * rows; ++i) ref[i] = 2 * ref[i] + bias[i % rows];
                 EXPECT_LT(nerr(got2, ref), 2e-5) << "accumulate + bias";
-                // activations rounded to the vec-dot type first (the engine's path): the CPU's products
+                // activations rounded to the vec-dot type first (the engine's path): the CPU's products,
+                // by integer dot products on 8-bit activations (int8_dot, mmvq.h) and by the f32
+                // kernel on the rounded values; with bias and accumulation too
                 GemmScratch rs;
                 rs.xr_elems = static_cast<size_t>(n * ne0);
                 rs.xr = ctx->alloc_n<float>(rs.xr_elems, "xr");
-                poison(out, static_cast<size_t>(n * rows));
-                matmul(ctx->compute(), d, dx, n, ne0, out, rows, nullptr, false, &rs);
-                const double er = nerr(to_host(out, static_cast<size_t>(n * rows)), cref);
-                worst_rounded = std::max(worst_rounded, er);
-                EXPECT_LT(er, 2e-5) << "rounded activations vs cpu::matmul";
+                for (bool int8 : {true, false}) {
+                    SCOPED_TRACE(int8 ? "int8 dot products" : "f32 on rounded activations");
+                    rs.int8_dot = int8;
+                    poison(out, static_cast<size_t>(n * rows));
+                    matmul(ctx->compute(), d, dx, n, ne0, out, rows, nullptr, false, &rs);
+                    const double er = nerr(to_host(out, static_cast<size_t>(n * rows)), cref);
+                    worst_rounded = std::max(worst_rounded, er);
+                    EXPECT_LT(er, 2e-5) << "rounded activations vs cpu::matmul";
+                    matmul(ctx->compute(), d, dx, n, ne0, out, rows, db, true, &rs);
+                    std::vector<double> cref2(cref.size());
+                    for (int64_t i = 0; i < n * rows; ++i) cref2[i] = 2.0 * cref[i] + bias[i % rows];
+                    EXPECT_LT(nerr(to_host(out, static_cast<size_t>(n * rows)), cref2), 2e-5) << "accumulate + bias";
+                }
                 ctx->alloc().free(rs.xr);
                 for (void* p : {static_cast<void*>(dx), static_cast<void*>(db), static_cast<void*>(out)}) ctx->alloc().free(p);
             }
@@ -188,6 +199,60 @@ TEST_F(CudaOps, MatmulGemvMatchesReference) {
         }
     std::printf("GEMV: worst normalised error %.2e vs f64 reference, %.2e vs cpu::matmul; with rounded activations %.2e vs "
                 "cpu::matmul\n", worst, worst_cpu, worst_rounded);
+}
+
+TEST_F(CudaOps, MatmulSameInputEqualsSeparateProductsBitForBit) {
+    // One rounding / quantization of the input for several weights (decode q, k, v) must give
+    // exactly the products of separate matmul calls; mixed vec-dot types take separate calls.
+    const std::vector<std::vector<GgmlType>> sets = {{GgmlType::F16, GgmlType::F16, GgmlType::F16},
+                                                     {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q4_0},
+                                                     {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS},
+                                                     {GgmlType::Q8_0, GgmlType::Q6_K}, {GgmlType::BF16, GgmlType::F32}};
+    const int64_t ne0 = 512;
+    for (const auto& set : sets)
+        for (int64_t n : {1, 5, 20}) {
+            SCOPED_TRACE(type_display_name(set[0]) + "+" + type_display_name(set[1]) + " n=" + std::to_string(n));
+            std::vector<HostWeight> hw;
+            std::vector<DWeight> dw;
+            for (size_t i = 0; i < set.size(); ++i) {
+                hw.push_back(make_weight(set[i], ne0, 64 + 32 * static_cast<int64_t>(i)));
+                dw.push_back(dev_weight(*ctx, hw.back()));
+            }
+            auto x = randn(static_cast<size_t>(n * ne0));
+            float* dx = to_dev(*ctx, x);
+            GemmScratch gs;
+            gs.cublas = ctx->cublas();
+            gs.act_elems = static_cast<size_t>(n * ne0);
+            gs.act = ctx->alloc_n<uint16_t>(gs.act_elems, "act");
+            gs.w_elems = static_cast<size_t>(ne0 * 128);
+            gs.w = ctx->alloc_n<uint16_t>(gs.w_elems, "w");
+            gs.xr_elems = static_cast<size_t>(n * ne0);
+            gs.xr = ctx->alloc_n<float>(gs.xr_elems, "xr");
+            std::vector<float*> sep, one;
+            for (size_t i = 0; i < set.size(); ++i) {
+                const size_t m = static_cast<size_t>(n * dw[i].n_rows);
+                sep.push_back(ctx->alloc_n<float>(m, "sep"));
+                one.push_back(ctx->alloc_n<float>(m, "one"));
+                poison(one.back(), m);
+                matmul(ctx->compute(), dw[i], dx, n, ne0, sep[i], dw[i].n_rows, nullptr, false, &gs);
+            }
+            if (set.size() == 3)
+                matmul_same_input(ctx->compute(), {{&dw[0], one[0], dw[0].n_rows}, {&dw[1], one[1], dw[1].n_rows},
+                                                   {&dw[2], one[2], dw[2].n_rows}}, dx, n, ne0, &gs);
+            else
+                matmul_same_input(ctx->compute(), {{&dw[0], one[0], dw[0].n_rows}, {&dw[1], one[1], dw[1].n_rows}}, dx, n,
+                                  ne0, &gs);
+            for (size_t i = 0; i < set.size(); ++i) {
+                const size_t m = static_cast<size_t>(n * dw[i].n_rows);
+                const auto a = to_host(sep[i], m), b = to_host(one[i], m);
+                EXPECT_EQ(std::memcmp(a.data(), b.data(), m * 4), 0) << "product " << i;
+                ctx->alloc().free(sep[i]);
+                ctx->alloc().free(one[i]);
+                ctx->alloc().free(const_cast<uint8_t*>(dw[i].data));
+            }
+            for (void* p : {static_cast<void*>(dx), static_cast<void*>(gs.act), static_cast<void*>(gs.w), static_cast<void*>(gs.xr)})
+                ctx->alloc().free(p);
+        }
 }
 
 TEST_F(CudaOps, RoundActsEqualsTheCpuQuantizers) {
@@ -612,12 +677,18 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
             int32_t* dids = to_dev(*ctx, ids);
             float* dw = to_dev(*ctx, w);
             const double tol = n > kGemvMaxTokens ? 5e-3 : 1e-4;
-            float* xr = ctx->alloc_n<float>(static_cast<size_t>(n * c.E), "xr");
-            for (int pass = 0; pass < 3; ++pass) {
-                // pass 2: activations rounded to the vec-dot types (the engine's path), all resident
-                const bool round = pass == 2;
+            // the engine's size: rounded inputs, or the decode path's 8-bit activations (mmvq.h)
+            const size_t xr_elems = std::max<size_t>(static_cast<size_t>(n * c.E),
+                                                     (moe_decode_q8_bytes(n, c.E, c.K, c.F) + 3) / 4);
+            float* xr = ctx->alloc_n<float>(xr_elems, "xr");
+            for (int pass = 0; pass < 4; ++pass) {
+                // pass 0: f32 activations, all resident; passes 1-3: activations rounded to the
+                // vec-dot types (the engine's path), decode by integer dot products (1: half the
+                // experts resident, 2: all) and by the f32 kernels (3: all)
+                const bool round = pass >= 1;
                 sc.gemm.xr = round ? xr : nullptr;
-                sc.gemm.xr_elems = round ? static_cast<size_t>(n * c.E) : 0;
+                sc.gemm.xr_elems = round ? xr_elems : 0;
+                sc.gemm.int8_dot = pass != 3;
                 std::vector<int32_t> slot_of(perm);
                 std::vector<bool> use(static_cast<size_t>(c.X), true), missing(static_cast<size_t>(c.X), false);
                 if (pass == 1)
@@ -627,7 +698,7 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
                 // pass 1: the missing experts' sum comes in as the partial, computed "by the CPU"
                 float* dpartial = nullptr;
                 if (pass == 1) {
-                    auto part = ref_moe(H, h, n, c.E, c.F, c.K, ids, w, c.oai, missing);
+                    auto part = ref_moe(H, h, n, c.E, c.F, c.K, ids, w, c.oai, missing, round);
                     dpartial = to_dev(*ctx, std::vector<float>(part.begin(), part.end()));
                 }
                 float* dx = to_dev(*ctx, x0);
@@ -637,8 +708,9 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
                 auto full = ref_moe(H, h, n, c.E, c.F, c.K, ids, w, c.oai, std::vector<bool>(c.X, true), round);
                 std::vector<float> delta(got.size());
                 for (size_t i = 0; i < got.size(); ++i) delta[i] = got[i] - x0[i];
-                EXPECT_LT(nerr(delta, full), tol) << (pass == 1 ? "half the experts resident + CPU partial"
-                                                      : round      ? "rounded activations"
+                EXPECT_LT(nerr(delta, full), tol) << (pass == 1 ? "rounded, int8, half the experts resident + CPU partial"
+                                                      : pass == 2  ? "rounded activations, int8 dot products"
+                                                      : round      ? "rounded activations, f32"
                                                                    : "all resident");
             }
             ctx->alloc().free(xr);

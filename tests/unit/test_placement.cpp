@@ -162,6 +162,23 @@ TEST(Placement, KvBytesCountEverySequence) {
     EXPECT_NE(e.find("--parallel"), std::string::npos) << e;
 }
 
+TEST(Placement, RoundedActivationScratchHoldsTheDecodeMoesEightBitActivations) {
+    // qwen3-30b-a3b (n_embd 2048, n_ff_exp 768, 8 experts per token): xr holds n_ubatch rows of the
+    // largest matrix input (n_head 32 x head_dim 128 = 4096, attn_output's), or the integer decode
+    // MoE's 8-bit activations of min(n_ubatch, 8) x 8 rows of 4096 values with one f32 scale per 32,
+    // whichever is larger. Hand computation: -u 512: 512 x 4096 = 2,097,152 floats. -u 1: 8 rows:
+    // 8 x 4096 = 32,768 bytes (a multiple of 256) + 8 x 128 x 4 = 4,096 bytes of scales = 36,864
+    // bytes = 9,216 floats (more than 1 x 4096). -u 2: 16 rows: 73,728 bytes = 18,432 floats.
+    SessionOptions so;
+    so.n_ubatch = 512;
+    EXPECT_EQ(gpu_scratch_sizes(synth_layout("qwen3moe", "qwen3-30b-a3b", GgmlType::Q4_K, so).spec).xr, 2097152);
+    so.n_ubatch = 1;
+    EXPECT_EQ(gpu_scratch_sizes(synth_layout("qwen3moe", "qwen3-30b-a3b", GgmlType::Q4_K, so).spec).xr, 9216);
+    so.n_ubatch = 2;
+    EXPECT_EQ(gpu_scratch_sizes(synth_layout("qwen3moe", "qwen3-30b-a3b", GgmlType::Q4_K, so).spec).xr, 18432);
+    EXPECT_EQ(q8_act_bytes(3, 96), 512u + 3 * 3 * 4) << "values padded to 256 bytes, then the scales";
+}
+
 TEST(Placement, LlamaCppOverrides) {
     const ModelLayout L = gptoss120b();
     PlacementOptions o = budget(12);

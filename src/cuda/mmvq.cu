@@ -1,0 +1,222 @@
+// Integer decode products (mmvq.h): the 8-bit activation quantizer, the matrix-vector kernel and
+// the decode MoE's gate/up and down kernels. One warp per output row; each lane takes the row's
+// 16-value chunks lane, lane + 32, ... (q8dot.cuh), two at a time so two loads are in flight, and
+// the warp sums its lanes at the end.
+#include "cuda/mmvq.h"
+
+#include "cpu/matmul.h"
+#include "cuda/common.cuh"
+#include "cuda/q8dot.cuh"
+#include "runtime/placement.h"
+
+namespace nitro::cuda {
+
+namespace {
+
+constexpr int kQ8Rows = 8;  ///< output rows (warps) per CTA
+constexpr int kQ8Threads = kQ8Rows * kWarp;
+
+template <GgmlType VDT>
+__global__ void __launch_bounds__(256) quantize_q8_kernel(const float* __restrict__ x, int64_t ldx, int64_t n,
+                                                          int8_t* __restrict__ q, float* __restrict__ d) {
+    const int64_t r = blockIdx.y;
+    const int64_t c = blockIdx.x * 256LL + threadIdx.x;
+    const bool in = c < n;
+    int qi;
+    float di;
+    q8_value<VDT>(in ? x[r * ldx + c] : 0.f, qi, di);
+    if (!in) return;
+    q[r * n + c] = static_cast<int8_t>(qi);
+    if ((c & 31) == 0) d[r * (n / 32) + c / 32] = di;
+}
+
+/// Sum over this lane's chunks of one weight row, for NT tokens.
+template <GgmlType T, int NT>
+__device__ __forceinline__ void row_dot(const uint8_t* __restrict__ row, int n_chunks, const int8_t* __restrict__ xq,
+                                        const float* __restrict__ xd, int64_t ne0, int nt, float (&acc)[NT]) {
+    const int64_t nb = ne0 / 32;
+    auto consume = [&](const Chunk& k, int c) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+            if (t < nt) acc[t] += dot_chunk<T>(k, c, xq + t * ne0, xd + t * nb);
+    };
+    int c = threadIdx.x % kWarp;
+    for (; c + kWarp < n_chunks; c += 2 * kWarp) {
+        Chunk k0, k1;
+        Q8Dot<T>::load(row, c, k0);
+        Q8Dot<T>::load(row, c + kWarp, k1);
+        consume(k0, c);
+        consume(k1, c + kWarp);
+    }
+    if (c < n_chunks) {
+        Chunk k0;
+        Q8Dot<T>::load(row, c, k0);
+        consume(k0, c);
+    }
+}
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kQ8Threads) mmvq_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n_rows,
+                                                          const int8_t* __restrict__ xq, const float* __restrict__ xd,
+                                                          int64_t ne0, int n_tok, float* __restrict__ out, int64_t ldo,
+                                                          const float* __restrict__ bias, int accumulate) {
+    const int r = blockIdx.x * kQ8Rows + threadIdx.x / kWarp;
+    if (r >= n_rows) return;
+    const int t0 = blockIdx.y * NT;
+    const int nt = min(NT, n_tok - t0);
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+    row_dot<T, NT>(W + static_cast<size_t>(r) * row_bytes, static_cast<int>(ne0 / 16), xq + t0 * ne0, xd + t0 * (ne0 / 32),
+                   ne0, nt, acc);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[t]);
+        if (threadIdx.x % kWarp == 0 && t < nt) {
+            float* o = out + (t0 + t) * ldo + r;
+            const float y = v + (bias ? bias[r] : 0.f);
+            *o = accumulate ? *o + y : y;
+        }
+    }
+}
+
+template <GgmlType T, int NT>
+void launch_mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_tok, float* out, int64_t ldo,
+                 const float* bias, bool acc) {
+    const dim3 grid(ceil_div(w.n_rows, kQ8Rows), ceil_div(n_tok, NT));
+    mmvq_kernel<T, NT><<<grid, kQ8Threads, 0, s>>>(w.data, w.row_bytes, static_cast<int>(w.n_rows), x.q, x.d, x.ne0,
+                                                   static_cast<int>(n_tok), out, ldo, bias, acc ? 1 : 0);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+/// Gate and up rows f of pair r = t*K + j (expert ids[r], from its slot) -> act[r, f].
+template <GgmlType T>
+__global__ void __launch_bounds__(kQ8Threads) moe_gateup_q8_kernel(
+    const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t gstride, size_t ustride, size_t row_bytes,
+    int F, const int32_t* __restrict__ ids, const int32_t* __restrict__ slot_of, int K, const int8_t* __restrict__ xq,
+    const float* __restrict__ xd, int64_t E, const float* __restrict__ gb, const float* __restrict__ ub, int oai,
+    float* __restrict__ act) {
+    const int f = blockIdx.x * kQ8Rows + threadIdx.x / kWarp;
+    const int r = blockIdx.y;
+    if (f >= F) return;
+    const int e = ids[r];
+    const int slot = slot_of[e];
+    if (slot < 0) return;
+    const int8_t* q = xq + (r / K) * E;
+    const float* d = xd + (r / K) * (E / 32);
+    const uint8_t* gr = gate + slot * gstride + static_cast<size_t>(f) * row_bytes;
+    const uint8_t* ur = up + slot * ustride + static_cast<size_t>(f) * row_bytes;
+    const int n_chunks = static_cast<int>(E / 16);
+    float ag = 0.f, au = 0.f;
+    for (int c = threadIdx.x % kWarp; c < n_chunks; c += kWarp) {
+        Chunk kg, ku;
+        Q8Dot<T>::load(gr, c, kg);
+        Q8Dot<T>::load(ur, c, ku);
+        ag += dot_chunk<T>(kg, c, q, d);
+        au += dot_chunk<T>(ku, c, q, d);
+    }
+    ag = warp_sum(ag);
+    au = warp_sum(au);
+    if (threadIdx.x % kWarp == 0) {
+        if (gb) ag += gb[static_cast<int64_t>(e) * F + f];
+        if (ub) au += ub[static_cast<int64_t>(e) * F + f];
+        act[static_cast<int64_t>(r) * F + f] = glu(ag, au, oai);
+    }
+}
+
+/// Down row c of pair r (from its expert's slot) -> out[r, c] (no bias: moe_combine adds it).
+template <GgmlType T>
+__global__ void __launch_bounds__(kQ8Threads) moe_down_q8_kernel(const uint8_t* __restrict__ down, size_t dstride,
+                                                                 size_t row_bytes, int E, const int32_t* __restrict__ ids,
+                                                                 const int32_t* __restrict__ slot_of,
+                                                                 const int8_t* __restrict__ xq,
+                                                                 const float* __restrict__ xd, int64_t F,
+                                                                 float* __restrict__ out) {
+    const int c = blockIdx.x * kQ8Rows + threadIdx.x / kWarp;
+    const int r = blockIdx.y;
+    if (c >= E) return;
+    const int slot = slot_of[ids[r]];
+    if (slot < 0) return;
+    float acc[1] = {0.f};
+    row_dot<T, 1>(down + slot * dstride + static_cast<size_t>(c) * row_bytes, static_cast<int>(F / 16), xq + r * F,
+                  xd + r * (F / 32), F, 1, acc);
+    const float v = warp_sum(acc[0]);
+    if (threadIdx.x % kWarp == 0) out[static_cast<int64_t>(r) * E + c] = v;
+}
+
+}  // namespace
+
+bool q8_supported(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q8_0: case GgmlType::Q4_0: case GgmlType::MXFP4: case GgmlType::Q4_K: case GgmlType::Q5_K:
+        case GgmlType::Q6_K: case GgmlType::IQ4_XS: return true;
+        default: return false;
+    }
+}
+
+Q8Acts quantize_q8(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, int64_t rows, int64_t ne0, void* buf,
+                   size_t buf_bytes) {
+    const GgmlType vdt = cpu::vec_dot_type(weight);
+    if (vdt != GgmlType::Q8_0 && vdt != GgmlType::Q8_K)
+        cfail("CUDA quantize_q8: {} weights take {} activations, not 8-bit blocks", type_display_name(weight),
+              type_display_name(vdt));
+    const int64_t block = vdt == GgmlType::Q8_K ? 256 : 32;
+    if (ne0 % block != 0) cfail("CUDA quantize_q8: rows of {} values are not whole {} blocks", ne0, type_display_name(vdt));
+    const uint64_t need = q8_act_bytes(rows, ne0);
+    if (need > buf_bytes)
+        cfail("CUDA quantize_q8: {} rows of {} values need {} bytes of scratch, {} given", rows, ne0, need, buf_bytes);
+    Q8Acts a;
+    auto* q = static_cast<int8_t*>(buf);
+    auto* d = reinterpret_cast<float*>(static_cast<uint8_t*>(buf) + (static_cast<uint64_t>(rows * ne0) + 255) / 256 * 256);
+    a.q = q;
+    a.d = d;
+    a.ne0 = ne0;
+    if (rows <= 0) return a;
+    const dim3 grid(ceil_div(ne0, 256), static_cast<unsigned>(rows));
+    if (vdt == GgmlType::Q8_0) quantize_q8_kernel<GgmlType::Q8_0><<<grid, 256, 0, s>>>(x, ldx, ne0, q, d);
+    else quantize_q8_kernel<GgmlType::Q8_K><<<grid, 256, 0, s>>>(x, ldx, ne0, q, d);
+    NITRO_CUDA_LAUNCH_CHECK();
+    return a;
+}
+
+void mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_tok, float* out, int64_t ldo, const float* bias,
+          bool accumulate) {
+    NITRO_CUDA_ASSERT(x.ne0 == w.ne0 && n_tok <= kGemvMaxTokens);
+    const bool ok = dispatch_q8_type(w.type, [&]<GgmlType T>() {
+        if (n_tok == 1) launch_mmvq<T, 1>(s, w, x, n_tok, out, ldo, bias, accumulate);
+        else if (n_tok == 2) launch_mmvq<T, 2>(s, w, x, n_tok, out, ldo, bias, accumulate);
+        else if (n_tok <= 4) launch_mmvq<T, 4>(s, w, x, n_tok, out, ldo, bias, accumulate);
+        else launch_mmvq<T, 8>(s, w, x, n_tok, out, ldo, bias, accumulate);
+    });
+    if (!ok) cfail("CUDA mmvq: weight type {} has no integer decode path", type_display_name(w.type));
+}
+
+size_t moe_decode_q8_bytes(int64_t n, int64_t E, int K, int64_t F) {
+    return std::max(q8_act_bytes(n, E), q8_act_bytes(n * K, F));
+}
+
+void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
+                   MoeScratch& sc) {
+    const int64_t F = ex.gate.n_rows, R = n * K;
+    void* buf = sc.gemm.xr;
+    const size_t bytes = sc.gemm.xr_elems * sizeof(float);
+    const Q8Acts hx = quantize_q8(s, ex.gate.type, h, E, n, E, buf, bytes);
+    bool ok = dispatch_q8_type(ex.gate.type, [&]<GgmlType T>() {
+        moe_gateup_q8_kernel<T><<<dim3(ceil_div(F, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, s>>>(
+            ex.gate.data, ex.up.data, ex.gate_stride, ex.up_stride, ex.gate.row_bytes, static_cast<int>(F), ids, ex.slot_of,
+            K, hx.q, hx.d, E, ex.gate_b, ex.up_b, ex.oai_act ? 1 : 0, sc.act);
+    });
+    NITRO_CUDA_LAUNCH_CHECK();
+    // h's 8-bit copy is no longer read (stream order): the activations take its place
+    const Q8Acts ax = quantize_q8(s, ex.down.type, sc.act, F, R, F, buf, bytes);
+    ok = ok && dispatch_q8_type(ex.down.type, [&]<GgmlType T>() {
+        moe_down_q8_kernel<T><<<dim3(ceil_div(E, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, s>>>(
+            ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, ax.q, ax.d, F, sc.down);
+    });
+    if (!ok)
+        cfail("CUDA moe_decode_q8: expert types {} / {} have no integer decode path", type_display_name(ex.gate.type),
+              type_display_name(ex.down.type));
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace nitro::cuda

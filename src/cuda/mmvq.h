@@ -1,0 +1,52 @@
+// Integer decode products (llama.cpp's MMVQ class; kernels in mmvq.cu, block decoding in
+// q8dot.cuh): for 1-8 tokens, activations are quantized once to 8-bit blocks of 32 with the CPU
+// engine's own quantizer (the weight's vec-dot type, Q8_0 or Q8_K), and each weight row is read
+// once, unpacked to int8 lanes in registers and multiplied with __dp4a. The CPU engine computes the
+// same integer block sums (src/cpu's vec-dot kernels, like ggml's), so GPU and CPU products differ
+// only in f32 summation order. matmul and moe_experts take this path when their scratch holds
+// rounded activations (GemmScratch::xr) and GemmScratch::int8_dot is set (the engine's default).
+#pragma once
+
+#include "cuda/ops.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nitro::cuda {
+
+/// Rows of activations in 8-bit blocks of 32: q [rows, ne0] int8, d [rows, ne0 / 32] f32 (a Q8_K
+/// block of 256 gives its 8 blocks of 32 its one scale); value = q * d, equal to round_acts's.
+/// Laid out as q8_act_bytes (runtime/placement.h) says.
+struct Q8Acts {
+    const int8_t* q = nullptr;
+    const float* d = nullptr;
+    int64_t ne0 = 0;
+};
+
+/// True for the weight types with an integer decode path: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K,
+/// IQ4_XS (F32, F16 and BF16 keep the f32 kernels of matmul.cu).
+bool q8_supported(GgmlType t);
+
+/// Rows x [rows, ne0] (row stride ldx) quantized to the 8-bit blocks of cpu::vec_dot_type(weight)
+/// into buf (device, 256-byte aligned, buf_bytes >= q8_act_bytes(rows, ne0); fails with a message
+/// naming the sizes otherwise). ne0 must be whole blocks (32, or 256 for Q8_K).
+Q8Acts quantize_q8(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, int64_t rows, int64_t ne0, void* buf,
+                   size_t buf_bytes);
+
+/// out[t * ldo + r] (+)= dot(w.row(r), x.row(t)) + bias[r] for t < n_tok (<= kGemvMaxTokens),
+/// r < w.n_rows; w.type must be q8_supported and x quantized for it.
+void mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_tok, float* out, int64_t ldo, const float* bias,
+          bool accumulate);
+
+/// Bytes of scratch (GemmScratch::xr) moe_decode_q8 needs for n tokens of K experts each.
+size_t moe_decode_q8_bytes(int64_t n, int64_t E, int K, int64_t F);
+
+/// moe_experts' decode path with integer products: the expert input h [n, E] is quantized once
+/// (for gate and up), each resident expert's gate and up rows of pair r = t*K + j give
+/// act[r, f] = glu(gate + gate_b, up + up_b) (f32, in scratch.act), which is quantized for down,
+/// whose rows go to scratch.down [r, E] (down_b is added by moe_combine). Pairs whose expert has
+/// slot_of < 0 are skipped. scratch.gemm.xr must hold moe_decode_q8_bytes.
+void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
+                   MoeScratch& scratch);
+
+}  // namespace nitro::cuda
