@@ -1,4 +1,4 @@
-// nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--reps N]: GPU-all prefill and decode speed of a
+// nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--reps N] [--no-kernels]: GPU-all prefill and decode speed of a
 // model, and the kernel-level figures that explain them. Every figure printed is MEASURED on the
 // device it runs on (CUDA events or steady_clock around synchronised work), with units.
 //   - device-to-device copy bandwidth (read + write bytes / time): the ceiling for GEMVs;
@@ -62,6 +62,68 @@ double time_ms(cudaStream_t s, int reps, F&& f) {
     return median(t);
 }
 
+/// The decode MoE at gpt-oss's expert shape (n_embd 2880, n_ff_exp 2880, MXFP4, 4 of 32 experts
+/// resident per token, biases, swiglu_oai), 1 and 4 tokens: expert bytes read per call / time,
+/// int8 dot products vs the f32 kernels on rounded activations. (Experts: 32 distinct slots, 420
+/// MB, beyond the L2.)
+void moe_decode_figures(DeviceContext& ctx, double copy_gbs) {
+    cudaStream_t s = ctx.compute();
+    const int64_t E = 2880, F = 2880, X = 32;
+    const int K = 4;
+    const GgmlType t = GgmlType::MXFP4;
+    const size_t rb = row_size(t, E);
+    ExpertSlots ex;
+    auto pool = [&](int64_t rows_per_expert, int64_t ne0) {
+        const size_t bytes = row_size(t, ne0) * rows_per_expert * X;
+        auto* p = static_cast<uint8_t*>(ctx.alloc().alloc(bytes, "moe pool"));
+        NITRO_CUDA_CHECK(cudaMemsetAsync(p, 0x37, bytes, s));  // valid MXFP4 bytes (scale 0x37, nibbles 7 and 3)
+        return p;
+    };
+    ex.gate = {t, pool(F, E), E, F, rb};
+    ex.up = {t, pool(F, E), E, F, rb};
+    ex.down = {t, pool(E, F), F, E, row_size(t, F)};
+    ex.gate_stride = ex.up_stride = rb * F;
+    ex.down_stride = row_size(t, F) * E;
+    ex.n_expert = X;
+    ex.oai_act = true;
+    std::vector<int32_t> slots(X);
+    for (int64_t e = 0; e < X; ++e) slots[e] = static_cast<int32_t>(e);
+    auto* d_slots = ctx.alloc_n<int32_t>(X, "slots");
+    NITRO_CUDA_CHECK(cudaMemcpy(d_slots, slots.data(), X * 4, cudaMemcpyHostToDevice));
+    ex.slot_of = d_slots;
+    const int64_t nmax = 4, R = nmax * K;
+    MoeScratch sc;
+    sc.act = ctx.alloc_n<float>(static_cast<size_t>(R * F), "act");
+    sc.down = ctx.alloc_n<float>(static_cast<size_t>(R * E), "down");
+    sc.gemm.xr_elems = static_cast<size_t>(std::max<int64_t>(R * std::max(E, F), nmax * E));
+    sc.gemm.xr = ctx.alloc_n<float>(sc.gemm.xr_elems, "xr");
+    float* h = ctx.alloc_n<float>(static_cast<size_t>(nmax * E), "h");
+    NITRO_CUDA_CHECK(cudaMemsetAsync(h, 0, nmax * E * 4, s));
+    auto* ids = ctx.alloc_n<int32_t>(static_cast<size_t>(R), "ids");
+    std::vector<int32_t> hid(static_cast<size_t>(R));
+    for (int64_t r = 0; r < R; ++r) hid[r] = static_cast<int32_t>((r * 7 + r / K) % X);  // distinct within a token
+    NITRO_CUDA_CHECK(cudaMemcpy(ids, hid.data(), R * 4, cudaMemcpyHostToDevice));
+    std::printf("MEASURED decode MoE, gpt-oss expert shape (2880 x 2880 MXFP4, 4 experts per token): GB/s of expert bytes\n");
+    for (int64_t n : {1, 4}) {
+        const double bytes = static_cast<double>(n * K) * (2.0 * rb * F + row_size(t, F) * E);
+        std::printf("  %lld token(s):", static_cast<long long>(n));
+        for (bool int8 : {false, true}) {
+            sc.gemm.int8_dot = int8;
+            const double t_ms =
+                time_ms(s, 20, [&] { moe_experts(s, ex, h, n, E, K, ids, nullptr, slots.data(), sc); });
+            const double g = bytes / (t_ms * 1e6);
+            std::printf("  %s %7.0f GB/s (%4.1f%%, %.1f us)", int8 ? "int8 dot" : "f32 rounded", g, 100.0 * g / copy_gbs,
+                        t_ms * 1e3);
+        }
+        std::printf("\n");
+    }
+    for (void* p : {static_cast<void*>(const_cast<uint8_t*>(ex.gate.data)), static_cast<void*>(const_cast<uint8_t*>(ex.up.data)),
+                    static_cast<void*>(const_cast<uint8_t*>(ex.down.data)), static_cast<void*>(d_slots),
+                    static_cast<void*>(sc.act), static_cast<void*>(sc.down), static_cast<void*>(sc.gemm.xr),
+                    static_cast<void*>(h), static_cast<void*>(ids)})
+        ctx.alloc().free(p);
+}
+
 void kernel_figures() {
     DeviceContext ctx(0, 0.0);
     cudaStream_t s = ctx.compute();
@@ -77,21 +139,28 @@ void kernel_figures() {
     ctx.alloc().free(a);
     ctx.alloc().free(b);
 
-    // GEMV bandwidth per type
+    // GEMV bandwidth per type: the f32 kernel on f32 activations (no rounding), the f32 kernel on
+    // activations rounded to the vec-dot type (the engine's decode path before mmvq.h), and the
+    // integer products on 8-bit activations (the engine's path now; the quantization kernel's
+    // time included), for 1 and 4 tokens.
     std::mt19937 rng(1);
-    std::printf("MEASURED decode GEMV (1 token, 256 MiB weight, ne0 4096): type, GB/s, %% of copy bandwidth\n");
-    const GgmlType types[] = {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::MXFP4, GgmlType::Q4_K,
+    std::printf("MEASURED decode GEMV (256 MiB weight, ne0 4096): GB/s of weight bytes (%% of copy bandwidth)\n");
+    std::printf("  %-7s %16s %16s %16s %16s %16s\n", "type", "f32 acts 1 tok", "f32 rounded 1", "int8 dot 1", "f32 rounded 4",
+                "int8 dot 4");
+    const GgmlType types[] = {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::Q4_K,
                               GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::F32};
     const int64_t ne0 = 4096;
-    float* x = ctx.alloc_n<float>(ne0, "x");
-    std::vector<float> hx(ne0);
+    float* x = ctx.alloc_n<float>(4 * ne0, "x");
+    std::vector<float> hx(4 * ne0);
     for (auto& v : hx) v = std::normal_distribution<float>()(rng);
-    NITRO_CUDA_CHECK(cudaMemcpy(x, hx.data(), ne0 * 4, cudaMemcpyHostToDevice));
+    NITRO_CUDA_CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+    GemmScratch xs;
+    xs.xr_elems = 4 * ne0;
+    xs.xr = ctx.alloc_n<float>(xs.xr_elems, "xr");
     for (GgmlType t : types) {
         const size_t rb = row_size(t, ne0);
         const int64_t rows = static_cast<int64_t>((256ull << 20) / rb);
-        // valid blocks: quantize one random row and repeat it with varied scales is not needed for
-        // timing; quantize a few distinct rows and tile them.
+        // a few distinct quantized rows, tiled (the values do not matter for timing)
         std::vector<uint8_t> host(rb * 64);
         std::vector<float> f(ne0);
         for (int r = 0; r < 64; ++r) {
@@ -101,14 +170,31 @@ void kernel_figures() {
         auto* d = static_cast<uint8_t*>(ctx.alloc().alloc(rb * rows, "gemv weight"));
         for (int64_t r = 0; r < rows; r += 64)
             NITRO_CUDA_CHECK(cudaMemcpy(d + r * rb, host.data(), rb * std::min<int64_t>(64, rows - r), cudaMemcpyHostToDevice));
-        float* out = ctx.alloc_n<float>(static_cast<size_t>(rows), "gemv out");
+        float* out = ctx.alloc_n<float>(static_cast<size_t>(4 * rows), "gemv out");
         DWeight w{t, d, ne0, rows, rb};
-        const double t_ms = time_ms(s, 20, [&] { matmul(s, w, x, 1, ne0, out, rows, nullptr, false, nullptr); });
-        const double gbs = static_cast<double>(rb * rows) / (t_ms * 1e6);
-        std::printf("  %-7s %7.0f GB/s  %5.1f %%\n", type_display_name(t).c_str(), gbs, 100.0 * gbs / copy_gbs);
+        auto gbs = [&](int64_t n, const GemmScratch* sc) {
+            const double t_ms = time_ms(s, 20, [&] { matmul(s, w, x, n, ne0, out, rows, nullptr, false, sc); });
+            return static_cast<double>(rb * rows) / (t_ms * 1e6);
+        };
+        auto cell = [&](double g) { std::printf(" %8.0f (%4.1f%%)", g, 100.0 * g / copy_gbs); };
+        std::printf("  %-7s", type_display_name(t).c_str());
+        cell(gbs(1, nullptr));
+        xs.int8_dot = false;
+        const double r1 = gbs(1, &xs);
+        cell(r1);
+        xs.int8_dot = true;
+        const double i1 = gbs(1, &xs);
+        cell(i1);
+        xs.int8_dot = false;
+        cell(gbs(4, &xs));
+        xs.int8_dot = true;
+        cell(gbs(4, &xs));
+        std::printf("\n");
         ctx.alloc().free(d);
         ctx.alloc().free(out);
     }
+    moe_decode_figures(ctx, copy_gbs);
+    ctx.alloc().free(xs.xr);
     // f16 GEMM (tensor cores via cuBLAS) at gpt-oss expert shape 2880 x 2880 with 64 and 512 tokens
     for (int64_t n : {64, 512, 4096}) {
         const int64_t M = 2880, K = 2880;
@@ -283,6 +369,7 @@ int main(int argc, char** argv) {
     try {
         if (staging) return staging_figures(Model(argv[1]), threads);
         if (kernels) kernel_figures();
+        if (pp <= 0 || tg <= 0) return 0;  // --pp 0 / --tg 0: the kernel figures only
         Model model(argv[1]);
         SessionOptions so;
         so.n_ctx = std::max(pp, tg + 1) + 16;
