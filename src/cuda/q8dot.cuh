@@ -54,7 +54,7 @@ NITRO_HD uint32_t q8_fshr(uint32_t lo, uint32_t hi, unsigned sh) {
 /// Byte n of the result = byte (selector nibble n, 0-7) of the 8 bytes (b:a); nibbles 0-3 of s.
 NITRO_HD uint32_t q8_prmt(uint32_t a, uint32_t b, uint32_t s) {
 #ifdef __CUDA_ARCH__
-    return q8_prmt(a, b, s);
+    return __byte_perm(a, b, s);
 #else
     const uint64_t v = (static_cast<uint64_t>(b) << 32) | a;
     uint32_t r = 0;
@@ -65,7 +65,7 @@ NITRO_HD uint32_t q8_prmt(uint32_t a, uint32_t b, uint32_t s) {
 /// Bytewise a - b, modulo 256 per byte.
 NITRO_HD uint32_t q8_vsub4(uint32_t a, uint32_t b) {
 #ifdef __CUDA_ARCH__
-    return q8_vsub4(a, b);
+    return __vsub4(a, b);
 #else
     uint32_t r = 0;
     for (int n = 0; n < 4; ++n) r |= (((a >> (8 * n)) - (b >> (8 * n))) & 0xFFu) << (8 * n);
@@ -75,7 +75,7 @@ NITRO_HD uint32_t q8_vsub4(uint32_t a, uint32_t b) {
 /// c + the dot product of a's and b's four int8 bytes.
 NITRO_HD int q8_dp4a(int a, int b, int c) {
 #ifdef __CUDA_ARCH__
-    return q8_dp4a(a, b, c);
+    return __dp4a(a, b, c);
 #else
     for (int n = 0; n < 4; ++n) c += static_cast<int8_t>(a >> (8 * n)) * static_cast<int8_t>(b >> (8 * n));
     return c;

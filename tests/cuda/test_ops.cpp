@@ -26,7 +26,9 @@
 #include "cuda/mmvq.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
+#include "quant/blocks.h"
 #include "quant/types.h"
+#include "runtime/placement.h"
 
 #include <algorithm>
 #include <numeric>
@@ -199,6 +201,75 @@ TEST_F(CudaOps, MatmulGemvMatchesReference) {
         }
     std::printf("GEMV: worst normalised error %.2e vs f64 reference, %.2e vs cpu::matmul; with rounded activations %.2e vs "
                 "cpu::matmul\n", worst, worst_cpu, worst_rounded);
+}
+
+TEST_F(CudaOps, QuantizeQ8EqualsTheCpuQuantizersAndMmvqSumsBlocks) {
+    // The integer path's activations (mmvq.h) are src/quant's Q8_0 / Q8_K blocks: the same int8
+    // values and scales.
+    for (GgmlType w : {GgmlType::MXFP4, GgmlType::Q4_K}) {
+        const GgmlType vdt = cpu::vec_dot_type(w);
+        SCOPED_TRACE(type_display_name(vdt));
+        const int64_t n = 512, rows = 3;
+        auto x = randn(static_cast<size_t>(n * rows), 2.f);
+        for (int64_t i = 0; i < 256; ++i) x[static_cast<size_t>(n + i)] = 0.f;
+        float* dx = to_dev(*ctx, x);
+        const size_t bytes = q8_act_bytes(rows, n);
+        float* buf = ctx->alloc_n<float>((bytes + 3) / 4, "q8");
+        const Q8Acts a = quantize_q8(ctx->compute(), w, dx, n, rows, n, buf, bytes);
+        NITRO_CUDA_CHECK(cudaStreamSynchronize(ctx->compute()));
+        std::vector<int8_t> q(static_cast<size_t>(n * rows));
+        std::vector<float> d(static_cast<size_t>(rows * n / 32));
+        NITRO_CUDA_CHECK(cudaMemcpy(q.data(), a.q, q.size(), cudaMemcpyDeviceToHost));
+        NITRO_CUDA_CHECK(cudaMemcpy(d.data(), a.d, d.size() * 4, cudaMemcpyDeviceToHost));
+        const size_t rb = row_size(vdt, n);
+        std::vector<uint8_t> ref(rb);
+        int bad = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+            quantize(vdt, x.data() + r * n, ref.data(), n);
+            for (int64_t i = 0; i < n; ++i) {
+                int8_t rq;
+                float rd;
+                if (vdt == GgmlType::Q8_0) {
+                    const auto* b = reinterpret_cast<const quant::BlockQ8_0*>(ref.data()) + i / 32;
+                    rq = b->qs[i % 32];
+                    rd = fp16_to_f32(b->d);
+                } else {
+                    const auto* b = reinterpret_cast<const quant::BlockQ8_K*>(ref.data()) + i / 256;
+                    rq = b->qs[i % 256];
+                    rd = b->d;
+                }
+                if ((q[r * n + i] != rq || d[(r * n + i) / 32] != rd) && bad++ < 5)
+                    ADD_FAILURE() << "row " << r << " value " << i << ": q " << int(q[r * n + i]) << " vs " << int(rq)
+                                  << ", d " << d[(r * n + i) / 32] << " vs " << rd;
+            }
+        }
+        EXPECT_EQ(bad, 0);
+        ctx->alloc().free(dx);
+        ctx->alloc().free(buf);
+    }
+    // A hand-computed product: Q8_0 weights of all 3s with scale 0.5, activations of all 2s
+    // (scale 2/127 after rounding to fp16): every output is 512 * 1.5 * 2 = 1536 up to the scales'
+    // fp16 rounding.
+    const int64_t n = 512, rows = 40;
+    std::vector<uint8_t> wb(row_size(GgmlType::Q8_0, n) * rows);
+    for (size_t b = 0; b < wb.size() / 34; ++b) {
+        auto* blk = reinterpret_cast<quant::BlockQ8_0*>(wb.data()) + b;
+        blk->d = f32_to_fp16(0.5f);
+        for (auto& v : blk->qs) v = 3;
+    }
+    DWeight dw{GgmlType::Q8_0, to_dev(*ctx, wb), n, rows, row_size(GgmlType::Q8_0, n)};
+    float* dx = to_dev(*ctx, std::vector<float>(static_cast<size_t>(n), 2.f));
+    GemmScratch gs;
+    gs.xr_elems = static_cast<size_t>(n);
+    gs.xr = ctx->alloc_n<float>(gs.xr_elems, "xr");
+    float* out = ctx->alloc_n<float>(static_cast<size_t>(rows), "out");
+    poison(out, static_cast<size_t>(rows));
+    matmul(ctx->compute(), dw, dx, 1, n, out, rows, nullptr, false, &gs);
+    const auto got = to_host(out, static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(got[r], 1536.f, 1.f) << "row " << r;
+    for (void* p : {static_cast<void*>(const_cast<uint8_t*>(dw.data)), static_cast<void*>(dx), static_cast<void*>(gs.xr),
+                    static_cast<void*>(out)})
+        ctx->alloc().free(p);
 }
 
 TEST_F(CudaOps, MatmulSameInputEqualsSeparateProductsBitForBit) {
