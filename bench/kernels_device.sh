@@ -7,7 +7,8 @@
 #   bench/kernels_device.sh OUT
 # Inputs from .carry/ (CARRY_CUDA_BENCH=1 bench/make_carry.sh --llama build-cuda): bin.tar.xz,
 # llama-src.tar.xz. Environment: MODELS (gpt-oss-20b,qwen3-30b-a3b), PP (512), TG (128),
-# REPS (3), FILTER (gtest filter), TESTS (1).
+# REPS (3), FILTER (gtest filter), TESTS (1), KERNELS (1: nitro_cuda_bench's kernel figures). A
+# second call on the still-warm machine (TESTS=0 KERNELS=0 PP=4096) reuses llama-bench and the models.
 set -uo pipefail
 RESULTS=${1:?out dir}
 OUTD=/tmp/nitro-out/kernels; rm -rf "$OUTD"; mkdir -p "$OUTD"
@@ -49,8 +50,10 @@ for m in "${MS[@]}"; do
 done
 [ -n "${BUILD:-}" ] && { wait "$BUILD"; log "llama-bench build rc=$?"; tail -2 "$OUTD/llama_build.log"; }
 # --- timed, nothing else running ---
-log "kernel figures" | tee -a "$S"
-"$W/bin/nitro_cuda_bench" "/dev/shm/${MS[0]}.gguf" --pp 0 --tg 0 2>&1 | tee "$OUTD/kernels.txt" | grep -vE "^$" | tee -a "$S"
+if [ "${KERNELS:-1}" = 1 ]; then
+    log "kernel figures" | tee -a "$S"
+    "$W/bin/nitro_cuda_bench" "/dev/shm/${MS[0]}.gguf" --pp 0 --tg 0 2>&1 | tee "$OUTD/kernels.txt" | grep -vE "^$" | tee -a "$S"
+fi
 nitro_run() {  # $1 model, $2 tag
     "$W/bin/nitro_cuda_bench" "/dev/shm/$1.gguf" --no-kernels --pp "$PP" --tg "$TG" --reps "$REPS" > "$OUTD/nitro_$1_$2.txt" 2>&1
     grep -E "tok/s|launches" "$OUTD/nitro_$1_$2.txt" | sed "s/^/MEASURED nitro $1 $2: /" | tee -a "$S"

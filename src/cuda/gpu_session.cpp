@@ -374,6 +374,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
         m.moe_sc.group_tok = ctx.alloc_n<int32_t>(static_cast<size_t>(z.group), "expert grouping");
         m.moe_sc.row_of = ctx.alloc_n<int32_t>(static_cast<size_t>(z.group), "expert grouping");
         m.moe_sc.group_exp = ctx.alloc_n<int32_t>(static_cast<size_t>(z.group), "expert grouping");
+        m.moe_sc.group_off = ctx.alloc_n<int32_t>(static_cast<size_t>(z.group_off), "expert grouping");
         m.gemm.act_elems = static_cast<size_t>(z.gemm_act);
         m.gemm.act = ctx.alloc_n<uint16_t>(m.gemm.act_elems, "f16 activations (prefill)");
         m.gemm.w_elems = static_cast<size_t>(z.gemm_w);

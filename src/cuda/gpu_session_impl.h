@@ -284,17 +284,13 @@ struct GpuSession::Impl {
     }
     void rope_kv_store(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
-        if (D.q_norm) {
-            rms_norm(s, q, D.q_norm, c.n * spec.n_head, spec.head_dim, spec.head_dim, spec.rms_eps, q, spec.head_dim);
-            rms_norm(s, k, D.k_norm, c.n * spec.n_head_kv, spec.head_dim, spec.head_dim, spec.rms_eps, k, spec.head_dim);
-        }
         const int64_t nq = spec.n_q(), nk = spec.n_k(), nv = spec.n_v();
+        // q/k norms (qwen3), RoPE and the K/V store in one launch per sequence (ops.h)
         for (size_t g = 0; g < groups.size(); ++g) {  // each sequence at its positions, into its own K/V
             const Group& G = groups[g];
-            rope_neox(s, q + G.off * nq, G.n, spec.n_head, spec.head_dim, nq, spec.rope, d_pos + g);
-            rope_neox(s, k + G.off * nk, G.n, spec.n_head_kv, spec.head_dim, nk, spec.rope, d_pos + g);
-            kv_store(s, k + G.off * nk, v + G.off * nv, G.n, nk, nv, D.kc + G.seq * D.capacity * nk,
-                     D.vc + G.seq * D.capacity * nv, D.capacity, d_pos + g);
+            qk_norm_rope_kv_store(s, q + G.off * nq, k + G.off * nk, v + G.off * nv, G.n, spec.n_head, spec.n_head_kv,
+                                  spec.head_dim, nv, D.q_norm, D.k_norm, spec.rms_eps, spec.rope, d_pos + g,
+                                  D.kc + G.seq * D.capacity * nk, D.vc + G.seq * D.capacity * nv, D.capacity);
         }
     }
     void attention(int il, const ChunkArgs& c) {
@@ -415,9 +411,9 @@ struct GpuSession::Impl {
         top_k_route(s, router, D.gate_inp_b, c.n, X, static_cast<int>(K), spec.gating == MoeGating::SoftmaxAll, d_ids, d_w,
                     d_margin, single && host_router() ? &ho : nullptr);
         if (single) return;
-        // Multi-token chunk: ids to the host when the prefill GEMMs group by expert there, when the
-        // CPU computes some experts, or for route events (one host synchronisation per layer).
-        const bool need = c.n > kGemvMaxTokens || D.cpu_part || on_route;
+        // Multi-token chunk: ids to the host when the CPU computes some experts or for route events
+        // (one host synchronisation per layer); GPU-only layers group by expert on the device.
+        const bool need = D.cpu_part || on_route;
         if (!need) return;
         NITRO_CUDA_CHECK(cudaMemcpyAsync(h_ids, d_ids, static_cast<size_t>(c.n * K) * 4, cudaMemcpyDeviceToHost, s));
         if (D.cpu_part || on_route) {
@@ -437,8 +433,7 @@ struct GpuSession::Impl {
     void moe(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
         if (!single && D.cpu_part && c.n > kGemvMaxTokens) return moe_prompt(il, c);
-        const bool host_ids = !single && (c.n > kGemvMaxTokens || D.cpu_part || on_route);
-        const int32_t* hid = host_ids ? h_ids : nullptr;
+        const int32_t* hid = !single && D.cpu_part ? h_ids : nullptr;  // (chunks above the GEMV size went to moe_prompt)
         if (D.n_slots > 0) moe_experts(s, D.ex, h, c.n, E, static_cast<int>(K), d_ids, hid, D.h_slot_of.data(), moe_sc);
         if (!D.cpu_part) {
             moe_combine(s, D.ex, c.n, E, static_cast<int>(K), d_ids, d_w, hid, nullptr, x, moe_sc);

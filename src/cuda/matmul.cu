@@ -9,6 +9,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/mmvq.h"
+#include "cuda/moe_gemm.h"
 #include "cuda/q8dot.cuh"
 #include "cuda/quant.cuh"
 
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -126,19 +128,12 @@ __device__ __forceinline__ void decode16(const uint4& u, float* w) {
     }
 }
 
+/// Sums of row r of a dense weight with NT tokens of x (lane's pieces; the warp sum is the caller's).
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kGemvThreads) gemv_dense_kernel(const uint8_t* __restrict__ W, size_t row_bytes,
-                                                                  int n_rows, int n_pieces, const float* __restrict__ x,
-                                                                  int64_t ldx, int n_tok, float* __restrict__ out,
-                                                                  int64_t ldo, const float* __restrict__ bias,
-                                                                  int accumulate) {
+__device__ __forceinline__ void dense_row(const uint4* __restrict__ row, int n_pieces, const float* __restrict__ x,
+                                          int64_t ldx, int t0, int n_tok, float (&acc)[NT]) {
     constexpr int V = T == GgmlType::F32 ? 4 : 8;  // values per 16-byte piece
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int r = blockIdx.x * kRowsPerBlock + warp;
-    if (r >= n_rows) return;
-    const int t0 = blockIdx.y * NT;
-    const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<size_t>(r) * row_bytes);
-    float acc[NT];
+    const int lane = threadIdx.x % kWarp;
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.f;
     auto consume = [&](const uint4& u, int p) {
@@ -168,6 +163,20 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_dense_kernel(const uint8_t*
         consume(u1, p + kWarp);
     }
     if (p < n_pieces) consume(__ldg(row + p), p);
+}
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kGemvThreads) gemv_dense_kernel(const uint8_t* __restrict__ W, size_t row_bytes,
+                                                                  int n_rows, int n_pieces, const float* __restrict__ x,
+                                                                  int64_t ldx, int n_tok, float* __restrict__ out,
+                                                                  int64_t ldo, const float* __restrict__ bias,
+                                                                  int accumulate) {
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int r = blockIdx.x * kRowsPerBlock + warp;
+    if (r >= n_rows) return;
+    const int t0 = blockIdx.y * NT;
+    float acc[NT];
+    dense_row<T, NT>(reinterpret_cast<const uint4*>(W + static_cast<size_t>(r) * row_bytes), n_pieces, x, ldx, t0, n_tok, acc);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         const float v = warp_sum(acc[t]);
@@ -177,6 +186,61 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_dense_kernel(const uint8_t*
             *o = accumulate ? *o + y : y;
         }
     }
+}
+
+/// gemv_dense_kernel for up to kMaxDenseMulti matrices of one type on the same x, one launch
+/// (outputs overwritten): grid block b belongs to matrix m for first_block[m] <= b < first_block[m + 1].
+constexpr int kMaxDenseMulti = 4;
+struct DenseMulti {
+    const uint8_t* W[kMaxDenseMulti];
+    size_t row_bytes[kMaxDenseMulti];
+    int n_rows[kMaxDenseMulti];
+    float* out[kMaxDenseMulti];
+    int64_t ldo[kMaxDenseMulti];
+    const float* bias[kMaxDenseMulti];
+    int first_block[kMaxDenseMulti + 1];
+    int n;
+};
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kGemvThreads) gemv_dense_multi_kernel(const DenseMulti m, int n_pieces,
+                                                                        const float* __restrict__ x, int64_t ldx, int n_tok) {
+    int mi = 0;
+    while (mi + 1 < m.n && static_cast<int>(blockIdx.x) >= m.first_block[mi + 1]) ++mi;
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int r = (static_cast<int>(blockIdx.x) - m.first_block[mi]) * kRowsPerBlock + warp;
+    if (r >= m.n_rows[mi]) return;
+    const int t0 = blockIdx.y * NT;
+    float acc[NT];
+    dense_row<T, NT>(reinterpret_cast<const uint4*>(m.W[mi] + static_cast<size_t>(r) * m.row_bytes[mi]), n_pieces, x, ldx,
+                     t0, n_tok, acc);
+    const float* bias = m.bias[mi];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[t]);
+        if (lane == 0 && t0 + t < n_tok) m.out[mi][(t0 + t) * m.ldo[mi] + r] = v + (bias ? bias[r] : 0.f);
+    }
+}
+
+template <GgmlType T, int NT>
+void launch_gemv_dense_multi(cudaStream_t s, std::span<const MatmulTo> outs, const float* x, int64_t n_tok, int64_t ldx) {
+    constexpr int V = T == GgmlType::F32 ? 4 : 8;
+    DenseMulti m{};
+    m.n = static_cast<int>(outs.size());
+    for (int i = 0; i < m.n; ++i) {
+        const MatmulTo& o = outs[static_cast<size_t>(i)];
+        m.W[i] = o.w->data;
+        m.row_bytes[i] = o.w->row_bytes;
+        m.n_rows[i] = static_cast<int>(o.w->n_rows);
+        m.out[i] = o.out;
+        m.ldo[i] = o.ldo;
+        m.bias[i] = o.bias;
+        m.first_block[i + 1] = m.first_block[i] + ceil_div(o.w->n_rows, kRowsPerBlock);
+    }
+    const dim3 grid(static_cast<unsigned>(m.first_block[m.n]), ceil_div(n_tok, NT));
+    gemv_dense_multi_kernel<T, NT><<<grid, kGemvThreads, 0, s>>>(m, static_cast<int>(outs[0].w->ne0 / V), x, ldx,
+                                                                 static_cast<int>(n_tok));
+    NITRO_CUDA_LAUNCH_CHECK();
 }
 
 template <GgmlType T, int NT>
@@ -420,6 +484,12 @@ void matmul_same_input(cudaStream_t s, std::initializer_list<MatmulTo> outs, con
     }
     if (shared && scratch->int8_dot && q8_supported(t0)) {
         const Q8Acts q = quantize_q8(s, t0, x, ldx, n_tok, outs.begin()->w->ne0, scratch->xr, scratch->xr_elems * sizeof(float));
+        bool one_type = outs.size() <= 4;
+        for (const MatmulTo& o : outs) one_type = one_type && o.w->type == t0;
+        if (one_type) {  // one launch for all of them
+            mmvq_multi(s, std::span<const MatmulTo>(outs.begin(), outs.size()), q, n_tok);
+            return;
+        }
         for (const MatmulTo& o : outs) mmvq(s, *o.w, q, n_tok, o.out, o.ldo, o.bias, false);
         return;
     }
@@ -428,6 +498,21 @@ void matmul_same_input(cudaStream_t s, std::initializer_list<MatmulTo> outs, con
         const int64_t ne0 = outs.begin()->w->ne0;
         NITRO_CUDA_ASSERT(static_cast<size_t>(n_tok * ne0) <= scratch->xr_elems);
         round_acts(s, t0, x, ldx, nullptr, n_tok, ne0, scratch->xr, ne0);
+        bool one_dense_type = outs.size() <= static_cast<size_t>(kMaxDenseMulti) &&
+                              (t0 == GgmlType::F16 || t0 == GgmlType::BF16);
+        for (const MatmulTo& o : outs) one_dense_type = one_dense_type && o.w->type == t0;
+        if (one_dense_type) {  // one launch for all of them, the same arithmetic per row as matmul's GEMV
+            const std::span<const MatmulTo> os(outs.begin(), outs.size());
+            dispatch_type(t0, [&]<GgmlType T>() {
+                if constexpr (T == GgmlType::F16 || T == GgmlType::BF16) {
+                    if (n_tok == 1) launch_gemv_dense_multi<T, 1>(s, os, scratch->xr, n_tok, ne0);
+                    else if (n_tok == 2) launch_gemv_dense_multi<T, 2>(s, os, scratch->xr, n_tok, ne0);
+                    else if (n_tok <= 4) launch_gemv_dense_multi<T, 4>(s, os, scratch->xr, n_tok, ne0);
+                    else launch_gemv_dense_multi<T, 8>(s, os, scratch->xr, n_tok, ne0);
+                }
+            });
+            return;
+        }
         for (const MatmulTo& o : outs) matmul(s, *o.w, scratch->xr, n_tok, ne0, o.out, o.ldo, o.bias, false, nullptr);
         return;
     }
@@ -575,10 +660,26 @@ __global__ void moe_glu_kernel(const float* gate, const float* __restrict__ up,
     else act32[i] = y;
 }
 
-DWeight at_data(const DWeight& base, const uint8_t* data) {
-    DWeight d = base;
-    d.data = data;
-    return d;
+/// The prefill MoE of the given groups (one entry per expert, its weights and grouped rows):
+/// grouped gate and up GEMMs from the f16 grouped inputs, the GLU of grouped rows [g0, g0 + nrows)
+/// (rows whose expert has slot_of < 0 skipped when slot_of is given), its rounding to the down
+/// weight's vec-dot type, and the grouped down GEMM into scratch.down.
+void moe_prefill_groups(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g,
+                        std::span<const MoeGemmGroup> gate, std::span<const MoeGemmGroup> up,
+                        std::span<const MoeGemmGroup> down, const int32_t* slot_of, int64_t g0, int64_t nrows,
+                        MoeScratch& sc) {
+    const int64_t F = g.F, E = g.E;
+    const bool round = sc.gemm.xr != nullptr;
+    const auto* hg = reinterpret_cast<const __half*>(sc.gemm.act);
+    auto* act16 = reinterpret_cast<__half*>(sc.act);
+    moe_gemm_f16(s, ex.gate, gate, hg, E, sc.gate, F);
+    moe_gemm_f16(s, ex.up, up, hg, E, sc.up, F);
+    moe_glu_kernel<<<ceil_div(nrows * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, slot_of, ex.gate_b, ex.up_b,
+                                                           ex.oai_act ? 1 : 0, g0, nrows, F, round ? nullptr : act16,
+                                                           sc.gate);
+    NITRO_CUDA_LAUNCH_CHECK();
+    if (round) launch_round_acts<__half>(s, ex.down.type, sc.gate + g0 * F, F, nullptr, nrows, F, act16 + g0 * F, F);
+    moe_gemm_f16(s, ex.down, down, act16, F, sc.down, E);
 }
 
 }  // namespace
@@ -592,7 +693,7 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
         cfail("CUDA moe: gate and up experts must have the same type ({} vs {})", type_display_name(ex.gate.type),
              type_display_name(ex.up.type));
     const int64_t R = n * K;
-    const bool decode = n <= kGemvMaxTokens || !host_ids;
+    const bool decode = n <= kGemvMaxTokens;
     // Activations rounded as the CPU's experts round them (matmul's note): the expert input per
     // token, and the GLU output per (token, expert) pair.
     const bool round = sc.gemm.xr != nullptr;
@@ -623,9 +724,31 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
         return;
     }
 
-    MoePrefillGroups g;
-    moe_prefill_begin(s, ex, h, n, E, K, host_ids, sc, g);
-    moe_prefill_resident(s, ex, g, host_slot_of, sc);
+    if (host_ids) {  // grouped on the host (the caller has the ids there already)
+        MoePrefillGroups g;
+        moe_prefill_begin(s, ex, h, n, E, K, host_ids, sc, g);
+        moe_prefill_resident(s, ex, g, host_slot_of, sc);
+        return;
+    }
+    // Grouped on the device: no host round trip (the grid covers every expert's tiles at most).
+    moe_group(s, ids, n, K, ex.slot_of, ex.n_expert, sc);
+    const int32_t* off = sc.group_off;
+    auto* hg = reinterpret_cast<__half*>(sc.gemm.act);
+    auto* act16 = reinterpret_cast<__half*>(sc.act);
+    NITRO_CUDA_ASSERT(static_cast<size_t>(R * E) <= sc.gemm.act_elems);
+    if (round) {
+        launch_round_acts<__half>(s, ex.gate.type, h, E, sc.group_tok, R, E, hg, E);
+    } else {
+        to_f16_kernel<<<ceil_div(R * E, 256), 256, 0, s>>>(h, E, sc.group_tok, R, E, hg);
+        NITRO_CUDA_LAUNCH_CHECK();
+    }
+    moe_gemm_f16_slots(s, ex.gate, ex.gate_stride, ex.slot_of, ex.n_expert, off, R, hg, E, sc.gate, F);
+    moe_gemm_f16_slots(s, ex.up, ex.up_stride, ex.slot_of, ex.n_expert, off, R, hg, E, sc.up, F);
+    moe_glu_kernel<<<ceil_div(R * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, ex.slot_of, ex.gate_b, ex.up_b,
+                                                       ex.oai_act ? 1 : 0, 0, R, F, round ? nullptr : act16, sc.gate);
+    NITRO_CUDA_LAUNCH_CHECK();
+    if (round) launch_round_acts<__half>(s, ex.down.type, sc.gate, F, nullptr, R, F, act16, F);
+    moe_gemm_f16_slots(s, ex.down, ex.down_stride, ex.slot_of, ex.n_expert, off, R, act16, F, sc.down, E);
 }
 
 void moe_prefill_begin(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K,
@@ -654,7 +777,6 @@ void moe_prefill_begin(cudaStream_t s, const ExpertSlots& ex, const float* h, in
     NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.group_exp, group_exp, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.row_of, row_of, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     NITRO_CUDA_ASSERT(static_cast<size_t>(R * E) <= sc.gemm.act_elems);
-    NITRO_CUDA_ASSERT(static_cast<size_t>(g.F * E) <= sc.gemm.w_elems);
     // The expert input of every pair, rounded as the CPU's experts round it (matmul's note), f16.
     auto* hg = reinterpret_cast<__half*>(sc.gemm.act);
     if (sc.gemm.xr) {
@@ -667,63 +789,32 @@ void moe_prefill_begin(cudaStream_t s, const ExpertSlots& ex, const float* h, in
 
 void moe_prefill_resident(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g, const int32_t* host_slot_of,
                           MoeScratch& sc) {
-    const int64_t F = g.F, E = g.E, R = g.R;
-    const bool round = sc.gemm.xr != nullptr;
-    auto* hg = reinterpret_cast<__half*>(sc.gemm.act);
-    auto* wbuf = reinterpret_cast<__half*>(sc.gemm.w);
-    auto* act16 = reinterpret_cast<__half*>(sc.act);
-    bool any = false;
+    std::vector<MoeGemmGroup> gate, up, down;
     for (int64_t e = 0; e < ex.n_expert; ++e) {
         const int64_t b = g.off[static_cast<size_t>(e)], c = g.off[static_cast<size_t>(e) + 1] - b;
         const int slot = host_slot_of[e];
         if (c == 0 || slot < 0) continue;
-        any = true;
-        dequantize_f16(s, at_data(ex.gate, ex.gate.data + static_cast<size_t>(slot) * ex.gate_stride), 0, F, sc.gemm.w);
-        gemm_f16(sc.gemm.cublas, wbuf, F, E, E, hg + b * E, c, sc.gate + b * F, F, false);
-        dequantize_f16(s, at_data(ex.up, ex.up.data + static_cast<size_t>(slot) * ex.up_stride), 0, F, sc.gemm.w);
-        gemm_f16(sc.gemm.cublas, wbuf, F, E, E, hg + b * E, c, sc.up + b * F, F, false);
+        gate.push_back({ex.gate.data + static_cast<size_t>(slot) * ex.gate_stride, b, c});
+        up.push_back({ex.up.data + static_cast<size_t>(slot) * ex.up_stride, b, c});
+        down.push_back({ex.down.data + static_cast<size_t>(slot) * ex.down_stride, b, c});
     }
-    if (!any) return;
-    // One GLU and one rounding over every grouped row (rows of non-resident experts are skipped by
-    // the GLU; the rounding of their stale values is never read: moe_prefill_expert redoes theirs).
-    moe_glu_kernel<<<ceil_div(R * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, ex.slot_of, ex.gate_b, ex.up_b,
-                                                       ex.oai_act ? 1 : 0, 0, R, F, round ? nullptr : act16, sc.gate);
-    NITRO_CUDA_LAUNCH_CHECK();
-    if (round) launch_round_acts<__half>(s, ex.down.type, sc.gate, F, nullptr, R, F, act16, F);
-    for (int64_t e = 0; e < ex.n_expert; ++e) {
-        const int64_t b = g.off[static_cast<size_t>(e)], c = g.off[static_cast<size_t>(e) + 1] - b;
-        const int slot = host_slot_of[e];
-        if (c == 0 || slot < 0) continue;
-        dequantize_f16(s, at_data(ex.down, ex.down.data + static_cast<size_t>(slot) * ex.down_stride), 0, E, sc.gemm.w);
-        gemm_f16(sc.gemm.cublas, wbuf, E, F, F, act16 + b * F, c, sc.down + b * E, E, false);
-    }
+    if (gate.empty()) return;
+    moe_prefill_groups(s, ex, g, gate, up, down, ex.slot_of, 0, g.R, sc);
 }
 
 void moe_prefill_expert(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g, int e, const uint8_t* gate,
                         const uint8_t* up, const uint8_t* down, MoeScratch& sc) {
-    const int64_t F = g.F, E = g.E;
     const int64_t b = g.off[static_cast<size_t>(e)], c = g.off[static_cast<size_t>(e) + 1] - b;
     if (c == 0) return;
-    const bool round = sc.gemm.xr != nullptr;
-    auto* hg = reinterpret_cast<__half*>(sc.gemm.act);
-    auto* wbuf = reinterpret_cast<__half*>(sc.gemm.w);
-    auto* act16 = reinterpret_cast<__half*>(sc.act);
     // The same arithmetic as moe_prefill_resident for these rows (every step is row-wise).
-    dequantize_f16(s, at_data(ex.gate, gate), 0, F, sc.gemm.w);
-    gemm_f16(sc.gemm.cublas, wbuf, F, E, E, hg + b * E, c, sc.gate + b * F, F, false);
-    dequantize_f16(s, at_data(ex.up, up), 0, F, sc.gemm.w);
-    gemm_f16(sc.gemm.cublas, wbuf, F, E, E, hg + b * E, c, sc.up + b * F, F, false);
-    moe_glu_kernel<<<ceil_div(c * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, nullptr, ex.gate_b, ex.up_b,
-                                                       ex.oai_act ? 1 : 0, b, c, F, round ? nullptr : act16, sc.gate);
-    NITRO_CUDA_LAUNCH_CHECK();
-    if (round) launch_round_acts<__half>(s, ex.down.type, sc.gate + b * F, F, nullptr, c, F, act16 + b * F, F);
-    dequantize_f16(s, at_data(ex.down, down), 0, E, sc.gemm.w);
-    gemm_f16(sc.gemm.cublas, wbuf, E, F, F, act16 + b * F, c, sc.down + b * E, E, false);
+    const MoeGemmGroup gg{gate, b, c}, ug{up, b, c}, dg{down, b, c};
+    moe_prefill_groups(s, ex, g, {&gg, 1}, {&ug, 1}, {&dg, 1}, nullptr, b, c, sc);
 }
 
 void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids, const float* w,
                  const int32_t* host_ids, const float* partial, float* x, MoeScratch& sc) {
-    const bool decode = n <= kGemvMaxTokens || !host_ids;
+    (void)host_ids;  // grouped rows (row_of) for every chunk above the GEMV size, grouped on either side
+    const bool decode = n <= kGemvMaxTokens;
     moe_combine_kernel<<<dim3(ceil_div(E, 256), static_cast<unsigned>(n)), 256, 0, s>>>(
         x, partial, sc.down, decode ? nullptr : sc.row_of, ex.down_b, ids, w, ex.slot_of, K, E);
     NITRO_CUDA_LAUNCH_CHECK();

@@ -9,12 +9,15 @@
 #include "cuda/q8dot.cuh"
 #include "runtime/placement.h"
 
+#include <span>
+
 namespace nitro::cuda {
 
 namespace {
 
 constexpr int kQ8Rows = 8;  ///< output rows (warps) per CTA
 constexpr int kQ8Threads = kQ8Rows * kWarp;
+constexpr int kMaxMulti = 4;  ///< matrices per mmvq_multi launch
 
 template <GgmlType VDT>
 __global__ void __launch_bounds__(256) quantize_q8_kernel(const float* __restrict__ x, int64_t ldx, int64_t n,
@@ -78,6 +81,60 @@ __global__ void __launch_bounds__(kQ8Threads) mmvq_kernel(const uint8_t* __restr
             *o = accumulate ? *o + y : y;
         }
     }
+}
+
+/// mmvq_multi: up to kMaxMulti matrices of one type on the same activations, one launch; block
+/// x of the grid belongs to matrix m for first_block[m] <= x < first_block[m + 1].
+struct MultiArgs {
+    const uint8_t* W[kMaxMulti];
+    size_t row_bytes[kMaxMulti];
+    int n_rows[kMaxMulti];
+    float* out[kMaxMulti];
+    int64_t ldo[kMaxMulti];
+    const float* bias[kMaxMulti];
+    int first_block[kMaxMulti + 1];
+    int n;
+};
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(kQ8Threads) mmvq_multi_kernel(const MultiArgs m, const int8_t* __restrict__ xq,
+                                                                const float* __restrict__ xd, int64_t ne0, int n_tok) {
+    int mi = 0;
+    while (mi + 1 < m.n && static_cast<int>(blockIdx.x) >= m.first_block[mi + 1]) ++mi;
+    const int r = (static_cast<int>(blockIdx.x) - m.first_block[mi]) * kQ8Rows + threadIdx.x / kWarp;
+    if (r >= m.n_rows[mi]) return;
+    const int t0 = blockIdx.y * NT;
+    const int nt = min(NT, n_tok - t0);
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+    row_dot<T, NT>(m.W[mi] + static_cast<size_t>(r) * m.row_bytes[mi], static_cast<int>(ne0 / 16), xq + t0 * ne0,
+                   xd + t0 * (ne0 / 32), ne0, nt, acc);
+    const float* bias = m.bias[mi];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const float v = warp_sum(acc[t]);
+        if (threadIdx.x % kWarp == 0 && t < nt) m.out[mi][(t0 + t) * m.ldo[mi] + r] = v + (bias ? bias[r] : 0.f);
+    }
+}
+
+template <GgmlType T, int NT>
+void launch_mmvq_multi(cudaStream_t s, std::span<const MatmulTo> outs, const Q8Acts& x, int64_t n_tok) {
+    MultiArgs m{};
+    m.n = static_cast<int>(outs.size());
+    for (int i = 0; i < m.n; ++i) {
+        const MatmulTo& o = outs[static_cast<size_t>(i)];
+        m.W[i] = o.w->data;
+        m.row_bytes[i] = o.w->row_bytes;
+        m.n_rows[i] = static_cast<int>(o.w->n_rows);
+        m.out[i] = o.out;
+        m.ldo[i] = o.ldo;
+        m.bias[i] = o.bias;
+        m.first_block[i + 1] = m.first_block[i] + ceil_div(o.w->n_rows, kQ8Rows);
+    }
+    const dim3 grid(static_cast<unsigned>(m.first_block[m.n]), ceil_div(n_tok, NT));
+    mmvq_multi_kernel<T, NT><<<grid, kQ8Threads, 0, s>>>(m, x.q, x.d, x.ne0, static_cast<int>(n_tok));
+    NITRO_CUDA_LAUNCH_CHECK();
 }
 
 template <GgmlType T, int NT>
@@ -189,6 +246,20 @@ void mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_tok, floa
         else launch_mmvq<T, 8>(s, w, x, n_tok, out, ldo, bias, accumulate);
     });
     if (!ok) cfail("CUDA mmvq: weight type {} has no integer decode path", type_display_name(w.type));
+}
+
+void mmvq_multi(cudaStream_t s, std::span<const MatmulTo> outs, const Q8Acts& x, int64_t n_tok) {
+    if (outs.empty()) return;
+    const GgmlType t = outs[0].w->type;
+    NITRO_CUDA_ASSERT(outs.size() <= static_cast<size_t>(kMaxMulti) && n_tok <= kGemvMaxTokens);
+    for (const MatmulTo& o : outs) NITRO_CUDA_ASSERT(o.w->type == t && o.w->ne0 == x.ne0);
+    const bool ok = dispatch_q8_type(t, [&]<GgmlType T>() {
+        if (n_tok == 1) launch_mmvq_multi<T, 1>(s, outs, x, n_tok);
+        else if (n_tok == 2) launch_mmvq_multi<T, 2>(s, outs, x, n_tok);
+        else if (n_tok <= 4) launch_mmvq_multi<T, 4>(s, outs, x, n_tok);
+        else launch_mmvq_multi<T, 8>(s, outs, x, n_tok);
+    });
+    if (!ok) cfail("CUDA mmvq: weight type {} has no integer decode path", type_display_name(t));
 }
 
 size_t moe_decode_q8_bytes(int64_t n, int64_t E, int K, int64_t F) {

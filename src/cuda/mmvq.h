@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace nitro::cuda {
 
@@ -37,6 +38,10 @@ Q8Acts quantize_q8(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx,
 /// r < w.n_rows; w.type must be q8_supported and x quantized for it.
 void mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_tok, float* out, int64_t ldo, const float* bias,
           bool accumulate);
+
+/// mmvq of each of outs (up to 4 matrices of one weight type, overwriting their outputs) on the same
+/// activations in one launch: the same arithmetic per row as mmvq (the same bits).
+void mmvq_multi(cudaStream_t s, std::span<const MatmulTo> outs, const Q8Acts& x, int64_t n_tok);
 
 /// Bytes of scratch (GemmScratch::xr) moe_decode_q8 needs for n tokens of K experts each.
 size_t moe_decode_q8_bytes(int64_t n, int64_t E, int K, int64_t F);

@@ -20,9 +20,9 @@ namespace nitro::cuda {
 
 namespace {
 
-__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t n, int64_t ld_x,
-                                float eps, float* __restrict__ out, int64_t ld_out, float* __restrict__ host_out) {
-    const float* xr = x + blockIdx.x * ld_x;
+/// The RMSNorm scale 1 / sqrt(mean(x^2) + eps) of the n values xr[i] (f64 sum of squares, each
+/// thread over i = threadIdx.x, + blockDim.x, ..., then a fixed tree), for every thread of the block.
+__device__ float rms_scale(const float* xr, int64_t n, float eps) {
     double sum = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(xr[i]) * xr[i];
     __shared__ double red[32];
@@ -38,6 +38,17 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
     }
     __syncthreads();
     const float scale = 1.0f / sqrtf(static_cast<float>(red[0] / static_cast<double>(n)) + eps);
+    __syncthreads();  // red is reused by the next call
+    return scale;
+}
+
+/// rms_norm's block size for rows of n values (the reduction order depends on it).
+inline int rms_threads(int64_t n) { return n >= 1024 ? 512 : (n >= 256 ? 256 : 64); }
+
+__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t n, int64_t ld_x,
+                                float eps, float* __restrict__ out, int64_t ld_out, float* __restrict__ host_out) {
+    const float* xr = x + blockIdx.x * ld_x;
+    const float scale = rms_scale(xr, n, eps);
     float* o = out + blockIdx.x * ld_out;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         const float y = w ? __fmul_rn(__fmul_rn(xr[i], scale), w[i]) : __fmul_rn(xr[i], scale);
@@ -61,7 +72,7 @@ __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, c
 void rms_norm(cudaStream_t s, const float* x, const float* w, int64_t n_rows, int64_t n, int64_t ld_x, float eps, float* out,
               int64_t ld_out, float* host_out) {
     if (n_rows <= 0) return;
-    const int threads = n >= 1024 ? 512 : (n >= 256 ? 256 : 64);
+    const int threads = rms_threads(n);
     rms_norm_kernel<<<static_cast<unsigned>(n_rows), threads, 0, s>>>(x, w, n, ld_x, eps, out, ld_out, host_out);
     NITRO_CUDA_LAUNCH_CHECK();
 }
@@ -81,16 +92,12 @@ struct RopeDev {
     float theta_scale, freq_scale, ext_factor, mscale, corr0, corr1;
 };
 
-__global__ void rope_kernel(float* __restrict__ x, int64_t n_heads, int64_t head_dim, int64_t ld, RopeDev p,
-                            const int32_t* __restrict__ pos0, int64_t total) {
-    const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+/// Rotates the pair (v[i], v[i + n_rot/2]) of one head at position pos (cpu::rope_cache and
+/// cpu::rope_neox: the same float operations in the same order).
+__device__ __forceinline__ void rope_pair(float* v, int i, int64_t pos, const RopeDev& p) {
     const int half = p.n_rot / 2;
-    if (idx >= total) return;
-    const int i = static_cast<int>(idx % half);
-    const int64_t h = (idx / half) % n_heads;
-    const int64_t t = idx / (static_cast<int64_t>(half) * n_heads);
     // cpu::rope_cache: theta_extrap = pos * theta_scale^i by repeated multiplication.
-    float theta_extrap = static_cast<float>(*pos0 + t);
+    float theta_extrap = static_cast<float>(pos);
     for (int k = 0; k < i; ++k) theta_extrap = __fmul_rn(theta_extrap, p.theta_scale);
     const float theta_interp = __fmul_rn(p.freq_scale, theta_extrap);
     float theta = theta_interp;
@@ -105,10 +112,52 @@ __global__ void rope_kernel(float* __restrict__ x, int64_t n_heads, int64_t head
         mscale = p.mscale;
     }
     const float c = __fmul_rn(cosf(theta), mscale), sn = __fmul_rn(sinf(theta), mscale);
-    float* v = x + t * ld + h * head_dim;
     const float a = v[i], b = v[i + half];
     v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn));
     v[i + half] = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, c));
+}
+
+__global__ void rope_kernel(float* __restrict__ x, int64_t n_heads, int64_t head_dim, int64_t ld, RopeDev p,
+                            const int32_t* __restrict__ pos0, int64_t total) {
+    const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    const int half = p.n_rot / 2;
+    if (idx >= total) return;
+    const int i = static_cast<int>(idx % half);
+    const int64_t h = (idx / half) % n_heads;
+    const int64_t t = idx / (static_cast<int64_t>(half) * n_heads);
+    rope_pair(x + t * ld + h * head_dim, i, *pos0 + t, p);
+}
+
+/// qk_norm_rope_kv_store: block (j, t) of token t: j < n_head a q head, then the k heads, then
+/// pieces of 256 values of v. A head is normed (rms_scale, as rms_norm), synchronised, rotated
+/// pair by pair (rope_pair), and k is stored to the cache (as kv_store).
+__global__ void qk_rope_kv_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v, int n_head,
+                                  int n_head_kv, int head_dim, int64_t dim_v, const float* __restrict__ q_norm,
+                                  const float* __restrict__ k_norm, float eps, RopeDev p, const int32_t* __restrict__ pos0,
+                                  __half* __restrict__ k_cache, __half* __restrict__ v_cache, int64_t capacity) {
+    const int j = static_cast<int>(blockIdx.x);
+    const int64_t t = blockIdx.y;
+    const int64_t slot = (*pos0 + t) % capacity;
+    if (j >= n_head + n_head_kv) {
+        const int64_t b = static_cast<int64_t>(j - n_head - n_head_kv) * 256;
+        for (int64_t i = b + threadIdx.x; i < min(dim_v, b + 256); i += blockDim.x)
+            v_cache[slot * dim_v + i] = __float2half_rn(v[t * dim_v + i]);
+        return;
+    }
+    const bool is_q = j < n_head;
+    float* x = is_q ? q + (t * n_head + j) * head_dim : k + (t * n_head_kv + (j - n_head)) * head_dim;
+    const float* w = is_q ? q_norm : k_norm;
+    if (w) {
+        const float scale = rms_scale(x, head_dim, eps);
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) x[i] = __fmul_rn(__fmul_rn(x[i], scale), w[i]);
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < p.n_rot / 2; i += blockDim.x) rope_pair(x, i, *pos0 + t, p);
+    if (is_q) return;
+    __syncthreads();
+    const int64_t dim_k = static_cast<int64_t>(n_head_kv) * head_dim;
+    __half* kc = k_cache + slot * dim_k + static_cast<int64_t>(j - n_head) * head_dim;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) kc[i] = __float2half_rn(x[i]);
 }
 
 float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
@@ -127,8 +176,9 @@ __global__ void kv_store_kernel(const float* __restrict__ src, int64_t n_tok, in
 
 }  // namespace
 
-void rope_neox(cudaStream_t s, float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t ld,
-               const cpu::RopeParams& p, const int32_t* pos0) {
+namespace {
+
+RopeDev rope_dev(const cpu::RopeParams& p) {
     RopeDev d{};
     d.n_rot = p.n_rot;
     d.theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
@@ -142,6 +192,14 @@ void rope_neox(cudaStream_t s, float* x, int64_t n_tok, int64_t n_heads, int64_t
         d.corr1 = std::min(static_cast<float>(p.n_rot - 1), end);
         d.mscale = p.attn_factor * (1.0f + 0.1f * std::log(1.0f / p.freq_scale));
     }
+    return d;
+}
+
+}  // namespace
+
+void rope_neox(cudaStream_t s, float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t ld,
+               const cpu::RopeParams& p, const int32_t* pos0) {
+    const RopeDev d = rope_dev(p);
     const int64_t total = n_tok * n_heads * (p.n_rot / 2);
     if (total <= 0) return;
     rope_kernel<<<ceil_div(total, 256), 256, 0, s>>>(x, n_heads, head_dim, ld, d, pos0, total);
@@ -155,6 +213,22 @@ void kv_store(cudaStream_t s, const float* k, const float* v, int64_t n_tok, int
     NITRO_CUDA_LAUNCH_CHECK();
     kv_store_kernel<<<ceil_div(n_tok * dim_v, 256), 256, 0, s>>>(v, n_tok, dim_v, reinterpret_cast<__half*>(v_cache),
                                                                   capacity, pos0);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+void qk_norm_rope_kv_store(cudaStream_t s, float* q, float* k, const float* v, int64_t n_tok, int64_t n_head,
+                           int64_t n_head_kv, int64_t head_dim, int64_t dim_v, const float* q_norm, const float* k_norm,
+                           float eps, const cpu::RopeParams& p, const int32_t* pos0, uint16_t* k_cache, uint16_t* v_cache,
+                           int64_t capacity) {
+    if (n_tok <= 0) return;
+    if ((q_norm == nullptr) != (k_norm == nullptr)) cfail("CUDA qk_norm_rope_kv_store: q_norm and k_norm go together");
+    // rms_norm's block size for head_dim values, so the norms sum in its order (the same bits)
+    const int threads = q_norm ? rms_threads(head_dim) : 64;
+    const dim3 grid(static_cast<unsigned>(n_head + n_head_kv + (dim_v + 255) / 256), static_cast<unsigned>(n_tok));
+    qk_rope_kv_kernel<<<grid, threads, 0, s>>>(q, k, v, static_cast<int>(n_head), static_cast<int>(n_head_kv),
+                                               static_cast<int>(head_dim), dim_v, q_norm, k_norm, eps, rope_dev(p), pos0,
+                                               reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache),
+                                               capacity);
     NITRO_CUDA_LAUNCH_CHECK();
 }
 

@@ -48,6 +48,15 @@ void rope_neox(cudaStream_t s, float* x, int64_t n_tok, int64_t n_heads, int64_t
 void kv_store(cudaStream_t s, const float* k, const float* v, int64_t n_tok, int64_t dim_k, int64_t dim_v,
               uint16_t* k_cache, uint16_t* v_cache, int64_t capacity, const int32_t* pos0);
 
+/// rms_norm of each q and k head (q_norm / k_norm [head_dim], both or neither), rope_neox of q
+/// and k, then kv_store of k and v, in one launch with the same arithmetic (the same bits as
+/// those ops in sequence). q [n_tok, n_head * head_dim], k [n_tok, n_head_kv * head_dim] (in
+/// place), v [n_tok, dim_v]; the caches as kv_store's (k rows of n_head_kv * head_dim values).
+void qk_norm_rope_kv_store(cudaStream_t s, float* q, float* k, const float* v, int64_t n_tok, int64_t n_head,
+                           int64_t n_head_kv, int64_t head_dim, int64_t dim_v, const float* q_norm, const float* k_norm,
+                           float eps, const cpu::RopeParams& p, const int32_t* pos0, uint16_t* k_cache, uint16_t* v_cache,
+                           int64_t capacity);
+
 /// Attention of n_q queries (token i at position *pos0 + i) over the F16 cache (causal; window
 /// > 0: the last `window` positions; sinks: per-head logits in the softmax denominator; GQA:
 /// n_head / n_head_kv query heads per KV head). q [n_q, n_head*hd], out [n_q, n_head*hd].
@@ -178,6 +187,9 @@ struct MoeScratch {
     int32_t* group_tok = nullptr;   ///< [n*K] device (prefill)
     int32_t* row_of = nullptr;      ///< [n*K] device (prefill)
     int32_t* group_exp = nullptr;   ///< [n*K] device (prefill)
+    /// [2 (n_expert + 1)] device: offsets of the experts' grouped rows, then their first 64-row
+    /// tiles (prefill grouped on the device, moe_gemm.h)
+    int32_t* group_off = nullptr;
     int32_t* host_idx = nullptr;    ///< pinned [3 * n*K + n*K] (prefill grouping)
     GemmScratch gemm;
 };
@@ -188,8 +200,9 @@ struct MoeScratch {
 ///     slot, into scratch.down (nothing is written to x);
 ///   moe_combine: x[t] += partial[t] (if given) + sum_j w[t,j] * (down[t,j] + down_b) over the
 ///     resident experts, in router order (results do not depend on launch order).
-/// host_ids: the same ids already on the host (the prefill path groups tokens by expert there);
-/// may be null for n <= kGemvMaxTokens (the decode path reads the device ids).
+/// host_ids: the same ids already on the host (the hybrid's prompt chunks have them there): chunks
+/// above kGemvMaxTokens are then grouped by expert on the host; null: grouped on the device
+/// (moe_gemm.h moe_group), with no host round trip. Chunks up to kGemvMaxTokens read the device ids.
 void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
                  const int32_t* host_ids, const int32_t* host_slot_of, MoeScratch& scratch);
 void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids, const float* w,

@@ -167,6 +167,7 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
         z.moe_gate = R * F;
         z.moe_up = R * F;
         z.group = R;
+        z.group_off = 2 * (sp.n_expert + 1);
         z.gemm_act = std::max(R * E, ub * max_ne0);
         z.gemm_w = std::max<int64_t>(32ll << 20, F * E);
     }
@@ -182,7 +183,7 @@ uint64_t GpuScratchSizes::bytes() const {
                       partial, qg, gate, ssm_qkv, ssm_z, ssm_ba, ssm_beta, ssm_g, ssm_conv, ssm_core, ssm_in, sh_gate, sh_up,
                       sh_down, xr})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
-    for (int64_t n : {ids, tok, group, group, group})
+    for (int64_t n : {ids, tok, group, group, group, group_off})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
     b += rnd(static_cast<uint64_t>(pos) * 4) + rnd(4);  // positions, step counter
     for (int64_t n : {gemm_act, gemm_w})

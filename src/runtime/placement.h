@@ -175,6 +175,7 @@ struct GpuScratchSizes {
     int64_t pos = 1;          ///< int32 first position of each sequence's rows in a chunk [n_seq]
     int64_t moe_act = 0, moe_down = 0, moe_gate = 0, moe_up = 0;
     int64_t group = 0;        ///< int32, three arrays of this size (prefill grouping)
+    int64_t group_off = 0;    ///< int32 [2 (n_expert + 1)]: offsets and tile starts of the grouping on the device
     int64_t gemm_act = 0, gemm_w = 0;  ///< f16 (prefill GEMMs)
     int64_t partial = 0;      ///< the CPU experts' partial sum, [n_ubatch, n_embd]
     /// Activations rounded to a weight's vec-dot type (cuda::round_acts), [n_ubatch, largest

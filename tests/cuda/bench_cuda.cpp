@@ -4,7 +4,10 @@
 //   - device-to-device copy bandwidth (read + write bytes / time): the ceiling for GEMVs;
 //   - decode GEMV bandwidth per weight type (weight bytes read / kernel time) on 256 MiB
 //     matrices (4x the H200's L2), one token;
-//   - f16 GEMM rate of cuBLAS (tensor cores) at expert shapes, as in prefill;
+//   - f16 GEMM rate of cuBLAS (tensor cores) at expert shapes;
+//   - the prefill MoE's grouped GEMM (moe_gemm.h) at the expert shapes of gpt-oss and
+//     qwen3-30b-a3b with 512 and 4,096 tokens, against the former way (per expert: dequantize to
+//     f16, then one cuBLAS GEMM);
 //   - pp N and tg N tok/s like llama-bench (prompt from an empty context; decode from a 1-token
 //     context), median of --reps runs, and kernel launches per decode step.
 // nitro_cuda_bench MODEL.gguf --staging [--threads 4,8,16]: the ways a hybrid prompt could bring
@@ -16,6 +19,7 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/gpu_session.h"
+#include "cuda/moe_gemm.h"
 #include "cuda/ops.h"
 #include "quant/types.h"
 #include "runtime/model.h"
@@ -124,6 +128,53 @@ void moe_decode_figures(DeviceContext& ctx, double copy_gbs) {
         ctx.alloc().free(p);
 }
 
+/// One matrix of the prefill MoE (the gate product) over all experts of a layer, n tokens routed
+/// evenly (n * K / X rows per expert): the grouped GEMM (one launch, weights decoded in the main
+/// loop) vs the former path (per expert: dequantize_f16 of the whole matrix, then cuBLAS).
+void moe_prefill_figures(DeviceContext& ctx) {
+    cudaStream_t s = ctx.compute();
+    struct Shape { const char* name; GgmlType t; int64_t K, N, X; int topk; };
+    const Shape shapes[] = {{"gpt-oss-20b", GgmlType::MXFP4, 2880, 2880, 32, 4}, {"qwen3-30b-a3b", GgmlType::Q4_K, 2048, 768, 128, 8}};
+    std::printf("MEASURED prefill MoE gate product, all experts of one layer (TFLOP/s; time per layer-matrix)\n");
+    for (const Shape& sh : shapes) {
+        const size_t rb = row_size(sh.t, sh.K), eb = rb * sh.N;
+        auto* pool = static_cast<uint8_t*>(ctx.alloc().alloc(eb * sh.X, "moe pool"));
+        // valid bytes of every type (fp16 scales 0x3737 ~ 0.45, any nibbles)
+        NITRO_CUDA_CHECK(cudaMemsetAsync(pool, 0x37, eb * sh.X, s));
+        for (int64_t n : {512, 4096}) {
+            const int64_t R = n * sh.topk, per = R / sh.X;
+            auto* a16 = ctx.alloc_n<uint16_t>(static_cast<size_t>(R * sh.K), "a16");
+            float* a32 = ctx.alloc_n<float>(static_cast<size_t>(R * sh.K), "a32");
+            float* out = ctx.alloc_n<float>(static_cast<size_t>(R * sh.N), "out");
+            auto* w16 = ctx.alloc_n<uint16_t>(static_cast<size_t>(sh.K * sh.N), "w16");
+            NITRO_CUDA_CHECK(cudaMemsetAsync(a16, 0x22, R * sh.K * 2, s));
+            NITRO_CUDA_CHECK(cudaMemsetAsync(a32, 0, R * sh.K * 4, s));
+            std::vector<MoeGemmGroup> groups;
+            for (int64_t e = 0; e < sh.X; ++e) groups.push_back({pool + e * eb, e * per, per});
+            const DWeight shape{sh.t, pool, sh.K, sh.N, rb};
+            const double flop = 2.0 * static_cast<double>(R) * sh.N * sh.K;
+            const double tg = time_ms(s, 10, [&] {
+                moe_gemm_f16(s, shape, groups, reinterpret_cast<const __half*>(a16), sh.K, out, sh.N);
+            });
+            GemmScratch gs{ctx.cublas(), a16, static_cast<size_t>(R * sh.K), nullptr, 0};
+            const double tf = time_ms(s, 10, [&] {
+                for (int64_t e = 0; e < sh.X; ++e) {
+                    dequantize_f16(s, DWeight{sh.t, pool + e * eb, sh.K, sh.N, rb}, 0, sh.N, w16);
+                    const DWeight w{GgmlType::F16, reinterpret_cast<const uint8_t*>(w16), sh.K, sh.N, static_cast<size_t>(sh.K * 2)};
+                    matmul(s, w, a32 + e * per * sh.K, per, sh.K, out + e * per * sh.N, sh.N, nullptr, false, &gs);
+                }
+            });
+            std::printf("  %-14s %-6s %4lld experts x %4lld rows, %lld x %lld: grouped %6.1f TFLOP/s (%.3f ms)  "
+                        "per expert dequantize+cuBLAS %6.1f TFLOP/s (%.3f ms)  ratio %.2fx\n",
+                        sh.name, type_display_name(sh.t).c_str(), static_cast<long long>(sh.X), static_cast<long long>(per),
+                        static_cast<long long>(sh.N), static_cast<long long>(sh.K), flop / (tg * 1e9), tg, flop / (tf * 1e9), tf, tf / tg);
+            for (void* p : {static_cast<void*>(a16), static_cast<void*>(a32), static_cast<void*>(out), static_cast<void*>(w16)})
+                ctx.alloc().free(p);
+        }
+        ctx.alloc().free(pool);
+    }
+}
+
 void kernel_figures() {
     DeviceContext ctx(0, 0.0);
     cudaStream_t s = ctx.compute();
@@ -194,6 +245,7 @@ void kernel_figures() {
         ctx.alloc().free(out);
     }
     moe_decode_figures(ctx, copy_gbs);
+    moe_prefill_figures(ctx);
     ctx.alloc().free(xs.xr);
     // f16 GEMM (tensor cores via cuBLAS) at gpt-oss expert shape 2880 x 2880 with 64 and 512 tokens
     for (int64_t n : {64, 512, 4096}) {

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <thread>
 #include "cuda/mmvq.h"
+#include "cuda/moe_gemm.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "quant/blocks.h"
@@ -278,7 +279,10 @@ TEST_F(CudaOps, MatmulSameInputEqualsSeparateProductsBitForBit) {
     const std::vector<std::vector<GgmlType>> sets = {{GgmlType::F16, GgmlType::F16, GgmlType::F16},
                                                      {GgmlType::MXFP4, GgmlType::Q8_0, GgmlType::Q4_0},
                                                      {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::IQ4_XS},
-                                                     {GgmlType::Q8_0, GgmlType::Q6_K}, {GgmlType::BF16, GgmlType::F32}};
+                                                     {GgmlType::Q8_0, GgmlType::Q6_K}, {GgmlType::BF16, GgmlType::F32},
+                                                     // one type: one launch (mmvq_multi) in decode
+                                                     {GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0},
+                                                     {GgmlType::MXFP4, GgmlType::MXFP4}, {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q4_K}};
     const int64_t ne0 = 512;
     for (const auto& set : sets)
         for (int64_t n : {1, 5, 20}) {
@@ -299,20 +303,21 @@ TEST_F(CudaOps, MatmulSameInputEqualsSeparateProductsBitForBit) {
             gs.w = ctx->alloc_n<uint16_t>(gs.w_elems, "w");
             gs.xr_elems = static_cast<size_t>(n * ne0);
             gs.xr = ctx->alloc_n<float>(gs.xr_elems, "xr");
-            std::vector<float*> sep, one;
+            std::vector<float*> sep, one, bias;
             for (size_t i = 0; i < set.size(); ++i) {
                 const size_t m = static_cast<size_t>(n * dw[i].n_rows);
                 sep.push_back(ctx->alloc_n<float>(m, "sep"));
                 one.push_back(ctx->alloc_n<float>(m, "one"));
+                bias.push_back(i == 1 ? nullptr : to_dev(*ctx, randn(static_cast<size_t>(dw[i].n_rows))));  // q and v have biases
                 poison(one.back(), m);
-                matmul(ctx->compute(), dw[i], dx, n, ne0, sep[i], dw[i].n_rows, nullptr, false, &gs);
+                matmul(ctx->compute(), dw[i], dx, n, ne0, sep[i], dw[i].n_rows, bias[i], false, &gs);
             }
             if (set.size() == 3)
-                matmul_same_input(ctx->compute(), {{&dw[0], one[0], dw[0].n_rows}, {&dw[1], one[1], dw[1].n_rows},
-                                                   {&dw[2], one[2], dw[2].n_rows}}, dx, n, ne0, &gs);
+                matmul_same_input(ctx->compute(), {{&dw[0], one[0], dw[0].n_rows, bias[0]}, {&dw[1], one[1], dw[1].n_rows, bias[1]},
+                                                   {&dw[2], one[2], dw[2].n_rows, bias[2]}}, dx, n, ne0, &gs);
             else
-                matmul_same_input(ctx->compute(), {{&dw[0], one[0], dw[0].n_rows}, {&dw[1], one[1], dw[1].n_rows}}, dx, n,
-                                  ne0, &gs);
+                matmul_same_input(ctx->compute(), {{&dw[0], one[0], dw[0].n_rows, bias[0]}, {&dw[1], one[1], dw[1].n_rows, bias[1]}},
+                                  dx, n, ne0, &gs);
             for (size_t i = 0; i < set.size(); ++i) {
                 const size_t m = static_cast<size_t>(n * dw[i].n_rows);
                 const auto a = to_host(sep[i], m), b = to_host(one[i], m);
@@ -434,6 +439,54 @@ TEST_F(CudaOps, RopeMatchesCpuIncludingYarn) {
         }
         EXPECT_LT(nerr(got, x), 1e-5) << "variant " << variant << " pos " << pos0;
     }
+}
+
+// The fused decode op (q/k norms, RoPE of q and k, K/V store) against the separate ops in
+// sequence, whose own tests compare them with the CPU: the same bits (the same arithmetic, and the
+// norms sum in rms_norm's order), at the shapes of gpt-oss (YaRN, no norms), qwen3 (norms) and
+// qwen3next (head_dim 256, partial rotation), over a wrapping cache ring.
+TEST_F(CudaOps, FusedQkNormRopeKvStoreEqualsTheSeparateOpsBitForBit) {
+    struct Cfg { int64_t H, Hkv, hd; int n_rot; bool norms, yarn; };
+    const Cfg cfgs[] = {{64, 8, 64, 64, false, true}, {32, 4, 128, 128, true, false}, {16, 2, 256, 64, true, false}};
+    for (const Cfg& c : cfgs)
+        for (int64_t n : {1, 37}) {
+            SCOPED_TRACE("head_dim " + std::to_string(c.hd) + " n " + std::to_string(n));
+            cpu::RopeParams p;
+            p.n_rot = c.n_rot;
+            p.freq_base = c.yarn ? 150000.f : 1e6f;
+            if (c.yarn) p.freq_scale = 1.f / 32, p.ext_factor = 1, p.n_ctx_orig = 4096;
+            const int64_t nq = c.H * c.hd, nk = c.Hkv * c.hd, nv = nk, cap = 48;
+            auto q = randn(static_cast<size_t>(n * nq)), k = randn(static_cast<size_t>(n * nk)), v = randn(static_cast<size_t>(n * nv));
+            auto qn = randn(static_cast<size_t>(c.hd)), kn = randn(static_cast<size_t>(c.hd));
+            int32_t* dpos = to_dev(*ctx, std::vector<int32_t>{29});  // wraps the ring of 48
+            float *q1 = to_dev(*ctx, q), *k1 = to_dev(*ctx, k), *q2 = to_dev(*ctx, q), *k2 = to_dev(*ctx, k), *dv = to_dev(*ctx, v);
+            const float* dqn = c.norms ? to_dev(*ctx, qn) : nullptr;
+            const float* dkn = c.norms ? to_dev(*ctx, kn) : nullptr;
+            uint16_t *kc1 = ctx->alloc_n<uint16_t>(static_cast<size_t>(cap * nk), "kc"), *vc1 = ctx->alloc_n<uint16_t>(static_cast<size_t>(cap * nv), "vc");
+            uint16_t *kc2 = ctx->alloc_n<uint16_t>(static_cast<size_t>(cap * nk), "kc"), *vc2 = ctx->alloc_n<uint16_t>(static_cast<size_t>(cap * nv), "vc");
+            for (uint16_t* b : {kc1, kc2}) NITRO_CUDA_CHECK(cudaMemset(b, 0, static_cast<size_t>(cap * nk) * 2));
+            for (uint16_t* b : {vc1, vc2}) NITRO_CUDA_CHECK(cudaMemset(b, 0, static_cast<size_t>(cap * nv) * 2));
+            cudaStream_t st = ctx->compute();
+            if (c.norms) {
+                rms_norm(st, q1, dqn, n * c.H, c.hd, c.hd, 1e-6f, q1, c.hd);
+                rms_norm(st, k1, dkn, n * c.Hkv, c.hd, c.hd, 1e-6f, k1, c.hd);
+            }
+            rope_neox(st, q1, n, c.H, c.hd, nq, p, dpos);
+            rope_neox(st, k1, n, c.Hkv, c.hd, nk, p, dpos);
+            kv_store(st, k1, dv, n, nk, nv, kc1, vc1, cap, dpos);
+            qk_norm_rope_kv_store(st, q2, k2, dv, n, c.H, c.Hkv, c.hd, nv, dqn, dkn, 1e-6f, p, dpos, kc2, vc2, cap);
+            auto a = to_host(q1, q.size()), b = to_host(q2, q.size());
+            for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(f32_to_bits(a[i]), f32_to_bits(b[i])) << "q " << i;
+            a = to_host(k1, k.size()), b = to_host(k2, k.size());
+            for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(f32_to_bits(a[i]), f32_to_bits(b[i])) << "k " << i;
+            EXPECT_EQ(to_host(kc1, static_cast<size_t>(cap * nk)), to_host(kc2, static_cast<size_t>(cap * nk)));
+            EXPECT_EQ(to_host(vc1, static_cast<size_t>(cap * nv)), to_host(vc2, static_cast<size_t>(cap * nv)));
+            if (c.norms) {  // and the norms did something: q differs from plain RoPE of the input
+                float* q3 = to_dev(*ctx, q);
+                rope_neox(st, q3, n, c.H, c.hd, nq, p, dpos);
+                EXPECT_GT(nerr(to_host(q3, q.size()), to_host(q2, q.size())), 1e-3);
+            }
+        }
 }
 
 TEST_F(CudaOps, KvStoreIsExact) {
@@ -735,6 +788,7 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
             sc.group_tok = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
             sc.row_of = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
             sc.group_exp = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
+            sc.group_off = ctx->alloc_n<int32_t>(static_cast<size_t>(2 * (c.X + 1)), "g");
             void* dummy;
             sc.host_idx = static_cast<int32_t*>(ctx->host_mapped(static_cast<size_t>(3 * R) * 4, &dummy));
             sc.gemm.cublas = ctx->cublas();
@@ -773,13 +827,17 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
                     dpartial = to_dev(*ctx, std::vector<float>(part.begin(), part.end()));
                 }
                 float* dx = to_dev(*ctx, x0);
-                moe_ffn(ctx->compute(), ex, dh, n, c.E, c.K, dids, dw, n > kGemvMaxTokens ? ids.data() : nullptr,
+                // chunks above the GEMV size: grouped by expert on the host (passes 0, 3) or on the
+                // device (passes 1, 2: no host ids)
+                const bool host_grouping = n > kGemvMaxTokens && (pass == 0 || pass == 3);
+                moe_ffn(ctx->compute(), ex, dh, n, c.E, c.K, dids, dw, host_grouping ? ids.data() : nullptr,
                         slot_of.data(), dpartial, dx, sc);
                 auto got = to_host(dx, x0.size());
                 auto full = ref_moe(H, h, n, c.E, c.F, c.K, ids, w, c.oai, std::vector<bool>(c.X, true), round);
                 std::vector<float> delta(got.size());
                 for (size_t i = 0; i < got.size(); ++i) delta[i] = got[i] - x0[i];
-                EXPECT_LT(nerr(delta, full), tol) << (pass == 1 ? "rounded, int8, half the experts resident + CPU partial"
+                EXPECT_LT(nerr(delta, full), tol) << (host_grouping ? "grouped on the host; " : "") <<
+                                                     (pass == 1 ? "rounded, int8, half the experts resident + CPU partial"
                                                       : pass == 2  ? "rounded activations, int8 dot products"
                                                       : round      ? "rounded activations, f32"
                                                                    : "all resident");
@@ -787,6 +845,205 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
             ctx->alloc().free(xr);
         }
     }
+}
+
+// The grouped MoE GEMM of prompts (moe_gemm.h) against an f64 product of the same f16 operands
+// (weights decoded by src/quant and rounded to f16 on the host, activations f16), at the expert
+// shapes of gpt-oss (2880 x 2880), qwen3moe (2048 <-> 768) and qwen3next (2048 <-> 512), every
+// weight type, groups of 0-130 rows (tile edges at 64). Only the f32 summation order differs, so
+// the bound is the GEMV harness's 2e-5 (sqrt(K) * 6e-8 ~ 3e-6 expected), with each element also
+// inside the worst-case f32 bound K * 2^-22 * sum |a_k w_k|. Rows outside the groups stay
+// untouched, and each group alone gives the same bits as the grouped launch (the hybrid's staged
+// experts run one per launch).
+TEST_F(CudaOps, MoeGroupedGemmMatchesF16ReferenceAndDoesNotDependOnGrouping) {
+    struct Cfg { int64_t K, N; std::vector<int64_t> rows; };
+    const Cfg cfgs[] = {{2880, 2880, {65, 1}}, {2048, 768, {13, 130, 0, 65, 2}}, {768, 2048, {5, 64, 33}},
+                        {2048, 512, {1, 17, 64, 3}}, {512, 2048, {40, 9}}};
+    for (GgmlType t : kTypes) {
+        for (const Cfg& c : cfgs) {
+            if (!shape_ok(t, c.K)) continue;
+            SCOPED_TRACE(type_display_name(t) + " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N));
+            const int64_t G = static_cast<int64_t>(c.rows.size());
+            const int64_t R = std::accumulate(c.rows.begin(), c.rows.end(), int64_t{0}) + 3;  // 3 rows in no group
+            std::vector<HostWeight> W;
+            std::vector<uint8_t> pool;
+            for (int64_t g = 0; g < G; ++g) {
+                W.push_back(make_weight(t, c.K, c.N, 0.1f));
+                pool.insert(pool.end(), W.back().bytes.begin(), W.back().bytes.end());
+            }
+            const size_t stride = W[0].bytes.size();
+            auto a32 = randn(static_cast<size_t>(R * c.K));
+            std::vector<uint16_t> a16(a32.size());
+            for (size_t i = 0; i < a32.size(); ++i) a16[i] = f32_to_fp16(a32[i]);
+            const uint8_t* dpool = to_dev(*ctx, pool);
+            const auto* da = reinterpret_cast<const __half*>(to_dev(*ctx, a16));
+            float* dout = ctx->alloc_n<float>(static_cast<size_t>(R * c.N), "out");
+            std::vector<MoeGemmGroup> groups;
+            int64_t row = 2;  // rows 0, 1 and the last are in no group
+            for (int64_t g = 0; g < G; ++g) {
+                groups.push_back({dpool + static_cast<size_t>(g) * stride, row, c.rows[static_cast<size_t>(g)]});
+                row += c.rows[static_cast<size_t>(g)];
+            }
+            const DWeight shape{t, dpool, c.K, c.N, row_size(t, c.K)};
+            poison(dout, static_cast<size_t>(R * c.N));
+            moe_gemm_f16(ctx->compute(), shape, groups, da, c.K, dout, c.N);
+            auto got = to_host(dout, static_cast<size_t>(R * c.N));
+            std::vector<float> sub;
+            std::vector<double> ref;
+            double worst = 0;
+            for (int64_t g = 0; g < G; ++g) {
+                std::vector<float> w16(W[g].deq.size());
+                for (size_t i = 0; i < w16.size(); ++i) w16[i] = fp16_to_f32(f32_to_fp16(W[g].deq[i]));
+                for (int64_t m = 0; m < groups[g].rows; ++m) {
+                    const int64_t r = groups[g].row0 + m;
+                    for (int64_t n = 0; n < c.N; ++n) {
+                        double sum = 0, mag = 0;
+                        for (int64_t k = 0; k < c.K; ++k) {
+                            const double p = static_cast<double>(w16[n * c.K + k]) * fp16_to_f32(a16[r * c.K + k]);
+                            sum += p;
+                            mag += std::fabs(p);
+                        }
+                        const float y = got[r * c.N + n];
+                        sub.push_back(y);
+                        ref.push_back(sum);
+                        worst = std::max(worst, std::fabs(y - sum) / (c.K * std::ldexp(1.0, -22) * mag + 1e-30));
+                    }
+                }
+            }
+            EXPECT_LT(nerr(sub, ref), 2e-5);
+            EXPECT_LE(worst, 1.0) << "an element outside the worst-case f32 summation bound";
+            for (int64_t r : {int64_t{0}, int64_t{1}, R - 1})
+                for (int64_t n = 0; n < c.N; ++n) ASSERT_TRUE(std::isnan(got[r * c.N + n])) << "row " << r << " written";
+            // each group alone: the same bits
+            poison(dout, static_cast<size_t>(R * c.N));
+            for (const MoeGemmGroup& g : groups) moe_gemm_f16(ctx->compute(), shape, {&g, 1}, da, c.K, dout, c.N);
+            auto alone = to_host(dout, static_cast<size_t>(R * c.N));
+            for (int64_t r = 2; r < R - 1; ++r)
+                for (int64_t n = 0; n < c.N; ++n)
+                    ASSERT_EQ(f32_to_bits(alone[r * c.N + n]), f32_to_bits(got[r * c.N + n])) << "row " << r << " col " << n;
+        }
+    }
+    // More groups than one launch's table (96) holds: 200 groups of 0-5 rows.
+    const HostWeight w = make_weight(GgmlType::Q4_K, 256, 96, 0.1f);
+    std::vector<uint16_t> a16(static_cast<size_t>(600 * 256));
+    auto a32 = randn(a16.size());
+    for (size_t i = 0; i < a16.size(); ++i) a16[i] = f32_to_fp16(a32[i]);
+    const uint8_t* dw = to_dev(*ctx, w.bytes);
+    const auto* da = reinterpret_cast<const __half*>(to_dev(*ctx, a16));
+    float* dout = ctx->alloc_n<float>(static_cast<size_t>(600 * 96), "out");
+    poison(dout, static_cast<size_t>(600 * 96));
+    std::vector<MoeGemmGroup> groups;
+    int64_t row = 0;
+    for (int g = 0; g < 200; ++g) {
+        groups.push_back({dw, row, g % 6});
+        row += g % 6;
+    }
+    moe_gemm_f16(ctx->compute(), DWeight{GgmlType::Q4_K, dw, 256, 96, row_size(GgmlType::Q4_K, 256)}, groups, da, 256, dout, 96);
+    auto got = to_host(dout, static_cast<size_t>(600 * 96));
+    std::vector<float> sub;
+    std::vector<double> ref;
+    for (int64_t r = 0; r < row; ++r)
+        for (int64_t n = 0; n < 96; ++n) {
+            double sum = 0;
+            for (int64_t k = 0; k < 256; ++k)
+                sum += static_cast<double>(fp16_to_f32(f32_to_fp16(w.deq[n * 256 + k]))) * fp16_to_f32(a16[r * 256 + k]);
+            sub.push_back(got[r * 96 + n]);
+            ref.push_back(sum);
+        }
+    EXPECT_LT(nerr(sub, ref), 2e-5);
+    EXPECT_TRUE(std::isnan(got[row * 96])) << "the row after the last group was written";
+}
+
+// moe_group (the grouping on the device, no host round trip) against the grouping computed here:
+// offsets and tile starts exact, every pair in its expert's rows once, and the slot-table GEMM over
+// it equal bit for bit to the host-table GEMM of the same groups (the hybrid's staged experts and
+// GPU-all prompts then give the same rows).
+TEST_F(CudaOps, MoeGroupOnTheDeviceMatchesTheHostGrouping) {
+    const int64_t X = 128, n = 300, Kdim = 256, N = 192;
+    const int K = 8;
+    const GgmlType t = GgmlType::Q4_K;
+    std::vector<int32_t> ids(static_cast<size_t>(n * K)), slot_of(static_cast<size_t>(X));
+    for (int64_t tok = 0; tok < n; ++tok) {
+        std::vector<int32_t> all(static_cast<size_t>(X));
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng());
+        // skewed: token tok prefers low ids half the time, so some experts get > 64 rows and some none
+        if (tok % 2 == 0) std::sort(all.begin(), all.begin() + 24);
+        for (int j = 0; j < K; ++j) ids[tok * K + j] = all[j];
+    }
+    for (int64_t e = 0; e < X; ++e) slot_of[e] = e % 5 == 3 ? -1 : static_cast<int32_t>((e * 7) % X);
+    const int64_t R = n * K;
+    MoeScratch sc;
+    sc.group_tok = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
+    sc.row_of = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
+    sc.group_exp = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
+    sc.group_off = ctx->alloc_n<int32_t>(static_cast<size_t>(2 * (X + 1)), "g");
+    int32_t* dids = to_dev(*ctx, ids);
+    int32_t* dslot = to_dev(*ctx, slot_of);
+    moe_group(ctx->compute(), dids, n, K, dslot, X, sc);
+    auto off = to_host(sc.group_off, static_cast<size_t>(2 * (X + 1)));
+    auto gtok = to_host(sc.group_tok, static_cast<size_t>(R));
+    auto gexp = to_host(sc.group_exp, static_cast<size_t>(R));
+    auto row_of = to_host(sc.row_of, static_cast<size_t>(R));
+    std::vector<int64_t> cnt(static_cast<size_t>(X), 0);
+    for (int32_t e : ids) ++cnt[static_cast<size_t>(e)];
+    int64_t o = 0, tiles = 0, big = 0;
+    for (int64_t e = 0; e < X; ++e) {
+        ASSERT_EQ(off[e], o) << "offset of expert " << e;
+        ASSERT_EQ(off[X + 1 + e], tiles) << "first tile of expert " << e;
+        o += cnt[e];
+        tiles += slot_of[e] >= 0 ? (cnt[e] + 63) / 64 : 0;
+        big += cnt[e] > 64;
+    }
+    ASSERT_EQ(off[X], R);
+    ASSERT_EQ(off[2 * X + 1], tiles);
+    ASSERT_LE(tiles, moe_max_tiles(R, X));
+    EXPECT_GT(big, 0) << "the routing should give some expert more than one tile";
+    std::vector<int> seen(static_cast<size_t>(R), 0);
+    for (int64_t r = 0; r < R; ++r) {
+        const int32_t g = row_of[r];
+        ASSERT_TRUE(g >= 0 && g < R);
+        ++seen[static_cast<size_t>(g)];
+        EXPECT_EQ(gexp[g], ids[r]);
+        EXPECT_EQ(gtok[g], r / K);
+        EXPECT_TRUE(g >= off[ids[r]] && g < off[ids[r] + 1]);
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), R) << "row_of is not a permutation";
+
+    // The slot-table GEMM over this grouping vs the host-table GEMM of the same groups.
+    std::vector<uint8_t> pool;
+    for (int64_t e = 0; e < X; ++e) {
+        auto w = make_weight(t, Kdim, N, 0.1f);
+        pool.insert(pool.end(), w.bytes.begin(), w.bytes.end());
+    }
+    const size_t stride = row_size(t, Kdim) * N;
+    const uint8_t* dpool = to_dev(*ctx, pool);
+    auto a32 = randn(static_cast<size_t>(R * Kdim));
+    std::vector<uint16_t> a16(a32.size());
+    for (size_t i = 0; i < a16.size(); ++i) a16[i] = f32_to_fp16(a32[i]);
+    const auto* da = reinterpret_cast<const __half*>(to_dev(*ctx, a16));
+    float* d1 = ctx->alloc_n<float>(static_cast<size_t>(R * N), "o1");
+    float* d2 = ctx->alloc_n<float>(static_cast<size_t>(R * N), "o2");
+    poison(d1, static_cast<size_t>(R * N));
+    poison(d2, static_cast<size_t>(R * N));
+    const DWeight shape{t, dpool, Kdim, N, row_size(t, Kdim)};
+    moe_gemm_f16_slots(ctx->compute(), shape, stride, dslot, X, sc.group_off, R, da, Kdim, d1, N);
+    std::vector<MoeGemmGroup> groups;
+    for (int64_t e = 0; e < X; ++e)
+        if (slot_of[e] >= 0) groups.push_back({dpool + static_cast<size_t>(slot_of[e]) * stride, off[e], off[e + 1] - off[e]});
+    moe_gemm_f16(ctx->compute(), shape, groups, da, Kdim, d2, N);
+    auto h1 = to_host(d1, static_cast<size_t>(R * N)), h2 = to_host(d2, static_cast<size_t>(R * N));
+    for (int64_t e = 0; e < X; ++e)
+        for (int64_t g = off[e]; g < off[e + 1]; ++g)
+            for (int64_t c = 0; c < N; ++c) {
+                const size_t i = static_cast<size_t>(g * N + c);
+                if (slot_of[e] < 0) {
+                    ASSERT_TRUE(std::isnan(h1[i])) << "a row of non-resident expert " << e << " was written";
+                } else {
+                    ASSERT_FALSE(std::isnan(h1[i]));
+                    ASSERT_EQ(f32_to_bits(h1[i]), f32_to_bits(h2[i])) << "expert " << e << " row " << g;
+                }
+            }
 }
 
 TEST_F(CudaOps, ScratchAllocationsRespectTheBudget) {
