@@ -2,6 +2,8 @@
 // poisoned (NaN bytes) before each kernel runs, and the normalised error ||out - ref|| / ||ref||.
 #pragma once
 
+#include <cstdlib>
+
 #include "cuda/check.h"
 #include "cuda/context.h"
 
@@ -18,7 +20,10 @@ namespace nitro::cuda::test {
 /// One generator per test binary run, seeded from std::random_device (printed once).
 inline std::mt19937_64& rng() {
     static std::mt19937_64 g = [] {
-        const uint64_t seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+        // NITRO_TEST_SEED: rerun a failure with its inputs (the seed is printed)
+        const char* env = std::getenv("NITRO_TEST_SEED");
+        const uint64_t seed = env ? std::strtoull(env, nullptr, 10)
+                                  : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
         std::printf("[cuda tests] random seed %llu\n", static_cast<unsigned long long>(seed));
         return std::mt19937_64(seed);
     }();
