@@ -21,7 +21,8 @@
 # (GiB of random experts per kernel cell and of the read probe, default 4: well above the lent
 # Xeon's 300 MiB L3; at 1 GiB some cells read above 100% of the probe), SMALL=1
 # (the `tiny` presets instead: checks the script itself in seconds, the figures mean nothing),
-# N_PROMPT / N_GEN (prompt and generated tokens of the decode runs, default 128 / 32), PARTS (what to
+# N_PROMPT / N_GEN (prompt and generated tokens of the decode runs, default 128 / 32), SWEEP (the
+# prefetch runs, "BYTES:HINT ...", default six; "none" for none), PARTS (what to
 # run, comma-separated, default all: kernels, sweep, nommap, decode; the summary prints the parts
 # whose results are in OUT_DIR). The whole script can pass a 10-minute slot: split it over two
 # calls with the same MODELS_DIR and OUT_DIR, e.g. PARTS=kernels,sweep,nommap then PARTS=decode.
@@ -120,12 +121,17 @@ if part kernels; then
     bench kernels-g20 -m "$g20" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
     log "kernel table, qwen3-30b-a3b shape"
     bench kernels-q30 -m "$q30" --kernels all --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
+    # Qwen3-Next-80B's 512 small experts (2048 x 512, 10 per token): per-expert overheads, not
+    # bytes, decide there (issue 16's hybrid decode read 13-25 GB/s of them against a 91 GB/s probe).
+    log "kernel table, qwen3-next-80b-a3b shape"
+    bench kernels-q3n -m "$q30" --kernels mxfp4,q4_k,iq4_xs,q8_0 --kernel-shape 2048x512 --kernel-experts 10 \
+        --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
 fi
 
 # 2b. The one-token kernels' software prefetch (default 1536 B ahead into L1, t0): distance x cache
 #     level, both levels (AVX2 MXFP4 was at 88% of the probe with the default, issue 19).
-sweep_runs="768:t0 3072:t0 6144:t0 1536:t1 3072:t1 6144:t1"
-part sweep || sweep_runs=""
+sweep_runs="${SWEEP:-768:t0 3072:t0 6144:t0 1536:t1 3072:t1 6144:t1}"
+part sweep && [ "$sweep_runs" != none ] || sweep_runs=""
 for run in $sweep_runs; do
     pf=${run%:*} hint=${run#*:}
     log "kernel table, prefetch $pf B $hint"
@@ -180,7 +186,7 @@ P("CPU expert kernels vs DRAM (bench/cpu_kernels_device.sh), MEASURED, %d thread
 if os.environ.get("SMALL") == "1": P("  SMALL=1: tiny presets, the figures check the script only")
 for l in machine.strip().splitlines(): P("  " + l)
 
-for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b")):
+for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b"), ("q3n", "qwen3-next-80b-a3b")):
     if not have("kernels-" + tag): continue
     k = load("kernels-" + tag)
     probe = k["read_bandwidth_gb_s"]

@@ -6,9 +6,28 @@
 #   .carry/fixtures.tar.xz  shared/fixtures (the tiny GGUFs and their llama.cpp goldens)
 #   .carry/llama-src.tar.xz llama.cpp 80fb11a's source from node-llama-cpp's bundle (git archive,
 #                           without models/docs/tests) for llama-bench with CUDA (only with --llama)
+#   .carry/cpu.tar.xz       (only with --cpu CPU_BUILD, alone) cpu/{nitro, the Debian libraries,
+#                           llama-peer/}: the CPU build and llama.cpp's CPU peer for
+#                           bench/cpu_kernels_device.sh (run it with LD_LIBRARY_PATH=cpu)
 # usage: bench/make_carry.sh [--llama] [BUILD_DIR=build-cuda]
+#        bench/make_carry.sh --cpu [CPU_BUILD_DIR=build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --cpu ]; then
+    B=${2:-build}
+    mkdir -p .carry
+    T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+    mkdir -p "$T/cpu/llama-peer"
+    cp "$B/nitro" "$T/cpu/" && strip --strip-unneeded "$T/cpu/nitro"
+    for lib in libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libcpp-httplib.so.0.11; do cp -L "/lib/x86_64-linux-gnu/$lib" "$T/cpu/"; done
+    # llama.cpp's peer with the CPU variants the ggml loader would choose on the lent Xeon
+    # (sapphirerapids), the AVX2 comparison (haswell) and the baseline (x64)
+    for f in llama_cpp_bench libggml-base.so libggml.v0.4.0.so libllama.v0.4.0.so libggml-cpu-sapphirerapids.so \
+             libggml-cpu-haswell.so libggml-cpu-x64.so; do cp -P "$B/llama-peer/$f" "$T/cpu/llama-peer/"; done
+    XZ_OPT=-9 tar cJf .carry/cpu.tar.xz -C "$T" cpu
+    ls -la .carry/cpu.tar.xz
+    exit 0
+fi
 LLAMA=0; [ "${1:-}" = --llama ] && { LLAMA=1; shift; }
 B=${1:-build-cuda}
 SHARED=${NITRO_SHARED_DIR:-$(cd .. && pwd)/shared}
