@@ -669,6 +669,17 @@ std::string GpuSession::describe() const {
     return s;
 }
 
+void GpuSession::set_op_profile(bool on) {
+    Impl& m = *m_;
+    m.drop_graph();  // recaptured with (or without) the marks at the next decode step
+    m.op_profile_on = on;
+    m.op_marks.assign(m.graph.size(), {});
+    m.op_kernels.assign(m.graph.size(), {});
+    m.op_prof = OpProfile{};
+}
+
+const OpProfile& GpuSession::op_profile() const { return m_->op_prof; }
+
 RouterHostView GpuSession::router_host(int layer) const {
     const auto& D = m_->layers.at(static_cast<size_t>(layer));
     return {D.rh_h, D.rh_ids, D.rh_w, D.rh_ready};
@@ -735,9 +746,17 @@ void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
             NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_step, m.h_step, 4, cudaMemcpyHostToDevice, s));
             if (m.cache)  // every launch reads the mirror as begin_cache_step left it
                 NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, table_bytes, cudaMemcpyHostToDevice, s));
-            forward_chunk(m, m.spec, c);
+            if (m.op_profile_on) {  // the same ops with a timing mark before each (op_profile.h)
+                std::vector<OpMark>& marks = m.op_marks[static_cast<size_t>(q)];
+                TimedOps<Impl> timed{m, s, marks};
+                forward_chunk(timed, m.spec, c);
+                op_mark(s, marks, nullptr);
+            } else {
+                forward_chunk(m, m.spec, c);
+            }
             NITRO_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
             NITRO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            if (m.op_profile_on) m.op_kernels[static_cast<size_t>(q)] = op_kernel_counts(graph, m.op_marks[static_cast<size_t>(q)]);
             m.graph_host_router = m.host_router();
             size_t nn = 0;
             NITRO_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nn));
@@ -754,6 +773,7 @@ void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
         NITRO_CUDA_CHECK(cudaGraphLaunch(exec, s));
         if (m.hybrid) cpu_decode_step();
         NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
+        if (m.op_profile_on) op_accumulate(m.op_prof, m.op_marks[static_cast<size_t>(q)], m.op_kernels[static_cast<size_t>(q)]);
         if (logits_out) std::memcpy(logits_out, m.h_logits, static_cast<size_t>(m.V) * 4);
         after_decode_step(q, m.groups[0].pos0);
         return;

@@ -28,6 +28,8 @@
 
 namespace nitro::cuda {
 
+struct OpProfile;  // cuda/op_profile.h
+
 class DeviceContext;
 
 /// One layer's router result of the latest single-token step, in pinned host memory written by
@@ -85,6 +87,12 @@ public:
     /// Kernel launches of one single-token step (nodes of the captured decode graph). 0 before the
     /// first decode step.
     int launches_per_token() const { return launches_per_token_; }
+    /// Per-op GPU time of single-token steps (cuda/op_profile.h): on = the decode graphs are
+    /// captured again with a timing mark before each op of the forward pass and a new profile
+    /// starts; off = plain graphs again. For benchmarks (nitro_cuda_bench --ops).
+    void set_op_profile(bool on);
+    /// The profile of the decode steps run since set_op_profile(true).
+    const OpProfile& op_profile() const;
     /// Bytes of device memory the engine's allocator holds / its budget (the plan's budget minus
     /// the CUDA runtime's own measured overhead).
     uint64_t vram_used() const;

@@ -9,6 +9,7 @@
 #include "cuda/context.h"
 #include "cuda/delta_net.h"
 #include "cuda/gpu_session.h"
+#include "cuda/op_profile.h"
 #include "cuda/ops.h"
 #include "cuda/prefill_stager.h"
 #include "cuda/slot_copier.h"
@@ -161,6 +162,12 @@ struct GpuSession::Impl {
     std::vector<cudaGraph_t> graph;
     std::vector<cudaGraphExec_t> graph_exec;
     bool graph_host_router = false;  ///< the captured graphs write router results to the host
+    // Per-op timing of decode steps (op_profile.h; GpuSession::set_op_profile): the marks captured
+    // into each sequence's graph and the kernels between them.
+    bool op_profile_on = false;
+    std::vector<std::vector<OpMark>> op_marks;
+    std::vector<std::vector<int64_t>> op_kernels;
+    OpProfile op_prof;
 
     // CPU side of the hybrid
     std::unique_ptr<cpu::ThreadPool> pool;
@@ -210,6 +217,7 @@ struct GpuSession::Impl {
             if (g) cudaGraphExecDestroy(g), g = nullptr;
         for (auto& g : graph)
             if (g) cudaGraphDestroy(g), g = nullptr;
+        for (auto& mk : op_marks) op_marks_clear(mk);
     }
     bool any_graph() const {
         return std::any_of(graph_exec.begin(), graph_exec.end(), [](cudaGraphExec_t g) { return g != nullptr; });

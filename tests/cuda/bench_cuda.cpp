@@ -9,7 +9,9 @@
 //     qwen3-30b-a3b with 512 and 4,096 tokens, against the former way (per expert: dequantize to
 //     f16, then one cuBLAS GEMM);
 //   - pp N and tg N tok/s like llama-bench (prompt from an empty context; decode from a 1-token
-//     context), median of --reps runs, and kernel launches per decode step.
+//     context), median of --reps runs, and kernel launches per decode step;
+//   - with --ops: where a decode step's GPU time goes, per op of the forward pass (op_profile.h:
+//     timing events inside the decode graph), with its kernel launches.
 // nitro_cuda_bench MODEL.gguf --staging [--threads 4,8,16]: the ways a hybrid prompt could bring
 // experts of the mapped file to the GPU (issue 14, docs/hybrid.md "Prompts"), each over distinct
 // (cold) experts: CPU copy into write-combined or cached pinned buffers with memcpy or with
@@ -20,6 +22,7 @@
 #include "cuda/context.h"
 #include "cuda/gpu_session.h"
 #include "cuda/moe_gemm.h"
+#include "cuda/op_profile.h"
 #include "cuda/ops.h"
 #include "quant/types.h"
 #include "runtime/model.h"
@@ -396,10 +399,11 @@ int staging_figures(const Model& model, const std::vector<int>& threads) {
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--reps N] [--no-kernels] | --staging [--threads 4,8,16]\n");
+        std::fprintf(stderr, "usage: nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--reps N] [--no-kernels] [--ops] | --staging [--threads 4,8,16]\n");
         return 2;
     }
     int pp = 512, tg = 128, reps = 3;
+    bool ops = false;
     bool kernels = true, staging = false;
     std::vector<int> threads = {4, 8, 16};
     for (int i = 2; i < argc; ++i) {
@@ -417,6 +421,7 @@ int main(int argc, char** argv) {
         else if (a == "--tg" && i + 1 < argc) tg = std::atoi(argv[++i]);
         else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
         else if (a == "--no-kernels") kernels = false;
+        else if (a == "--ops") ops = true;
     }
     try {
         if (staging) return staging_figures(Model(argv[1]), threads);
@@ -461,6 +466,33 @@ int main(int argc, char** argv) {
         std::printf("MEASURED %s GPU-all: pp%d %.1f tok/s, tg%d %.1f tok/s (median of %d), %d kernel launches per decode "
                     "token (one CUDA graph)\n",
                     model.hp().name.c_str(), pp, median(pps), tg, median(tgs), reps, gpu.launches_per_token());
+        if (ops) {  // the same decode steps once more, with timing marks between the ops
+            gpu.set_op_profile(true);
+            gpu.truncate(0);
+            const int32_t first[1] = {prompt[0]};
+            gpu.eval(first, false, logits);
+            int32_t tok = prompt[1];
+            const auto a = C::now();
+            for (int i = 0; i < tg; ++i) {
+                const int32_t one[1] = {tok};
+                gpu.eval(one, false, logits);
+                tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            }
+            const double wall_ms = std::chrono::duration<double, std::milli>(C::now() - a).count() / tg;
+            const OpProfile& p = gpu.op_profile();
+            const double step = p.step_ms / static_cast<double>(p.steps);
+            std::printf("MEASURED decode step by op (%lld steps with timing marks: GPU %.3f ms per step, wall %.3f ms; "
+                        "an op's time runs from its first launch to the next op's, gaps included):\n",
+                        static_cast<long long>(p.steps), step, wall_ms);
+            std::printf("  %-14s %6s %8s %12s %8s %14s\n", "op", "calls", "kernels", "us per step", "share", "us per kernel");
+            for (const OpProfile::Row& r : p.rows) {
+                const double us = 1000.0 * r.ms / static_cast<double>(p.steps);
+                std::printf("  %-14s %6lld %8lld %12.1f %7.1f%% %14.2f\n", r.op.c_str(), static_cast<long long>(r.calls),
+                            static_cast<long long>(r.kernels), us, 100.0 * us / (1000.0 * step),
+                            r.kernels > 0 ? us / static_cast<double>(r.kernels) : 0.0);
+            }
+            gpu.set_op_profile(false);
+        }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;

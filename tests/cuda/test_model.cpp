@@ -11,6 +11,7 @@
 #include "arch/synth.h"
 #include "core/error.h"
 #include "cuda/gpu_session.h"
+#include "cuda/op_profile.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"
 #include "runtime/engine.h"
@@ -98,6 +99,66 @@ TEST(CudaModel, SynthModelsOfEveryExpertTypeMatchCpu) {
                     st.router_divergences);
         std::filesystem::remove(o.out);
     }
+}
+
+TEST(CudaModel, OpProfileCoversEveryLaunchAndChangesNothing) {
+    // nitro_cuda_bench --ops: timing marks between the forward pass's ops inside the decode graph.
+    // Every kernel of the step is counted under some op (the sum equals the graph's kernel nodes,
+    // counted independently by node type), each per-layer op is called once per layer, and the
+    // marks change no result (logits bit for bit).
+    cuda::test::require_gpu();
+    SynthOptions o;
+    o.arch = "qwen3moe";
+    o.preset = "tiny";
+    o.expert_type = GgmlType::Q4_K;
+    o.out = (std::filesystem::temp_directory_path() / "nitro-cuda-op-profile.gguf").string();
+    synth_model(o);
+    Model model(o.out);
+    SessionOptions so;
+    GpuOptions go;
+    go.progress = false;
+    cuda::GpuSession gpu(model, so, go);
+    const int32_t prompt[3] = {5, 17, 42};
+    auto run = [&](std::vector<std::vector<float>>& out) {
+        gpu.truncate(0);
+        std::vector<float> l;
+        gpu.eval(std::span<const int32_t>(prompt, 1), false, l);
+        for (int i = 1; i < 3; ++i) {
+            gpu.eval(std::span<const int32_t>(prompt + i, 1), false, l);
+            out.push_back(l);
+        }
+    };
+    std::vector<std::vector<float>> plain, profiled;
+    run(plain);
+    const int launches = gpu.launches_per_token();
+    ASSERT_GT(launches, 0);
+    gpu.set_op_profile(true);
+    run(profiled);
+    EXPECT_EQ(plain, profiled) << "timing marks changed the logits";
+    const cuda::OpProfile& p = gpu.op_profile();
+    EXPECT_EQ(p.steps, 3);  // the prompt's first token is a decode step too
+    EXPECT_EQ(gpu.launches_per_token(), launches) << "the marks must add no kernel";
+    int64_t kernels = 0;
+    double ms = 0;
+    for (const cuda::OpProfile::Row& r : p.rows) {
+        kernels += r.kernels;
+        ms += r.ms;
+        EXPECT_GE(r.ms, 0.0) << r.op;
+        if (r.op == "attn_norm" || r.op == "moe" || r.op == "route") {
+            EXPECT_EQ(r.calls, model.hp().n_layer) << r.op;
+        }
+        if (r.op == "embed" || r.op == "lm_head") {
+            EXPECT_EQ(r.calls, 1) << r.op;
+        }
+    }
+    EXPECT_EQ(kernels, launches) << "some kernels of the decode graph are under no op";
+    EXPECT_GT(p.step_ms, 0.0);
+    EXPECT_NEAR(ms, p.step_ms, 0.01 * p.step_ms + 1e-3) << "the ops' intervals must tile the step";
+    gpu.set_op_profile(false);
+    std::vector<std::vector<float>> again;
+    run(again);
+    EXPECT_EQ(plain, again);
+    std::filesystem::remove(o.out);
 }
 
 TEST(CudaModel, RouteEventsOfEveryStepEqualTheCpus) {
