@@ -7,7 +7,8 @@
 #   bench/kernels_device.sh OUT
 # Inputs from .carry/ (CARRY_CUDA_BENCH=1 bench/make_carry.sh --llama build-cuda): bin.tar.xz,
 # llama-src.tar.xz. Environment: MODELS (gpt-oss-20b,qwen3-30b-a3b), PP (512), TG (128),
-# REPS (3), FILTER (gtest filter), TESTS (1), KERNELS (1: nitro_cuda_bench's kernel figures). A
+# REPS (3), FILTER (gtest filter), TESTS (1), KERNELS (1: nitro_cuda_bench's kernel figures), OPS
+# (1: each model's decode step by op, nitro_cuda_bench --ops), SIDE (1: the side-by-side runs). A
 # second call on the still-warm machine (TESTS=0 KERNELS=0 PP=4096) reuses llama-bench and the models.
 set -uo pipefail
 RESULTS=${1:?out dir}
@@ -55,6 +56,13 @@ if [ "${KERNELS:-1}" = 1 ]; then
     "$W/bin/nitro_cuda_bench" "/dev/shm/${MS[0]}.gguf" --pp 0 --tg 0 2>&1 | tee "$OUTD/kernels.txt" | grep -vE "^$" | tee -a "$S"
     [ -x "$W/bin/dev_moe_gemm" ] && { log "kernel sandbox: moe_gemm" | tee -a "$S"; "$W/bin/dev_moe_gemm" 10 2>&1 | tee -a "$S"; }
 fi
+if [ "${OPS:-1}" = 1 ]; then
+    for m in "${MS[@]}"; do
+        log "decode step by op: $m" | tee -a "$S"
+        "$W/bin/nitro_cuda_bench" "/dev/shm/$m.gguf" --no-kernels --pp 512 --tg 64 --reps 1 --ops 2>&1 | tee "$OUTD/ops_$m.txt" | grep -vE "^$" | tee -a "$S"
+    done
+fi
+[ "${SIDE:-1}" = 1 ] || { log done; exit 0; }
 nitro_run() {  # $1 model, $2 tag
     "$W/bin/nitro_cuda_bench" "/dev/shm/$1.gguf" --no-kernels --pp "$PP" --tg "$TG" --reps "$REPS" > "$OUTD/nitro_$1_$2.txt" 2>&1
     grep -E "tok/s|launches" "$OUTD/nitro_$1_$2.txt" | sed "s/^/MEASURED nitro $1 $2: /" | tee -a "$S"
