@@ -54,6 +54,7 @@ if [ "${KERNELS:-1}" = 1 ]; then
     log "kernel figures" | tee -a "$S"
     "$W/bin/nitro_cuda_bench" "/dev/shm/${MS[0]}.gguf" --pp 0 --tg 0 2>&1 | tee "$OUTD/kernels.txt" | grep -vE "^$" | tee -a "$S"
     [ -x "$W/bin/dev_moe_gemm" ] && { log "kernel sandbox: moe_gemm" | tee -a "$S"; "$W/bin/dev_moe_gemm" 10 2>&1 | tee -a "$S"; }
+    [ -x "$W/bin/dev_moe_mmq" ] && { log "kernel sandbox: moe_mmq" | tee -a "$S"; "$W/bin/dev_moe_mmq" 10 2>&1 | tee -a "$S"; }
 fi
 nitro_run() {  # $1 model, $2 tag
     "$W/bin/nitro_cuda_bench" "/dev/shm/$1.gguf" --no-kernels --pp "$PP" --tg "$TG" --reps "$REPS" > "$OUTD/nitro_$1_$2.txt" 2>&1
