@@ -10,6 +10,7 @@
 #include "cuda/common.cuh"
 #include "cuda/mmvq.h"
 #include "cuda/moe_gemm.h"
+#include "cuda/moe_mmq.h"
 #include "cuda/q8dot.cuh"
 #include "cuda/quant.cuh"
 
@@ -660,16 +661,48 @@ __global__ void moe_glu_kernel(const float* gate, const float* __restrict__ up,
     else act32[i] = y;
 }
 
+/// Whether the prompt MoE takes the integer grouped GEMM (moe_mmq.h): activations rounded as the
+/// CPU rounds them (scratch.gemm.xr), integer products on (GemmScratch::int8_dot), and 8-bit-block
+/// types for gate / up and down. Otherwise the f16 grouped GEMM (moe_gemm.h).
+bool moe_mmq_on(const ExpertSlots& ex, const MoeScratch& sc) {
+    return sc.gemm.xr != nullptr && sc.gemm.int8_dot && q8_supported(ex.gate.type) && q8_supported(ex.down.type);
+}
+
+/// The 8-bit expert inputs of a prompt chunk's n tokens (quantized once per token, not per pair: the
+/// integer GEMM gathers them through group_tok), in scratch.gemm.act.
+Q8Acts moe_q8_input(const MoeScratch& sc, int64_t n, int64_t E) {
+    Q8Acts a;
+    a.q = reinterpret_cast<const int8_t*>(sc.gemm.act);
+    a.d = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(sc.gemm.act) +
+                                         (static_cast<uint64_t>(n * E) + 255) / 256 * 256);
+    a.ne0 = E;
+    return a;
+}
+
 /// The prefill MoE of the given groups (one entry per expert, its weights and grouped rows):
-/// grouped gate and up GEMMs from the f16 grouped inputs, the GLU of grouped rows [g0, g0 + nrows)
+/// grouped gate and up GEMMs from the grouped inputs, the GLU of grouped rows [g0, g0 + nrows)
 /// (rows whose expert has slot_of < 0 skipped when slot_of is given), its rounding to the down
-/// weight's vec-dot type, and the grouped down GEMM into scratch.down.
+/// weight's vec-dot type, and the grouped down GEMM into scratch.down. Integer path (moe_mmq_on):
+/// the inputs are moe_prefill_begin's 8-bit rows of the n tokens, the GLU output of these rows is
+/// quantized into the chunk's 8-bit layout of R rows in scratch.act; f16 path: f16 grouped rows.
 void moe_prefill_groups(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g,
                         std::span<const MoeGemmGroup> gate, std::span<const MoeGemmGroup> up,
                         std::span<const MoeGemmGroup> down, const int32_t* slot_of, int64_t g0, int64_t nrows,
                         MoeScratch& sc) {
     const int64_t F = g.F, E = g.E;
     const bool round = sc.gemm.xr != nullptr;
+    if (moe_mmq_on(ex, sc)) {
+        const Q8Acts hq = moe_q8_input(sc, g.n, E);
+        moe_mmq(s, ex.gate, gate, hq, sc.group_tok, sc.gate, F);
+        moe_mmq(s, ex.up, up, hq, sc.group_tok, sc.up, F);
+        moe_glu_kernel<<<ceil_div(nrows * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, slot_of, ex.gate_b, ex.up_b,
+                                                               ex.oai_act ? 1 : 0, g0, nrows, F, nullptr, sc.gate);
+        NITRO_CUDA_LAUNCH_CHECK();
+        const Q8Acts aq = quantize_q8_part(s, ex.down.type, sc.gate + g0 * F, F, g0, nrows, g.R, F, sc.act,
+                                           static_cast<size_t>(g.R * F) * sizeof(float));
+        moe_mmq(s, ex.down, down, aq, nullptr, sc.down, E);
+        return;
+    }
     const auto* hg = reinterpret_cast<const __half*>(sc.gemm.act);
     auto* act16 = reinterpret_cast<__half*>(sc.act);
     moe_gemm_f16(s, ex.gate, gate, hg, E, sc.gate, F);
@@ -733,6 +766,18 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
     // Grouped on the device: no host round trip (the grid covers every expert's tiles at most).
     moe_group(s, ids, n, K, ex.slot_of, ex.n_expert, sc);
     const int32_t* off = sc.group_off;
+    if (moe_mmq_on(ex, sc)) {
+        // Integer products (moe_mmq.h): each token's input quantized once, gathered by group_tok.
+        const Q8Acts hq = quantize_q8(s, ex.gate.type, h, E, n, E, sc.gemm.act, sc.gemm.act_elems * sizeof(uint16_t));
+        moe_mmq_slots(s, ex.gate, ex.gate_stride, ex.slot_of, ex.n_expert, off, R, hq, sc.group_tok, sc.gate, F);
+        moe_mmq_slots(s, ex.up, ex.up_stride, ex.slot_of, ex.n_expert, off, R, hq, sc.group_tok, sc.up, F);
+        moe_glu_kernel<<<ceil_div(R * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, ex.slot_of, ex.gate_b, ex.up_b,
+                                                           ex.oai_act ? 1 : 0, 0, R, F, nullptr, sc.gate);
+        NITRO_CUDA_LAUNCH_CHECK();
+        const Q8Acts aq = quantize_q8(s, ex.down.type, sc.gate, F, R, F, sc.act, static_cast<size_t>(R * F) * sizeof(float));
+        moe_mmq_slots(s, ex.down, ex.down_stride, ex.slot_of, ex.n_expert, off, R, aq, nullptr, sc.down, E);
+        return;
+    }
     auto* hg = reinterpret_cast<__half*>(sc.gemm.act);
     auto* act16 = reinterpret_cast<__half*>(sc.act);
     NITRO_CUDA_ASSERT(static_cast<size_t>(R * E) <= sc.gemm.act_elems);
@@ -776,6 +821,12 @@ void moe_prefill_begin(cudaStream_t s, const ExpertSlots& ex, const float* h, in
     NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.group_tok, group_tok, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.group_exp, group_exp, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     NITRO_CUDA_CHECK(cudaMemcpyAsync(sc.row_of, row_of, R * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    g.n = n;
+    if (moe_mmq_on(ex, sc)) {
+        // Integer products: each token's input quantized once (moe_q8_input), gathered by group_tok.
+        quantize_q8(s, ex.gate.type, h, E, n, E, sc.gemm.act, sc.gemm.act_elems * sizeof(uint16_t));
+        return;
+    }
     NITRO_CUDA_ASSERT(static_cast<size_t>(R * E) <= sc.gemm.act_elems);
     // The expert input of every pair, rounded as the CPU's experts round it (matmul's note), f16.
     auto* hg = reinterpret_cast<__half*>(sc.gemm.act);

@@ -211,29 +211,39 @@ bool q8_supported(GgmlType t) {
     }
 }
 
-Q8Acts quantize_q8(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, int64_t rows, int64_t ne0, void* buf,
-                   size_t buf_bytes) {
+Q8Acts quantize_q8_part(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, int64_t row0, int64_t rows,
+                        int64_t total_rows, int64_t ne0, void* buf, size_t buf_bytes) {
     const GgmlType vdt = cpu::vec_dot_type(weight);
     if (vdt != GgmlType::Q8_0 && vdt != GgmlType::Q8_K)
         cfail("CUDA quantize_q8: {} weights take {} activations, not 8-bit blocks", type_display_name(weight),
               type_display_name(vdt));
     const int64_t block = vdt == GgmlType::Q8_K ? 256 : 32;
     if (ne0 % block != 0) cfail("CUDA quantize_q8: rows of {} values are not whole {} blocks", ne0, type_display_name(vdt));
-    const uint64_t need = q8_act_bytes(rows, ne0);
+    if (row0 < 0 || rows < 0 || row0 + rows > total_rows)
+        cfail("CUDA quantize_q8: rows [{}, {}) are outside a layout of {} rows", row0, row0 + rows, total_rows);
+    const uint64_t need = q8_act_bytes(total_rows, ne0);
     if (need > buf_bytes)
-        cfail("CUDA quantize_q8: {} rows of {} values need {} bytes of scratch, {} given", rows, ne0, need, buf_bytes);
+        cfail("CUDA quantize_q8: {} rows of {} values need {} bytes of scratch, {} given", total_rows, ne0, need, buf_bytes);
     Q8Acts a;
     auto* q = static_cast<int8_t*>(buf);
-    auto* d = reinterpret_cast<float*>(static_cast<uint8_t*>(buf) + (static_cast<uint64_t>(rows * ne0) + 255) / 256 * 256);
+    auto* d =
+        reinterpret_cast<float*>(static_cast<uint8_t*>(buf) + (static_cast<uint64_t>(total_rows * ne0) + 255) / 256 * 256);
     a.q = q;
     a.d = d;
     a.ne0 = ne0;
     if (rows <= 0) return a;
     const dim3 grid(ceil_div(ne0, 256), static_cast<unsigned>(rows));
-    if (vdt == GgmlType::Q8_0) quantize_q8_kernel<GgmlType::Q8_0><<<grid, 256, 0, s>>>(x, ldx, ne0, q, d);
-    else quantize_q8_kernel<GgmlType::Q8_K><<<grid, 256, 0, s>>>(x, ldx, ne0, q, d);
+    int8_t* qp = q + row0 * ne0;
+    float* dp = d + row0 * (ne0 / 32);
+    if (vdt == GgmlType::Q8_0) quantize_q8_kernel<GgmlType::Q8_0><<<grid, 256, 0, s>>>(x, ldx, ne0, qp, dp);
+    else quantize_q8_kernel<GgmlType::Q8_K><<<grid, 256, 0, s>>>(x, ldx, ne0, qp, dp);
     NITRO_CUDA_LAUNCH_CHECK();
     return a;
+}
+
+Q8Acts quantize_q8(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, int64_t rows, int64_t ne0, void* buf,
+                   size_t buf_bytes) {
+    return quantize_q8_part(s, weight, x, ldx, 0, rows, rows, ne0, buf, buf_bytes);
 }
 
 void mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_tok, float* out, int64_t ldo, const float* bias,

@@ -34,6 +34,12 @@ bool q8_supported(GgmlType t);
 Q8Acts quantize_q8(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, int64_t rows, int64_t ne0, void* buf,
                    size_t buf_bytes);
 
+/// quantize_q8 of rows [row0, row0 + rows) of a layout of total_rows rows in buf: x points to row
+/// row0's values; the other rows of the layout are left as they are. Returns the whole layout (the
+/// prompt MoE quantizes one expert's grouped rows at a time into the chunk's layout).
+Q8Acts quantize_q8_part(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, int64_t row0, int64_t rows,
+                        int64_t total_rows, int64_t ne0, void* buf, size_t buf_bytes);
+
 /// out[t * ldo + r] (+)= dot(w.row(r), x.row(t)) + bias[r] for t < n_tok (<= kGemvMaxTokens),
 /// r < w.n_rows; w.type must be q8_supported and x quantized for it.
 void mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_tok, float* out, int64_t ldo, const float* bias,

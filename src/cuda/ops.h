@@ -214,9 +214,11 @@ void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, in
 struct MoePrefillGroups {
     std::vector<int64_t> off;  ///< [n_expert + 1]
     int64_t R = 0, F = 0, E = 0;  ///< pairs (n * K), n_ff_exp, n_embd
+    int64_t n = 0;                ///< tokens
 };
 /// Groups the pairs by expert (host_ids: [n, K] on the host), uploads the grouping and rounds every
-/// pair's expert input h[token] ([n, E] device) to f16 grouped rows (as moe_experts).
+/// pair's expert input h[token] ([n, E] device) to f16 grouped rows (as moe_experts), or, on the
+/// integer path (moe_mmq.h), quantizes each token's input once to 8-bit blocks.
 void moe_prefill_begin(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K,
                        const int32_t* host_ids, MoeScratch& scratch, MoePrefillGroups& g);
 /// Every expert with host_slot_of[e] >= 0, from its slot (ex.slot_of on the device must agree),

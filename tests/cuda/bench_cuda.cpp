@@ -22,10 +22,12 @@
 #include "cuda/context.h"
 #include "cuda/gpu_session.h"
 #include "cuda/moe_gemm.h"
+#include "cuda/moe_mmq.h"
 #include "cuda/op_profile.h"
 #include "cuda/ops.h"
 #include "quant/types.h"
 #include "runtime/model.h"
+#include "runtime/placement.h"
 
 #include <cuda_runtime.h>
 #include <emmintrin.h>
@@ -132,8 +134,9 @@ void moe_decode_figures(DeviceContext& ctx, double copy_gbs) {
 }
 
 /// One matrix of the prefill MoE (the gate product) over all experts of a layer, n tokens routed
-/// evenly (n * K / X rows per expert): the grouped GEMM (one launch, weights decoded in the main
-/// loop) vs the former path (per expert: dequantize_f16 of the whole matrix, then cuBLAS).
+/// evenly (n * K / X rows per expert): the integer grouped GEMM (moe_mmq.h), the f16 grouped GEMM
+/// (one launch, weights decoded in the main loop) and the former path (per expert: dequantize_f16 of
+/// the whole matrix, then cuBLAS).
 void moe_prefill_figures(DeviceContext& ctx) {
     cudaStream_t s = ctx.compute();
     struct Shape { const char* name; GgmlType t; int64_t K, N, X; int topk; };
@@ -167,11 +170,19 @@ void moe_prefill_figures(DeviceContext& ctx) {
                     matmul(s, w, a32 + e * per * sh.K, per, sh.K, out + e * per * sh.N, sh.N, nullptr, false, &gs);
                 }
             });
-            std::printf("  %-14s %-6s %4lld experts x %4lld rows, %lld x %lld: grouped %6.1f TFLOP/s (%.3f ms)  "
-                        "per expert dequantize+cuBLAS %6.1f TFLOP/s (%.3f ms)  ratio %.2fx\n",
+            // the integer grouped GEMM (moe_mmq.h, the engine's path for these types) on the same
+            // activations quantized to 8-bit blocks (the quantization's time not included)
+            const size_t qb = q8_act_bytes(R, sh.K);
+            void* q8 = ctx.alloc().alloc(qb, "q8 acts");
+            const Q8Acts qa = quantize_q8(s, sh.t, a32, sh.K, R, sh.K, q8, qb);
+            const double ti = time_ms(s, 10, [&] { moe_mmq(s, shape, groups, qa, nullptr, out, sh.N); });
+            std::printf("  %-14s %-6s %4lld experts x %4lld rows, %lld x %lld: integer grouped %6.1f TFLOP/s (%.3f ms)  "
+                        "f16 grouped %6.1f TFLOP/s (%.3f ms)  per expert dequantize+cuBLAS %6.1f TFLOP/s (%.3f ms)  "
+                        "integer/f16 %.2fx\n",
                         sh.name, type_display_name(sh.t).c_str(), static_cast<long long>(sh.X), static_cast<long long>(per),
-                        static_cast<long long>(sh.N), static_cast<long long>(sh.K), flop / (tg * 1e9), tg, flop / (tf * 1e9), tf, tf / tg);
-            for (void* p : {static_cast<void*>(a16), static_cast<void*>(a32), static_cast<void*>(out), static_cast<void*>(w16)})
+                        static_cast<long long>(sh.N), static_cast<long long>(sh.K), flop / (ti * 1e9), ti, flop / (tg * 1e9), tg,
+                        flop / (tf * 1e9), tf, tg / ti);
+            for (void* p : {static_cast<void*>(a16), static_cast<void*>(a32), static_cast<void*>(out), static_cast<void*>(w16), q8})
                 ctx.alloc().free(p);
         }
         ctx.alloc().free(pool);

@@ -25,6 +25,7 @@
 #include <thread>
 #include "cuda/mmvq.h"
 #include "cuda/moe_gemm.h"
+#include "cuda/moe_mmq.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "quant/blocks.h"
@@ -827,16 +828,21 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
                     dpartial = to_dev(*ctx, std::vector<float>(part.begin(), part.end()));
                 }
                 float* dx = to_dev(*ctx, x0);
-                // chunks above the GEMV size: grouped by expert on the host (passes 0, 3) or on the
-                // device (passes 1, 2: no host ids)
-                const bool host_grouping = n > kGemvMaxTokens && (pass == 0 || pass == 3);
+                // chunks above the GEMV size: grouped by expert on the host (passes 0, 2) or on the
+                // device (passes 1, 3: no host ids); passes 1 and 2 take the integer grouped GEMM
+                // (moe_mmq.h), passes 0 and 3 the f16 one
+                const bool host_grouping = n > kGemvMaxTokens && (pass == 0 || pass == 2);
+                // integer products (decode, and prompts through moe_mmq) compute the CPU's block
+                // sums: the decode MoE's 1e-4; the f16 prompt path 5e-3
+                const bool int8 = round && sc.gemm.int8_dot && q8_supported(c.t);
+                const double tol_pass = int8 ? 1e-4 : tol;
                 moe_ffn(ctx->compute(), ex, dh, n, c.E, c.K, dids, dw, host_grouping ? ids.data() : nullptr,
                         slot_of.data(), dpartial, dx, sc);
                 auto got = to_host(dx, x0.size());
                 auto full = ref_moe(H, h, n, c.E, c.F, c.K, ids, w, c.oai, std::vector<bool>(c.X, true), round);
                 std::vector<float> delta(got.size());
                 for (size_t i = 0; i < got.size(); ++i) delta[i] = got[i] - x0[i];
-                EXPECT_LT(nerr(delta, full), tol) << (host_grouping ? "grouped on the host; " : "") <<
+                EXPECT_LT(nerr(delta, full), tol_pass) << (host_grouping ? "grouped on the host; " : "") <<
                                                      (pass == 1 ? "rounded, int8, half the experts resident + CPU partial"
                                                       : pass == 2  ? "rounded activations, int8 dot products"
                                                       : round      ? "rounded activations, f32"
@@ -952,6 +958,189 @@ TEST_F(CudaOps, MoeGroupedGemmMatchesF16ReferenceAndDoesNotDependOnGrouping) {
         }
     EXPECT_LT(nerr(sub, ref), 2e-5);
     EXPECT_TRUE(std::isnan(got[row * 96])) << "the row after the last group was written";
+}
+
+// The integer grouped MoE GEMM of prompts (moe_mmq.h) against the CPU engine's arithmetic: an f64
+// product of the weights as src/quant decodes them (d * q - m per block: the same int8 values and
+// scales the kernel unpacks) and the activations as the CPU rounds them (src/quant's Q8_0 / Q8_K
+// quantize + dequantize: the values quantize_q8 produces, bit for bit), at the expert shapes of
+// gpt-oss (2880 x 2880), qwen3moe (2048 <-> 768) and qwen3next (2048 <-> 512), every
+// q8_supported type, groups of 0-130 rows (tile edges at 64), activation rows gathered through a
+// permutation (as group_tok gathers a prompt's tokens). The integer block sums are exact, so only
+// the f32 rounding of the scaled block sums (dw * dx, the min term) and their f32 summation over
+// the K / 32 <= 90 blocks differ: about 2^-24 * sqrt(K / 64) ~ 4e-7 normalised; the bound 2e-6
+// leaves 4x, and the f16 path (5e-4 here) or any fragment-layout error (O(1)) is far outside it.
+// Each element is also within 1e-4 of sum_k |w_k x_k| (a wrong tile edge or element shows), rows
+// outside the groups stay untouched, and each group alone gives the same bits as the grouped launch.
+TEST_F(CudaOps, MoeMmqMatchesCpuArithmeticAndDoesNotDependOnGrouping) {
+    struct Cfg { int64_t K, N; std::vector<int64_t> rows; };
+    const Cfg cfgs[] = {{2880, 2880, {65, 1}}, {2048, 768, {13, 130, 0, 65, 2}}, {768, 2048, {5, 64, 33}},
+                        {2048, 512, {1, 17, 64, 3}}, {512, 2048, {40, 9}}};
+    for (GgmlType t : kTypes) {
+        if (!q8_supported(t)) continue;
+        for (const Cfg& c : cfgs) {
+            if (!shape_ok(t, c.K)) continue;
+            SCOPED_TRACE(type_display_name(t) + " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N));
+            const int64_t G = static_cast<int64_t>(c.rows.size());
+            const int64_t R = std::accumulate(c.rows.begin(), c.rows.end(), int64_t{0}) + 3;  // 3 rows in no group
+            std::vector<HostWeight> W;
+            std::vector<uint8_t> pool;
+            for (int64_t g = 0; g < G; ++g) {
+                W.push_back(make_weight(t, c.K, c.N, 0.1f));
+                pool.insert(pool.end(), W.back().bytes.begin(), W.back().bytes.end());
+            }
+            const size_t stride = W[0].bytes.size();
+            const auto x = randn(static_cast<size_t>(R * c.K));
+            const auto xr = rounded(t, x, c.K);  // the CPU's activation values
+            std::vector<int32_t> a_row(static_cast<size_t>(R));
+            std::iota(a_row.begin(), a_row.end(), 0);
+            std::shuffle(a_row.begin(), a_row.end(), rng());
+            const uint8_t* dpool = to_dev(*ctx, pool);
+            const float* dx = to_dev(*ctx, x);
+            const int32_t* drow = to_dev(*ctx, a_row);
+            const size_t qbytes = q8_act_bytes(R, c.K);
+            void* dq = ctx->alloc().alloc(qbytes, "q8");
+            const Q8Acts a = quantize_q8(ctx->compute(), t, dx, c.K, R, c.K, dq, qbytes);
+            float* dout = ctx->alloc_n<float>(static_cast<size_t>(R * c.N), "out");
+            std::vector<MoeGemmGroup> groups;
+            int64_t row = 2;  // rows 0, 1 and the last are in no group
+            for (int64_t g = 0; g < G; ++g) {
+                groups.push_back({dpool + static_cast<size_t>(g) * stride, row, c.rows[static_cast<size_t>(g)]});
+                row += c.rows[static_cast<size_t>(g)];
+            }
+            const DWeight shape{t, dpool, c.K, c.N, row_size(t, c.K)};
+            poison(dout, static_cast<size_t>(R * c.N));
+            moe_mmq(ctx->compute(), shape, groups, a, drow, dout, c.N);
+            auto got = to_host(dout, static_cast<size_t>(R * c.N));
+            std::vector<float> sub;
+            std::vector<double> ref;
+            double worst = 0;
+            for (int64_t g = 0; g < G; ++g)
+                for (int64_t m = 0; m < groups[g].rows; ++m) {
+                    const int64_t r = groups[g].row0 + m, src = a_row[static_cast<size_t>(r)];
+                    for (int64_t n = 0; n < c.N; ++n) {
+                        double sum = 0, mag = 0;
+                        for (int64_t k = 0; k < c.K; ++k) {
+                            const double p = static_cast<double>(W[g].deq[n * c.K + k]) * xr[src * c.K + k];
+                            sum += p;
+                            mag += std::fabs(p);
+                        }
+                        const float y = got[r * c.N + n];
+                        sub.push_back(y);
+                        ref.push_back(sum);
+                        worst = std::max(worst, std::fabs(y - sum) / (1e-4 * mag + 1e-30));
+                    }
+                }
+            EXPECT_LT(nerr(sub, ref), 2e-6);
+            EXPECT_LE(worst, 1.0) << "an element more than 1e-4 of sum |w x| away from the reference";
+            for (int64_t r : {int64_t{0}, int64_t{1}, R - 1})
+                for (int64_t n = 0; n < c.N; ++n) ASSERT_TRUE(std::isnan(got[r * c.N + n])) << "row " << r << " written";
+            // each group alone: the same bits
+            poison(dout, static_cast<size_t>(R * c.N));
+            for (const MoeGemmGroup& g : groups) moe_mmq(ctx->compute(), shape, {&g, 1}, a, drow, dout, c.N);
+            auto alone = to_host(dout, static_cast<size_t>(R * c.N));
+            for (int64_t r = 2; r < R - 1; ++r)
+                for (int64_t n = 0; n < c.N; ++n)
+                    ASSERT_EQ(f32_to_bits(alone[r * c.N + n]), f32_to_bits(got[r * c.N + n])) << "row " << r << " col " << n;
+            ctx->alloc().free(dq);
+        }
+    }
+    // More groups than one launch's table (96) holds: 200 groups of 0-5 rows, no gather.
+    const HostWeight w = make_weight(GgmlType::Q4_K, 256, 96, 0.1f);
+    const auto x = randn(static_cast<size_t>(600 * 256));
+    const auto xr = rounded(GgmlType::Q4_K, x, 256);
+    const uint8_t* dw = to_dev(*ctx, w.bytes);
+    const size_t qbytes = q8_act_bytes(600, 256);
+    void* dq = ctx->alloc().alloc(qbytes, "q8");
+    const Q8Acts a = quantize_q8(ctx->compute(), GgmlType::Q4_K, to_dev(*ctx, x), 256, 600, 256, dq, qbytes);
+    float* dout = ctx->alloc_n<float>(static_cast<size_t>(600 * 96), "out");
+    poison(dout, static_cast<size_t>(600 * 96));
+    std::vector<MoeGemmGroup> groups;
+    int64_t row = 0;
+    for (int g = 0; g < 200; ++g) {
+        groups.push_back({dw, row, g % 6});
+        row += g % 6;
+    }
+    moe_mmq(ctx->compute(), DWeight{GgmlType::Q4_K, dw, 256, 96, row_size(GgmlType::Q4_K, 256)}, groups, a, nullptr, dout, 96);
+    auto got = to_host(dout, static_cast<size_t>(600 * 96));
+    std::vector<float> sub;
+    std::vector<double> ref;
+    for (int64_t r = 0; r < row; ++r)
+        for (int64_t n = 0; n < 96; ++n) {
+            double sum = 0;
+            for (int64_t k = 0; k < 256; ++k) sum += static_cast<double>(w.deq[n * 256 + k]) * xr[r * 256 + k];
+            sub.push_back(got[r * 96 + n]);
+            ref.push_back(sum);
+        }
+    EXPECT_LT(nerr(sub, ref), 2e-6);
+    EXPECT_TRUE(std::isnan(got[row * 96])) << "the row after the last group was written";
+    ctx->alloc().free(dq);
+}
+
+// The integer GEMM's slot-table form over moe_group's device grouping (activations gathered by
+// group_tok, as moe_experts runs it) equals its host-table form over the same groups bit for bit,
+// for every q8_supported type (the hybrid's staged experts run the host-table form, GPU-all prompts
+// the slot form), and rows of non-resident experts are not written.
+TEST_F(CudaOps, MoeMmqSlotFormEqualsHostTableForm) {
+    const int64_t X = 64, n = 200, Kdim = 512, N = 160;
+    const int K = 8;
+    std::vector<int32_t> ids(static_cast<size_t>(n * K)), slot_of(static_cast<size_t>(X));
+    for (int64_t tok = 0; tok < n; ++tok) {
+        std::vector<int32_t> all(static_cast<size_t>(X));
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng());
+        // every third token to experts 0-7 (67 rows each and more: two tiles)
+        for (int j = 0; j < K; ++j) ids[tok * K + j] = tok % 3 == 0 ? j : all[j];
+    }
+    for (int64_t e = 0; e < X; ++e) slot_of[e] = e % 5 == 3 ? -1 : static_cast<int32_t>((e * 7) % X);
+    const int64_t R = n * K;
+    MoeScratch sc;
+    sc.group_tok = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
+    sc.row_of = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
+    sc.group_exp = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
+    sc.group_off = ctx->alloc_n<int32_t>(static_cast<size_t>(2 * (X + 1)), "g");
+    int32_t* dslot = to_dev(*ctx, slot_of);
+    moe_group(ctx->compute(), to_dev(*ctx, ids), n, K, dslot, X, sc);
+    auto off = to_host(sc.group_off, static_cast<size_t>(X + 1));
+    const float* dx = to_dev(*ctx, randn(static_cast<size_t>(n * Kdim)));
+    const size_t qbytes = q8_act_bytes(n, Kdim);
+    void* dq = ctx->alloc().alloc(qbytes, "q8");
+    float* d1 = ctx->alloc_n<float>(static_cast<size_t>(R * N), "o1");
+    float* d2 = ctx->alloc_n<float>(static_cast<size_t>(R * N), "o2");
+    for (GgmlType t : kTypes) {
+        if (!q8_supported(t)) continue;
+        SCOPED_TRACE(type_display_name(t));
+        std::vector<uint8_t> pool;
+        for (int64_t e = 0; e < X; ++e) {
+            auto w = make_weight(t, Kdim, N, 0.1f);
+            pool.insert(pool.end(), w.bytes.begin(), w.bytes.end());
+        }
+        const size_t stride = row_size(t, Kdim) * N;
+        uint8_t* dpool = to_dev(*ctx, pool);
+        const Q8Acts a = quantize_q8(ctx->compute(), t, dx, Kdim, n, Kdim, dq, qbytes);
+        poison(d1, static_cast<size_t>(R * N));
+        poison(d2, static_cast<size_t>(R * N));
+        const DWeight shape{t, dpool, Kdim, N, row_size(t, Kdim)};
+        moe_mmq_slots(ctx->compute(), shape, stride, dslot, X, sc.group_off, R, a, sc.group_tok, d1, N);
+        std::vector<MoeGemmGroup> groups;
+        for (int64_t e = 0; e < X; ++e)
+            if (slot_of[e] >= 0) groups.push_back({dpool + static_cast<size_t>(slot_of[e]) * stride, off[e], off[e + 1] - off[e]});
+        moe_mmq(ctx->compute(), shape, groups, a, sc.group_tok, d2, N);
+        auto h1 = to_host(d1, static_cast<size_t>(R * N)), h2 = to_host(d2, static_cast<size_t>(R * N));
+        for (int64_t e = 0; e < X; ++e)
+            for (int64_t g = off[e]; g < off[e + 1]; ++g)
+                for (int64_t c = 0; c < N; ++c) {
+                    const size_t i = static_cast<size_t>(g * N + c);
+                    if (slot_of[e] < 0) {
+                        ASSERT_TRUE(std::isnan(h1[i])) << "a row of non-resident expert " << e << " was written";
+                    } else {
+                        ASSERT_FALSE(std::isnan(h1[i]));
+                        ASSERT_EQ(f32_to_bits(h1[i]), f32_to_bits(h2[i])) << "expert " << e << " row " << g;
+                    }
+                }
+        ctx->alloc().free(dpool);
+    }
+    ctx->alloc().free(dq);
 }
 
 // moe_group (the grouping on the device, no host round trip) against the grouping computed here:
