@@ -194,7 +194,7 @@ for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b"), ("q3n", "qwe
     S["kernels_" + tag] = {"read_probe_gb_s": probe, "rows": rows}
     toks = sorted({r["tokens"] for r in rows})
     P("")
-    P("expert kernels, %s expert shape, %d experts per step (moe_ffn on random experts; read probe %.1f GB/s, same run)"
+    P("expert kernels, %s expert shape, %d experts per step (moe_ffn on random experts; %% of the read probe made before each cell, over the same memory; first probe %.1f GB/s)"
       % (name, rows[0]["n_used"] if rows else 0, probe))
     P("  %-7s %-7s %-11s" % ("type", "isa", "E x F") + "".join("%20s" % ("%d token%s" % (t, "" if t == 1 else "s")) for t in toks))
     seen = []
@@ -204,10 +204,10 @@ for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b"), ("q3n", "qwe
         seen.append(key)
         cells = {x["tokens"]: x for x in rows if (x["type"], x["isa"]) == key}
         P("  %-7s %-7s %-11s" % (r["type"], r["isa"], "%dx%d" % (r["n_embd"], r["n_ff"])) +
-          "".join("%12.1f GB/s %4.0f%%" % (cells[t]["gb_s"], cells[t]["pct_of_read"]) if t in cells else "%20s" % "-" for t in toks))
+          "".join("%12.1f GB/s %4.0f%%" % (cells[t]["gb_s"], cells[t].get("pct_of_cell_read", cells[t]["pct_of_read"])) if t in cells else "%20s" % "-" for t in toks))
 
 P("")
-P("one-token prefetch: distance and cache level (gpt-oss-20b shape; GB/s and % of each run's read probe)")
+P("one-token prefetch: distance and cache level (gpt-oss-20b shape; GB/s and % of each cell's read probe)")
 sweep = []
 if have("kernels-g20"):
     k0 = load("kernels-g20")
@@ -220,7 +220,7 @@ S["prefetch_sweep"] = []
 for pf, hint, d in sorted(sweep, key=lambda x: (x[1], x[0])):
     cells = [r for r in d["kernels"] if r["tokens"] == 1 and r["type"] in ("MXFP4", "Q4_K", "IQ4_XS")]
     S["prefetch_sweep"].append({"prefetch_bytes": pf, "prefetch_hint": hint, "read_probe_gb_s": d["read_bandwidth_gb_s"], "rows": cells})
-    P("  %5d B %-3s " % (pf, hint) + "  ".join("%s/%s %.1f GB/s %.0f%%" % (r["type"], r["isa"], r["gb_s"], r["pct_of_read"]) for r in cells))
+    P("  %5d B %-3s " % (pf, hint) + "  ".join("%s/%s %.1f GB/s %.0f%%" % (r["type"], r["isa"], r["gb_s"], r.get("pct_of_cell_read", r["pct_of_read"])) for r in cells))
 
 P("")
 P("the model's experts through moe_ffn (gpt-oss-20b): file mapping vs --no-mmap")

@@ -252,7 +252,8 @@ Action add_bench(CLI::App& app) {
         for (const KernelBenchRow& r : kr)
             jk.push_back({{"type", type_display_name(r.type)}, {"isa", r.isa}, {"tokens", r.tokens}, {"n_embd", r.n_embd},
                           {"n_ff", r.n_ff}, {"n_used", ko.n_used}, {"gb_s", r.gb_s}, {"ms_per_step", r.ms_per_step},
-                          {"pct_of_read", 100.0 * r.gb_s * 1e9 / bw}});
+                          {"pct_of_read", 100.0 * r.gb_s * 1e9 / bw}, {"cell_read_gb_s", r.read_gb_s},
+                          {"pct_of_cell_read", r.read_gb_s > 0 ? 100.0 * r.gb_s / r.read_gb_s : 0.0}});
         j["kernels"] = jk;
         EngineBench e;
         if (!o->no_engine) {
@@ -291,7 +292,8 @@ Action add_bench(CLI::App& app) {
         std::printf("decode floor     %8.2f tok/s  CALCULATED (read bandwidth / expert bytes per token)\n", floor);
         if (!kr.empty()) {
             std::printf("\nexpert kernels (MEASURED: cpu::moe_ffn on %d random experts per step, rotated through %.1f GiB, all tokens\n"
-                        "on the same experts; GB/s of expert weights read, and %% of the %.2f GB/s read probe above)\n",
+                        "on the same experts; GB/s of expert weights read, and %% of the read probe made just before\n"
+                        "each cell over the same memory; the probe above read %.2f GB/s)\n",
                         ko.n_used, o->kernel_pool_gib, bw / 1e9);
             std::printf("  %-7s %-7s %-12s", "type", "isa", "E x F");
             for (int n : ko.tokens) std::printf(" %18s", fmt::format("{} token{}", n, n == 1 ? "" : "s").c_str());
@@ -300,7 +302,7 @@ Action add_bench(CLI::App& app) {
                 std::printf("  %-7s %-7s %-12s", type_display_name(kr[i].type).c_str(), kr[i].isa.c_str(),
                             fmt::format("{}x{}", kr[i].n_embd, kr[i].n_ff).c_str());
                 for (size_t k = 0; k < ko.tokens.size() && i + k < kr.size(); ++k)
-                    std::printf(" %8.2f GB/s %4.0f%%", kr[i + k].gb_s, 100.0 * kr[i + k].gb_s * 1e9 / bw);
+                    std::printf(" %8.2f GB/s %4.0f%%", kr[i + k].gb_s, 100.0 * kr[i + k].gb_s / kr[i + k].read_gb_s);
                 std::printf("\n");
             }
         }

@@ -50,13 +50,9 @@ BenchBuffer::BenchBuffer(cpu::ThreadPool& pool, size_t bytes) : size_(bytes) {
 
 BenchBuffer::~BenchBuffer() { ::munmap(base_, map_); }
 
-double measure_read_bandwidth(cpu::ThreadPool& pool, size_t bytes, int reps) {
-    BenchBuffer mem(pool, bytes);
+double read_rate(cpu::ThreadPool& pool, const uint8_t* data, size_t bytes, int reps) {
     const size_t n = bytes / sizeof(uint64_t);
-    auto* buf = reinterpret_cast<uint64_t*>(mem.data());
-    pool.parallel_for(static_cast<int64_t>(n), 1 << 20, [&](int64_t b, int64_t e, int) {
-        for (int64_t i = b; i < e; ++i) buf[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
-    });
+    const auto* buf = reinterpret_cast<const uint64_t*>(data);
     double best = 0;
     std::vector<uint64_t> sums(static_cast<size_t>(pool.size()) * 8, 0);
     for (int r = 0; r < reps; ++r) {
@@ -73,11 +69,21 @@ double measure_read_bandwidth(cpu::ThreadPool& pool, size_t bytes, int reps) {
             for (; i < e; ++i) s0 += buf[static_cast<size_t>(i)];
             sums[static_cast<size_t>(th) * 8] += s0 + s1 + s2 + s3;
         });
-        best = std::max(best, static_cast<double>(bytes) / secs(t));
+        best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / secs(t));
     }
     volatile uint64_t sink = 0;
     for (auto s : sums) sink = sink + s;
     return best;
+}
+
+double measure_read_bandwidth(cpu::ThreadPool& pool, size_t bytes, int reps) {
+    BenchBuffer mem(pool, bytes);
+    const size_t n = bytes / sizeof(uint64_t);
+    auto* buf = reinterpret_cast<uint64_t*>(mem.data());
+    pool.parallel_for(static_cast<int64_t>(n), 1 << 20, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) buf[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
+    });
+    return read_rate(pool, mem.data(), bytes, reps);
 }
 
 PageFaults page_faults() {
@@ -281,6 +287,10 @@ std::vector<KernelBenchRow> bench_expert_kernels(cpu::ThreadPool& pool, const Ke
         for (const std::string& isa : o.isas) {
             cpu::set_kernel_isa(isa);
             for (int n : o.tokens) {
+                // The read probe of this cell: the same threads summing the experts' own memory just
+                // before the cell (the host's read bandwidth drifts by tens of percent over minutes
+                // on a shared machine, so a probe made once at the start misstates later cells).
+                const double probe = read_rate(pool, mem.data(), static_cast<size_t>(X) * per_expert, 2);
                 const double s = time_steps(o.seconds, 3, [&](int step) {
                     for (int i = 0; i < n; ++i)
                         for (int j = 0; j < K; ++j)
@@ -296,6 +306,7 @@ std::vector<KernelBenchRow> bench_expert_kernels(cpu::ThreadPool& pool, const Ke
                 r.bytes_per_step = static_cast<double>(K) * static_cast<double>(per_expert);
                 r.ms_per_step = 1000.0 * s;
                 r.gb_s = r.bytes_per_step / s / 1e9;
+                r.read_gb_s = probe / 1e9;
                 rows.push_back(r);
             }
         }

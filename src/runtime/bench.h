@@ -32,6 +32,9 @@ private:
 /// Read bandwidth of host memory in bytes/s: `threads` threads sum a `bytes` buffer (best of
 /// `reps`). The buffer must be much larger than the last-level cache (default 1 GiB).
 double measure_read_bandwidth(cpu::ThreadPool& pool, size_t bytes = size_t{1} << 30, int reps = 3);
+/// Read bandwidth over existing memory: the best of `reps` parallel sums of `bytes` at `data`
+/// (8-byte aligned), bytes / s.
+double read_rate(cpu::ThreadPool& pool, const uint8_t* data, size_t bytes, int reps = 2);
 
 /// Page faults of this process so far (getrusage): minor (page already in RAM, e.g. the page
 /// cache) and major (read from disk).
@@ -84,6 +87,7 @@ struct KernelBenchRow {
     double gb_s = 0;         ///< weight bytes read / wall time
     double ms_per_step = 0;  ///< one moe_ffn of n_used experts x tokens
     double bytes_per_step = 0;
+    double read_gb_s = 0;    ///< read probe made just before this cell over the same memory, GB/s
 };
 /// Runs cpu::moe_ffn on `n_used` experts per step (all tokens choosing the same ones), rotating
 /// through pool_bytes of random experts of each type, at each level and token count. Leaves the
