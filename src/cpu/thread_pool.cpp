@@ -65,7 +65,7 @@ void ThreadPool::worker(int index) {
     uint64_t seen = 0;
     for (;;) {
         uint64_t g = generation_.load(std::memory_order_acquire);
-        for (int i = 0; i < kSpinIterations && g == seen; ++i) {
+        for (int i = 0; (i < kSpinIterations || hold_.load(std::memory_order_relaxed)) && g == seen; ++i) {
             _mm_pause();
             g = generation_.load(std::memory_order_acquire);
         }

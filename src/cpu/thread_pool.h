@@ -37,6 +37,14 @@ public:
     /// has left fn. Not reentrant: do not call from inside fn, nor from two threads at once.
     void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
 
+    /// While held (hold(true) until hold(false)), idle workers keep spinning between regions
+    /// instead of going to sleep after their usual spin, so a region that follows a long serial gap
+    /// starts without waking sleeping threads (a futex wake per worker, tens of microseconds, and
+    /// the workers arrive staggered). For a caller that runs regions at a known, frequent rhythm
+    /// with gaps longer than the spin, e.g. the hybrid's CPU experts once per layer of a decode step
+    /// while the GPU runs the rest of the layer. Burns the pool's cores while held. Any thread.
+    void hold(bool on) { hold_.store(on, std::memory_order_relaxed); }
+
 private:
     void worker(int index);
     void run_chunks(int thread_index);
@@ -50,6 +58,7 @@ private:
     std::atomic<int> pending_{0};          ///< workers not yet done with the current region
     std::atomic<bool> stop_{false};
     std::atomic<bool> failed_{false};  ///< error_ was set in the current region
+    std::atomic<bool> hold_{false};    ///< workers spin instead of sleeping (hold)
     const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
     int64_t n_ = 0, grain_ = 1;
     alignas(64) std::atomic<int64_t> next_{0};

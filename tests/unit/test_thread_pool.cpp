@@ -124,6 +124,36 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextRegion) {
     }
 }
 
+TEST(ThreadPool, HeldWorkersSpinThroughGapsAndReleaseAndStop) {
+    // hold(true): workers spin through gaps longer than their usual spin instead of sleeping; the
+    // regions must still cover everything and use the workers, hold(false) must let them sleep and
+    // wake again, and a pool destroyed while held must not hang (its workers are spinning).
+    for (int destroy_held : {0, 1}) {
+        ThreadPool pool(3);
+        pool.hold(true);
+        for (int rep = 0; rep < 4; ++rep) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));  // far beyond the ~0.1-0.5 ms spin
+            std::vector<std::atomic<int>> by_thread(3);
+            std::atomic<int64_t> count{0};
+            pool.parallel_for(30, 1, [&](int64_t b, int64_t e, int ti) {
+                by_thread[static_cast<size_t>(ti)]++;
+                count += e - b;
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            });
+            EXPECT_EQ(count.load(), 30);
+            int active = 0;
+            for (auto& c : by_thread) active += c.load() > 0;
+            EXPECT_GE(active, 2) << "held repetition " << rep;
+        }
+        if (destroy_held) continue;  // the destructor stops spinning workers too
+        pool.hold(false);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // they go to sleep now
+        std::atomic<int64_t> count{0};
+        pool.parallel_for(1000, 7, [&](int64_t b, int64_t e, int) { count += e - b; });
+        EXPECT_EQ(count.load(), 1000);
+    }
+}
+
 TEST(ThreadPool, WorkersParticipate) {
     // With slow chunks, more than one thread must take part (the pool is not serial).
     ThreadPool pool(3);
