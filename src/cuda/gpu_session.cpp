@@ -367,6 +367,9 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     m.gemm.xr = A(z.xr, "activations rounded to the vec-dot type");
     m.gemm.xr_elems = static_cast<size_t>(z.xr);
     m.moe_sc.gemm = m.gemm;
+    m.hq_buf = A(z.hq, "normed hidden state in 8-bit blocks");
+    m.hq_bytes = static_cast<size_t>(z.hq) * 4;
+    m.moe_sc.fuse_down = m.fuse_moe_down;
     const int64_t R = ub * m.K;
     if (z.moe_gate > 0) {
         m.moe_sc.gate = A(z.moe_gate, "expert gate outputs");

@@ -8,6 +8,7 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/delta_net.h"
+#include "cuda/mmvq.h"
 #include "cuda/gpu_session.h"
 #include "cuda/op_profile.h"
 #include "cuda/ops.h"
@@ -144,6 +145,20 @@ struct GpuSession::Impl {
     float *h_w = nullptr, *h_margin = nullptr, *h_hidden = nullptr, *h_partial = nullptr;
     MoeScratch moe_sc;
     GemmScratch gemm;
+    // Kernel fusions of decode steps (issue 15), each the same bits as the separate ops; a switch
+    // each, to compare or to rule one out:
+    //  - fuse_norm_q8: attn_norm and ffn_norm also write h in 8-bit blocks (rms_norm_q8) for the
+    //    products that read h next (q/k/v or the DeltaNet projections; the routed and shared
+    //    experts), which then skip their own quantization;
+    //  - fuse_moe_down: the decode MoE's down product and the combine in one launch
+    //    (MoeScratch::fuse_down, moe_down_combine_q8).
+    bool fuse_norm_q8 = true;
+    bool fuse_moe_down = true;
+    float* hq_buf = nullptr;  ///< GpuScratchSizes::hq: h's 8-bit blocks
+    size_t hq_bytes = 0;
+    /// What hq_buf holds: h's rows quantized by the last norm that wrote h, or nothing (hq.x null).
+    /// Every op that writes h sets it (norm_h) or clears it, so it never describes an older h.
+    Q8Input hq;
     uint8_t* slot_arena = nullptr;  ///< every layer's expert slot pools (install_slots)
     // Slot tables of every layer: the device copy the kernels read and its pinned host mirror,
     // refreshed from the expert cache's snapshot before each step (in the decode graph too).
@@ -274,8 +289,19 @@ struct GpuSession::Impl {
 
     // ---- the ops of forward_chunk (runtime/forward.h)
     void embed(const ChunkArgs& c) { get_rows(s, token_embd, d_tok, c.n, x); }
+    /// h = rms_norm(x) * w, and in decode chunks also h in 8-bit blocks for the next products on h,
+    /// whose weights are of type `next` (rms_norm_q8, one launch); hq says which (or none).
+    void norm_h(const float* w, int64_t n, float* host_out, GgmlType next) {
+        hq = Q8Input{};
+        if (fuse_norm_q8 && gemm.xr && gemm.int8_dot &&
+            rms_norm_q8(s, x, w, n, E, E, spec.rms_eps, h, E, host_out, next, hq_buf, hq_bytes, hq))
+            return;
+        rms_norm(s, x, w, n, E, E, spec.rms_eps, h, E, host_out);
+    }
     void attn_norm(int il, const ChunkArgs& c) {
-        rms_norm(s, x, layers[static_cast<size_t>(il)].attn_norm, c.n, E, E, spec.rms_eps, h, E);
+        const Layer& D = layers[static_cast<size_t>(il)];
+        const DWeight& next = D.recurrent ? (D.wqkv.data ? D.wqkv : D.ssm_in) : D.wq;
+        norm_h(D.attn_norm, c.n, nullptr, next.type);
     }
     void qkv(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
@@ -283,11 +309,11 @@ struct GpuSession::Impl {
         // (one rounding of h for the three products in decode)
         if (spec.attn_gate) {  // attn_q gives [q, gate] per head, split into q and gate
             matmul_same_input(s, {{&D.wq, qg, 2 * spec.n_q(), D.bq}, {&D.wk, k, spec.n_k(), D.bk}, {&D.wv, v, spec.n_v(), D.bv}},
-                              h, c.n, E, gs);
+                              h, c.n, E, gs, &hq);
             split_q_gate(s, qg, c.n, spec.n_head, spec.head_dim, q, gate);
         } else {
             matmul_same_input(s, {{&D.wq, q, spec.n_q(), D.bq}, {&D.wk, k, spec.n_k(), D.bk}, {&D.wv, v, spec.n_v(), D.bv}},
-                              h, c.n, E, gs);
+                              h, c.n, E, gs, &hq);
         }
     }
     void rope_kv_store(int il, const ChunkArgs& c) {
@@ -336,17 +362,17 @@ struct GpuSession::Impl {
         const GemmScratch* gs = &gemm;
         const int64_t cd = ss.conv_dim(), vd = ss.value_dim(), nv = ss.n_v_heads, r = nv / ss.n_k_heads;
         if (D.wqkv.data) {
-            matmul(s, D.wqkv, h, c.n, E, ssm_qkv, cd, nullptr, false, gs);
-            matmul(s, D.wqkv_gate, h, c.n, E, ssm_z, vd, nullptr, false, gs);
+            matmul(s, D.wqkv, h, c.n, E, ssm_qkv, cd, nullptr, false, gs, &hq);
+            matmul(s, D.wqkv_gate, h, c.n, E, ssm_z, vd, nullptr, false, gs, &hq);
         } else {
-            matmul(s, D.ssm_in, h, c.n, E, ssm_fused, cd + vd, nullptr, false, gs);
+            matmul(s, D.ssm_in, h, c.n, E, ssm_fused, cd + vd, nullptr, false, gs, &hq);
             ssm_in_regroup(s, ssm_fused, c.n, ss.n_k_heads, ss.head_dim, r, ssm_qkv, ssm_z);
         }
         if (D.ssm_ba.data) {
-            matmul(s, D.ssm_ba, h, c.n, E, ssm_ba, 2 * nv, nullptr, false, gs);
+            matmul(s, D.ssm_ba, h, c.n, E, ssm_ba, 2 * nv, nullptr, false, gs, &hq);
         } else {  // qwen35moe: beta rows then alpha rows
-            matmul(s, D.ssm_beta, h, c.n, E, ssm_ba, nv, nullptr, false, gs);
-            matmul(s, D.ssm_alpha, h, c.n, E, ssm_ba + c.n * nv, nv, nullptr, false, gs);
+            matmul(s, D.ssm_beta, h, c.n, E, ssm_ba, nv, nullptr, false, gs, &hq);
+            matmul(s, D.ssm_alpha, h, c.n, E, ssm_ba + c.n * nv, nv, nullptr, false, gs, &hq);
         }
         ssm_beta_decay(s, ssm_ba, D.ssm_dt, D.ssm_a, c.n, nv, r, !D.ssm_ba.data, ssm_beta, ssm_g);
     }
@@ -392,14 +418,16 @@ struct GpuSession::Impl {
         const Layer& D = layers[static_cast<size_t>(il)];
         const GemmScratch* gs = &gemm;
         const int64_t Fs = spec.n_ff_shexp;
-        matmul_same_input(s, {{&D.gate_shexp, sh_gate, Fs, nullptr}, {&D.up_shexp, sh_up, Fs, nullptr}}, h, c.n, E, gs);
+        matmul_same_input(s, {{&D.gate_shexp, sh_gate, Fs, nullptr}, {&D.up_shexp, sh_up, Fs, nullptr}}, h, c.n, E, gs, &hq);
         swiglu(s, sh_gate, sh_up, c.n * Fs, sh_gate);
         matmul(s, D.down_shexp, sh_gate, c.n, Fs, sh_down, E, nullptr, false, gs);
         shexp_gate_add(s, x, h, D.gate_inp_shexp, sh_down, c.n, E);  // x += sigmoid(h . g) * ffn_shexp(h)
     }
     void ffn_norm(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
-        rms_norm(s, x, D.ffn_norm, c.n, E, E, spec.rms_eps, h, E, single && D.cpu_part ? D.rd_h : nullptr);
+        // h in 8-bit blocks for the routed experts (the shared expert's, if no expert is resident)
+        const GgmlType next = D.n_slots > 0 || !spec.shared_expert ? D.ex.gate.type : D.gate_shexp.type;
+        norm_h(D.ffn_norm, c.n, single && D.cpu_part ? D.rd_h : nullptr, next);
     }
     void route(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
@@ -442,7 +470,10 @@ struct GpuSession::Impl {
         Layer& D = layers[static_cast<size_t>(il)];
         if (!single && D.cpu_part && c.n > kGemvMaxTokens) return moe_prompt(il, c);
         const int32_t* hid = !single && D.cpu_part ? h_ids : nullptr;  // (chunks above the GEMV size went to moe_prompt)
-        if (D.n_slots > 0) moe_experts(s, D.ex, h, c.n, E, static_cast<int>(K), d_ids, hid, D.h_slot_of.data(), moe_sc);
+        moe_sc.pending_q = nullptr;  // (moe_experts sets it again where it leaves the down product to moe_combine)
+        moe_sc.pending_d = nullptr;
+        if (D.n_slots > 0)
+            moe_experts(s, D.ex, h, c.n, E, static_cast<int>(K), d_ids, hid, D.h_slot_of.data(), moe_sc, &hq);
         if (!D.cpu_part) {
             moe_combine(s, D.ex, c.n, E, static_cast<int>(K), d_ids, d_w, hid, nullptr, x, moe_sc);
             if (!single) count_gpu_only(il, c.n);
@@ -468,6 +499,7 @@ struct GpuSession::Impl {
     void count_gpu_only(int il, int64_t n) { counters.layers[static_cast<size_t>(il)].gpu_pairs += static_cast<uint64_t>(n * K); }
     void lm_head(const ChunkArgs& c) {
         const GemmScratch* gs = &gemm;
+        hq = Q8Input{};  // h is rewritten below
         if (c.logits == ChunkArgs::Logits::Rows) {
             // The listed rows (in the order the caller wants their logits; eval_batch lists them in
             // batch order, which need not be increasing here), gathered into h, normed in place.

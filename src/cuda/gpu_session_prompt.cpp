@@ -109,6 +109,7 @@ void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions
             for (int64_t j = 0; j < K; ++j) ids[static_cast<size_t>(t * K + j)] = static_cast<int32_t>(j);
         cudaStream_t cs = ctx.compute();
         NITRO_CUDA_CHECK(cudaMemsetAsync(h, 0, static_cast<size_t>(n * E) * 4, cs));
+        hq = Q8Input{};  // (h rewritten)
         MoePrefillGroups g;
         moe_prefill_begin(cs, D.ex, h, n, E, static_cast<int>(K), ids.data(), moe_sc, g);
         const auto parts = expert_parts(W, pick(0));

@@ -425,12 +425,14 @@ void round_acts(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, co
 }
 
 void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
-            const float* bias, bool accumulate, const GemmScratch* scratch) {
+            const float* bias, bool accumulate, const GemmScratch* scratch, const Q8Input* pre) {
     check_weight(w, "matmul");
     if (n_tok <= 0) return;
     const bool gemv = n_tok <= kGemvMaxTokens || !scratch || !scratch->cublas || w.type == GgmlType::F32;
     if (gemv && n_tok <= kGemvMaxTokens && scratch && scratch->xr && scratch->int8_dot && q8_supported(w.type)) {
-        const Q8Acts q = quantize_q8(s, w.type, x, ldx, n_tok, w.ne0, scratch->xr, scratch->xr_elems * sizeof(float));
+        const Q8Acts* ready = q8_ready(pre, x, ldx, n_tok, w.type);
+        const Q8Acts q =
+            ready ? *ready : quantize_q8(s, w.type, x, ldx, n_tok, w.ne0, scratch->xr, scratch->xr_elems * sizeof(float));
         mmvq(s, w, q, n_tok, out, ldo, bias, accumulate);
         return;
     }
@@ -475,7 +477,7 @@ void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int
 }
 
 void matmul_same_input(cudaStream_t s, std::initializer_list<MatmulTo> outs, const float* x, int64_t n_tok, int64_t ldx,
-                       const GemmScratch* scratch) {
+                       const GemmScratch* scratch, const Q8Input* pre) {
     bool shared = n_tok <= kGemvMaxTokens && scratch && scratch->xr && outs.size() > 1;
     const GgmlType t0 = outs.begin()->w->type;
     for (const MatmulTo& o : outs) {
@@ -484,7 +486,10 @@ void matmul_same_input(cudaStream_t s, std::initializer_list<MatmulTo> outs, con
                  q8_supported(o.w->type) == q8_supported(t0);
     }
     if (shared && scratch->int8_dot && q8_supported(t0)) {
-        const Q8Acts q = quantize_q8(s, t0, x, ldx, n_tok, outs.begin()->w->ne0, scratch->xr, scratch->xr_elems * sizeof(float));
+        const Q8Acts* ready = q8_ready(pre, x, ldx, n_tok, t0);
+        const Q8Acts q = ready ? *ready
+                               : quantize_q8(s, t0, x, ldx, n_tok, outs.begin()->w->ne0, scratch->xr,
+                                             scratch->xr_elems * sizeof(float));
         bool one_type = outs.size() <= 4;
         for (const MatmulTo& o : outs) one_type = one_type && o.w->type == t0;
         if (one_type) {  // one launch for all of them
@@ -517,7 +522,7 @@ void matmul_same_input(cudaStream_t s, std::initializer_list<MatmulTo> outs, con
         for (const MatmulTo& o : outs) matmul(s, *o.w, scratch->xr, n_tok, ne0, o.out, o.ldo, o.bias, false, nullptr);
         return;
     }
-    for (const MatmulTo& o : outs) matmul(s, *o.w, x, n_tok, ldx, o.out, o.ldo, o.bias, false, scratch);
+    for (const MatmulTo& o : outs) matmul(s, *o.w, x, n_tok, ldx, o.out, o.ldo, o.bias, false, scratch, pre);
 }
 
 // ------------------------------------------------------------------------------ MoE
@@ -718,7 +723,9 @@ void moe_prefill_groups(cudaStream_t s, const ExpertSlots& ex, const MoePrefillG
 }  // namespace
 
 void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
-                 const int32_t* host_ids, const int32_t* host_slot_of, MoeScratch& sc) {
+                 const int32_t* host_ids, const int32_t* host_slot_of, MoeScratch& sc, const Q8Input* hq) {
+    sc.pending_q = nullptr;  // (set again below only by the fused decode path)
+    sc.pending_d = nullptr;
     const int64_t F = ex.gate.n_rows;
     check_weight(ex.gate, "moe");
     check_weight(ex.down, "moe");
@@ -731,7 +738,7 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
     // token, and the GLU output per (token, expert) pair.
     const bool round = sc.gemm.xr != nullptr;
     if (decode && round && sc.gemm.int8_dot && q8_supported(ex.gate.type) && q8_supported(ex.down.type)) {
-        moe_decode_q8(s, ex, h, n, E, K, ids, sc);
+        moe_decode_q8(s, ex, h, n, E, K, ids, sc, hq);
         return;
     }
     if (decode) {
@@ -866,6 +873,17 @@ void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, in
                  const int32_t* host_ids, const float* partial, float* x, MoeScratch& sc) {
     (void)host_ids;  // grouped rows (row_of) for every chunk above the GEMV size, grouped on either side
     const bool decode = n <= kGemvMaxTokens;
+    if (sc.pending_q) {  // moe_experts left the down product here (MoeScratch::fuse_down)
+        NITRO_CUDA_ASSERT(decode);
+        Q8Acts act;
+        act.q = sc.pending_q;
+        act.d = sc.pending_d;
+        act.ne0 = ex.down.ne0;
+        sc.pending_q = nullptr;
+        sc.pending_d = nullptr;
+        moe_down_combine_q8(s, ex, n, E, K, ids, w, act, partial, x);
+        return;
+    }
     moe_combine_kernel<<<dim3(ceil_div(E, 256), static_cast<unsigned>(n)), 256, 0, s>>>(
         x, partial, sc.down, decode ? nullptr : sc.row_of, ex.down_b, ids, w, ex.slot_of, K, E);
     NITRO_CUDA_LAUNCH_CHECK();

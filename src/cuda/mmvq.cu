@@ -201,6 +201,50 @@ __global__ void __launch_bounds__(kQ8Threads) moe_down_q8_kernel(const uint8_t* 
     if (threadIdx.x % kWarp == 0) out[static_cast<int64_t>(r) * E + c] = v;
 }
 
+/// moe_down_combine_q8 (mmvq.h): grid (ceil(E / cpb), n), cpb = kQ8Rows / wpc columns per CTA, wpc
+/// warps per column; warp w takes column c = blockIdx.x * cpb + w / wpc and the pairs j = w % wpc,
+/// + wpc, ... of token t = blockIdx.y. A pair's down row is moe_down_q8_kernel's (row_dot, warp_sum
+/// with the same lanes: the same value); one lane per column then sums them as moe_combine_kernel.
+template <GgmlType T>
+__global__ void __launch_bounds__(kQ8Threads) moe_down_combine_q8_kernel(
+    const uint8_t* __restrict__ down, size_t dstride, size_t row_bytes, int E, const int32_t* __restrict__ ids,
+    const int32_t* __restrict__ slot_of, const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t F, int K,
+    int wpc, const float* __restrict__ w, const float* __restrict__ down_b, const float* __restrict__ partial,
+    float* __restrict__ x) {
+    __shared__ float sv[kMaxFusedDownK];  // [cpb, K]: cpb * K <= max(kQ8Rows, K) <= kMaxFusedDownK
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int cl = warp / wpc, jw = warp % wpc;
+    const int c = blockIdx.x * (kQ8Rows / wpc) + cl;
+    const int t = blockIdx.y;
+    if (c < E) {
+        for (int j = jw; j < K; j += wpc) {
+            const int r = t * K + j;
+            const int slot = slot_of[ids[r]];
+            if (slot < 0) continue;  // (the same for the whole warp)
+            float acc[1] = {0.f};
+            row_dot<T, 1>(down + slot * dstride + static_cast<size_t>(c) * row_bytes, static_cast<int>(F / 16), xq + r * F,
+                          xd + r * (F / 32), F, 1, acc);
+            const float v = warp_sum(acc[0]);
+            if (lane == 0) sv[cl * K + j] = v;
+        }
+    }
+    __syncthreads();
+    if (c >= E || jw != 0 || lane != 0) return;
+    float a = 0.f;  // moe_combine_kernel's sum, in router order
+    for (int j = 0; j < K; ++j) {
+        const int r = t * K + j;
+        const int e = ids[r];
+        if (slot_of[e] < 0) continue;
+        float d = sv[cl * K + j];
+        if (down_b) d += down_b[static_cast<int64_t>(e) * E + c];
+        a = fmaf(w[r], d, a);
+    }
+    float* xp = x + static_cast<int64_t>(t) * E + c;
+    float v = *xp + a;
+    if (partial) v += partial[static_cast<int64_t>(t) * E + c];
+    *xp = v;
+}
+
 }  // namespace
 
 bool q8_supported(GgmlType t) {
@@ -277,11 +321,12 @@ size_t moe_decode_q8_bytes(int64_t n, int64_t E, int K, int64_t F) {
 }
 
 void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
-                   MoeScratch& sc) {
+                   MoeScratch& sc, const Q8Input* hq) {
     const int64_t F = ex.gate.n_rows, R = n * K;
     void* buf = sc.gemm.xr;
     const size_t bytes = sc.gemm.xr_elems * sizeof(float);
-    const Q8Acts hx = quantize_q8(s, ex.gate.type, h, E, n, E, buf, bytes);
+    const Q8Acts* ready = q8_ready(hq, h, E, n, ex.gate.type);  // quantized by the norm that made h
+    const Q8Acts hx = ready ? *ready : quantize_q8(s, ex.gate.type, h, E, n, E, buf, bytes);
     bool ok = dispatch_q8_type(ex.gate.type, [&]<GgmlType T>() {
         moe_gateup_q8_kernel<T><<<dim3(ceil_div(F, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, s>>>(
             ex.gate.data, ex.up.data, ex.gate_stride, ex.up_stride, ex.gate.row_bytes, static_cast<int>(F), ids, ex.slot_of,
@@ -290,6 +335,11 @@ void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_
     NITRO_CUDA_LAUNCH_CHECK();
     // h's 8-bit copy is no longer read (stream order): the activations take its place
     const Q8Acts ax = quantize_q8(s, ex.down.type, sc.act, F, R, F, buf, bytes);
+    if (sc.fuse_down && K <= kMaxFusedDownK && ok && q8_supported(ex.down.type)) {
+        sc.pending_q = ax.q;  // moe_combine runs the down product (moe_down_combine_q8)
+        sc.pending_d = ax.d;
+        return;
+    }
     ok = ok && dispatch_q8_type(ex.down.type, [&]<GgmlType T>() {
         moe_down_q8_kernel<T><<<dim3(ceil_div(E, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, s>>>(
             ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, ax.q, ax.d, F, sc.down);
@@ -297,6 +347,26 @@ void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_
     if (!ok)
         cfail("CUDA moe_decode_q8: expert types {} / {} have no integer decode path", type_display_name(ex.gate.type),
               type_display_name(ex.down.type));
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace nitro::cuda
+
+namespace nitro::cuda {
+
+void moe_down_combine_q8(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids,
+                         const float* w, const Q8Acts& act, const float* partial, float* x) {
+    NITRO_CUDA_ASSERT(n <= kGemvMaxTokens && K >= 1 && K <= kMaxFusedDownK && act.ne0 == ex.down.ne0);
+    if (n <= 0) return;
+    int wpc = 1;  // warps per column: K rounded up to a power of 2, at most the CTA's 8
+    while (wpc < K && wpc < kQ8Rows) wpc *= 2;
+    const int cpb = kQ8Rows / wpc;
+    const bool ok = dispatch_q8_type(ex.down.type, [&]<GgmlType T>() {
+        moe_down_combine_q8_kernel<T><<<dim3(ceil_div(E, cpb), static_cast<unsigned>(n)), kQ8Threads, 0, s>>>(
+            ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, act.q, act.d,
+            ex.down.ne0, K, wpc, w, ex.down_b, partial, x);
+    });
+    if (!ok) cfail("CUDA moe_down_combine_q8: expert type {} has no integer decode path", type_display_name(ex.down.type));
     NITRO_CUDA_LAUNCH_CHECK();
 }
 

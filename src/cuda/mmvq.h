@@ -24,6 +24,29 @@ struct Q8Acts {
     int64_t ne0 = 0;
 };
 
+/// An input's rows already in 8-bit blocks, made with the f32 rows in one launch (rms_norm_q8):
+/// acts holds the quantization of x's `rows` rows (row stride ldx) for weights whose vec-dot type
+/// is vdt, exactly the bytes quantize_q8 would write. x = null: none. Whoever rewrites x must
+/// clear it (GpuSession does so in every op that writes h).
+struct Q8Input {
+    const float* x = nullptr;
+    int64_t ldx = 0, rows = 0;
+    GgmlType vdt = GgmlType::F32;
+    Q8Acts acts;
+};
+/// &in->acts if `in` holds x's n_tok rows (row stride ldx) quantized for the vec-dot type of
+/// `weight`, else null (the caller quantizes x itself).
+const Q8Acts* q8_ready(const Q8Input* in, const float* x, int64_t ldx, int64_t n_tok, GgmlType weight);
+
+/// out = rms_norm(x) * w as rms_norm computes it (the same bits; host_out as rms_norm's), and the
+/// same rows quantized to the 8-bit blocks of cpu::vec_dot_type(weight) into buf as quantize_q8
+/// would (the same bytes), in one launch (one block per row) instead of two; q describes the
+/// result (q.x = out). Decode only: returns false and launches nothing (q cleared) unless
+/// n_rows <= kGemvMaxTokens, weight is q8_supported, n is whole blocks of the vec-dot type and
+/// buf holds q8_act_bytes(n_rows, n); the caller then runs rms_norm (and later quantize_q8).
+bool rms_norm_q8(cudaStream_t s, const float* x, const float* w, int64_t n_rows, int64_t n, int64_t ld_x, float eps,
+                 float* out, int64_t ld_out, float* host_out, GgmlType weight, void* buf, size_t buf_bytes, Q8Input& q);
+
 /// True for the weight types with an integer decode path: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K,
 /// IQ4_XS (F32, F16 and BF16 keep the f32 kernels of matmul.cu).
 bool q8_supported(GgmlType t);
@@ -57,7 +80,21 @@ size_t moe_decode_q8_bytes(int64_t n, int64_t E, int K, int64_t F);
 /// act[r, f] = glu(gate + gate_b, up + up_b) (f32, in scratch.act), which is quantized for down,
 /// whose rows go to scratch.down [r, E] (down_b is added by moe_combine). Pairs whose expert has
 /// slot_of < 0 are skipped. scratch.gemm.xr must hold moe_decode_q8_bytes.
+/// hq: h's rows already quantized (rms_norm_q8), or null. With scratch.fuse_down (and K <=
+/// kMaxFusedDownK) the down product is left to moe_down_combine_q8 (scratch.pending_q/d set).
 void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
-                   MoeScratch& scratch);
+                   MoeScratch& scratch, const Q8Input* hq = nullptr);
+
+/// Experts per token the fused down + combine handles (shared memory of its CTA).
+inline constexpr int kMaxFusedDownK = 32;
+
+/// The down product of moe_decode_q8 and moe_combine in one launch: for token t and output column
+/// c, the down row c of each resident expert of t's K pairs (8-bit GLU output `act` [n*K, F] from
+/// moe_decode_q8) and x[t, c] += partial[t, c] (if given) + sum_j w[t,j] * (down + down_b[e]) in
+/// router order, pairs with slot_of < 0 skipped: the same arithmetic as moe_down_q8 followed by
+/// moe_combine, so the same bits. A CTA of 8 warps takes 8 / W columns of one token, W =
+/// min(8, K rounded up to a power of 2) warps per column splitting its K rows.
+void moe_down_combine_q8(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids,
+                         const float* w, const Q8Acts& act, const float* partial, float* x);
 
 }  // namespace nitro::cuda

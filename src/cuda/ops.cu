@@ -5,7 +5,11 @@
 //  - RMSNorm sums squares in double and RoPE computes its angles with the CPU's operation order.
 #include "cuda/ops.h"
 
+#include "cpu/matmul.h"
 #include "cuda/common.cuh"
+#include "cuda/mmvq.h"
+#include "cuda/q8dot.cuh"
+#include "runtime/placement.h"
 
 
 #include <cublas_v2.h>
@@ -57,6 +61,70 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
     }
 }
 
+/// q8_value<Q8_K> for a CTA of 256 or 512 threads: each 256 consecutive threads hold one Q8_K
+/// block of 256 values and get its scale. The same selection (the first value of largest
+/// magnitude: the order of comparison does not matter) and the same arithmetic as q8_value, so
+/// the same q and d. Every thread must call.
+__device__ __forceinline__ void q8k_value_group(float v, int& q, float& d) {
+    __shared__ float s_ax[16], s_v[16];
+    __shared__ int s_i[16];
+    float ax = fabsf(v), mv = v;
+    int mi = threadIdx.x;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ax2 = __shfl_xor_sync(0xffffffffu, ax, o), mv2 = __shfl_xor_sync(0xffffffffu, mv, o);
+        const int mi2 = __shfl_xor_sync(0xffffffffu, mi, o);
+        if (ax2 > ax || (ax2 == ax && mi2 < mi)) { ax = ax2; mv = mv2; mi = mi2; }
+    }
+    const int w = threadIdx.x / kWarp;
+    if (threadIdx.x % kWarp == 0) { s_ax[w] = ax; s_v[w] = mv; s_i[w] = mi; }
+    __syncthreads();
+    const int w0 = (threadIdx.x / 256) * 8;
+    ax = s_ax[w0]; mv = s_v[w0]; mi = s_i[w0];
+    for (int k = 1; k < 8; ++k)
+        if (s_ax[w0 + k] > ax || (s_ax[w0 + k] == ax && s_i[w0 + k] < mi)) { ax = s_ax[w0 + k]; mv = s_v[w0 + k]; mi = s_i[w0 + k]; }
+    __syncthreads();  // s_* are reused by the next call
+    if (ax == 0.f) {
+        q = 0;
+        d = 0.f;
+    } else {
+        const float iscale = __fdiv_rn(-127.f, mv);
+        q = min(127, __float2int_rn(__fmul_rn(iscale, v)));
+        d = __fdiv_rn(1.f, iscale);
+    }
+}
+
+/// rms_norm_kernel, then its outputs quantized as quantize_q8_kernel quantizes them: q [n] int8
+/// and d [n / 32] of this row. Threads walk the row in steps of blockDim.x (a multiple of the
+/// block of VDT), so a warp (Q8_0) or 256 threads (Q8_K) hold one whole block in each step.
+template <GgmlType VDT>
+__global__ void rms_norm_q8_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t n, int64_t ld_x,
+                                   float eps, float* __restrict__ out, int64_t ld_out, float* __restrict__ host_out,
+                                   int8_t* __restrict__ q, float* __restrict__ d) {
+    const float* xr = x + blockIdx.x * ld_x;
+    const float scale = rms_scale(xr, n, eps);
+    float* o = out + blockIdx.x * ld_out;
+    int8_t* qr = q + blockIdx.x * n;
+    float* dr = d + blockIdx.x * (n / 32);
+    for (int64_t base = 0; base < n; base += blockDim.x) {  // the same trip count for every thread
+        const int64_t i = base + threadIdx.x;
+        const bool in = i < n;
+        float y = 0.f;
+        if (in) {
+            y = w ? __fmul_rn(__fmul_rn(xr[i], scale), w[i]) : __fmul_rn(xr[i], scale);
+            o[i] = y;
+            if (host_out) host_out[blockIdx.x * n + i] = y;
+        }
+        int qi;
+        float di;
+        if constexpr (VDT == GgmlType::Q8_0) q8_value<GgmlType::Q8_0>(y, qi, di);
+        else q8k_value_group(y, qi, di);
+        if (!in) continue;
+        qr[i] = static_cast<int8_t>(qi);
+        if ((i & 31) == 0) dr[i / 32] = di;
+    }
+}
+
 __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ b, int64_t total,
                            int64_t n) {
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -75,6 +143,41 @@ void rms_norm(cudaStream_t s, const float* x, const float* w, int64_t n_rows, in
     const int threads = rms_threads(n);
     rms_norm_kernel<<<static_cast<unsigned>(n_rows), threads, 0, s>>>(x, w, n, ld_x, eps, out, ld_out, host_out);
     NITRO_CUDA_LAUNCH_CHECK();
+}
+
+const Q8Acts* q8_ready(const Q8Input* in, const float* x, int64_t ldx, int64_t n_tok, GgmlType weight) {
+    if (!in || !in->x || in->x != x || in->ldx != ldx || in->rows != n_tok) return nullptr;
+    if (!q8_supported(weight) || cpu::vec_dot_type(weight) != in->vdt || in->acts.ne0 <= 0) return nullptr;
+    return &in->acts;
+}
+
+bool rms_norm_q8(cudaStream_t s, const float* x, const float* w, int64_t n_rows, int64_t n, int64_t ld_x, float eps,
+                 float* out, int64_t ld_out, float* host_out, GgmlType weight, void* buf, size_t buf_bytes, Q8Input& q) {
+    q = Q8Input{};
+    if (n_rows <= 0 || n_rows > kGemvMaxTokens || !buf || !q8_supported(weight)) return false;
+    const GgmlType vdt = cpu::vec_dot_type(weight);
+    const int64_t block = vdt == GgmlType::Q8_K ? 256 : 32;
+    const int threads = rms_threads(n);  // rms_norm's (its reduction order)
+    if ((vdt != GgmlType::Q8_0 && vdt != GgmlType::Q8_K) || n % block != 0 || threads % block != 0 || threads > 512 ||
+        q8_act_bytes(n_rows, n) > buf_bytes)
+        return false;
+    auto* qp = static_cast<int8_t*>(buf);  // quantize_q8's layout
+    auto* dp = reinterpret_cast<float*>(static_cast<uint8_t*>(buf) + (static_cast<uint64_t>(n_rows * n) + 255) / 256 * 256);
+    if (vdt == GgmlType::Q8_0)
+        rms_norm_q8_kernel<GgmlType::Q8_0><<<static_cast<unsigned>(n_rows), threads, 0, s>>>(x, w, n, ld_x, eps, out, ld_out,
+                                                                                           host_out, qp, dp);
+    else
+        rms_norm_q8_kernel<GgmlType::Q8_K><<<static_cast<unsigned>(n_rows), threads, 0, s>>>(x, w, n, ld_x, eps, out, ld_out,
+                                                                                           host_out, qp, dp);
+    NITRO_CUDA_LAUNCH_CHECK();
+    q.x = out;
+    q.ldx = ld_out;
+    q.rows = n_rows;
+    q.vdt = vdt;
+    q.acts.q = qp;
+    q.acts.d = dp;
+    q.acts.ne0 = n;
+    return true;
 }
 
 void add(cudaStream_t s, float* x, const float* y, const float* b, int64_t n_rows, int64_t n) {

@@ -17,6 +17,8 @@ typedef struct cublasContext* cublasHandle_t;
 
 namespace nitro::cuda {
 
+struct Q8Input;  // mmvq.h: an input's rows already quantized to 8-bit blocks (rms_norm_q8)
+
 /// True for the weight types the CUDA matmul handles (F32, F16, BF16, Q8_0, Q4_0, MXFP4, Q4_K, Q5_K,
 /// Q6_K, IQ4_XS).
 bool supported_weight_type(GgmlType t);
@@ -117,8 +119,10 @@ void round_acts(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, co
 /// Otherwise: weights dequantized to f16 in row chunks (F16 used as stored), activations to f16,
 /// cuBLAS GEMM with f32 accumulation (tensor cores). accumulate: add to out instead of overwriting.
 inline constexpr int64_t kGemvMaxTokens = 8;
+/// pre (optional): x's rows already quantized (rms_norm_q8); the integer path takes them instead of
+/// quantizing x again when they are x's n_tok rows for w's vec-dot type (q8_ready), the same bytes.
 void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
-            const float* bias, bool accumulate, const GemmScratch* scratch);
+            const float* bias, bool accumulate, const GemmScratch* scratch, const Q8Input* pre = nullptr);
 
 /// One product of matmul_same_input: out[t*ldo + r] = dot(w.row(r), x[t]) + bias[r].
 struct MatmulTo {
@@ -130,8 +134,9 @@ struct MatmulTo {
 /// matmul of each of `outs` with the same input x (q, k and v; a shared expert's gate and up), with
 /// the same results; for up to kGemvMaxTokens tokens the input is rounded or quantized once for
 /// all of them when their weights share a vec-dot type (fewer launches per decode step).
+/// pre: as matmul's.
 void matmul_same_input(cudaStream_t s, std::initializer_list<MatmulTo> outs, const float* x, int64_t n_tok, int64_t ldx,
-                       const GemmScratch* scratch);
+                       const GemmScratch* scratch, const Q8Input* pre = nullptr);
 
 /// f16 copy of rows [r0, r0 + n) of w into out (n * ne0 values).
 void dequantize_f16(cudaStream_t s, const DWeight& w, int64_t r0, int64_t n, uint16_t* out);
@@ -192,6 +197,16 @@ struct MoeScratch {
     int32_t* group_off = nullptr;
     int32_t* host_idx = nullptr;    ///< pinned [3 * n*K + n*K] (prefill grouping)
     GemmScratch gemm;
+    /// Decode with integer products (moe_decode_q8): moe_experts leaves the down product to
+    /// moe_combine, which computes each token's down rows and their router-weighted sum in one
+    /// launch (moe_down_combine_q8, the same bits) instead of writing them to `down` first.
+    /// false: moe_experts writes `down` (a caller that reads it, tests, the benchmark).
+    bool fuse_down = false;
+    /// Set by moe_experts when it left the down product to moe_combine (fuse_down): the GLU output
+    /// of the n*K pairs in 8-bit blocks (Q8Acts layout, in gemm.xr; ne0 = n_ff_exp); moe_combine
+    /// consumes and clears it. Nothing may write gemm.xr between the two.
+    const int8_t* pending_q = nullptr;
+    const float* pending_d = nullptr;
 };
 
 /// The MoE FFN for n tokens in two launches-worth of work, so a caller can wait for a partial sum
@@ -203,8 +218,10 @@ struct MoeScratch {
 /// host_ids: the same ids already on the host (the hybrid's prompt chunks have them there): chunks
 /// above kGemvMaxTokens are then grouped by expert on the host; null: grouped on the device
 /// (moe_gemm.h moe_group), with no host round trip. Chunks up to kGemvMaxTokens read the device ids.
+/// hq (optional): h's rows already quantized (rms_norm_q8); the integer decode path takes them
+/// instead of quantizing h (when q8_ready says they are h's for the gate's vec-dot type).
 void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t n, int64_t E, int K, const int32_t* ids,
-                 const int32_t* host_ids, const int32_t* host_slot_of, MoeScratch& scratch);
+                 const int32_t* host_ids, const int32_t* host_slot_of, MoeScratch& scratch, const Q8Input* hq = nullptr);
 void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids, const float* w,
                  const int32_t* host_ids, const float* partial, float* x, MoeScratch& scratch);
 /// The prefill path of moe_experts in pieces, for a caller that computes some experts from

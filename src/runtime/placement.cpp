@@ -163,6 +163,7 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
     // (+ room for the decode MoE's 8-bit activations when the chunk is too small to hold them)
     const int64_t dec_rows = std::min<int64_t>(ub, GpuScratchSizes::kGemvMaxTokens) * K;
     z.xr = std::max<int64_t>(ub * max_ne0, static_cast<int64_t>((q8_act_bytes(dec_rows, max_ne0) + 3) / 4));
+    z.hq = static_cast<int64_t>((q8_act_bytes(std::min<int64_t>(ub, GpuScratchSizes::kGemvMaxTokens), E) + 3) / 4);
     if (ub > GpuScratchSizes::kGemvMaxTokens) {
         z.moe_gate = R * F;
         z.moe_up = R * F;
@@ -181,7 +182,7 @@ uint64_t GpuScratchSizes::bytes() const {
     uint64_t b = 0;
     for (int64_t n : {x, h, q, k, v, attn, router, weights, margin, logits, attn_partial, moe_act, moe_down, moe_gate, moe_up,
                       partial, qg, gate, ssm_qkv, ssm_z, ssm_ba, ssm_beta, ssm_g, ssm_conv, ssm_core, ssm_in, sh_gate, sh_up,
-                      sh_down, xr})
+                      sh_down, xr, hq})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
     for (int64_t n : {ids, tok, group, group, group, group_off})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);

@@ -182,6 +182,11 @@ struct GpuScratchSizes {
     /// matrix input]; it also holds the 8-bit activations of the integer decode products (q8_act_bytes
     /// of the decode MoE's n*n_expert_used rows of n_ff_exp values), whichever is larger.
     int64_t xr = 0;
+    /// The normed hidden state h of a decode chunk (kGemvMaxTokens rows at most) in 8-bit blocks,
+    /// written with h by the fused RMSNorm (cuda::rms_norm_q8) for the products that read h:
+    /// q8_act_bytes(min(n_ubatch, kGemvMaxTokens), n_embd) bytes, in floats. Apart from xr, which
+    /// the products in between (attn_out, the shared expert's down) overwrite.
+    int64_t hq = 0;
     int64_t qg = 0, gate = 0; ///< gated attention: attn_q's output [n_ubatch, 2 n_q] ([q, gate] per head), the gate [n_ubatch, n_q]
     /// Gated DeltaNet: q|k|v, z, beta/alpha, beta, log decay, conv output, core output and (older
     /// files) the fused ssm_in output, [n_ubatch, *] each.

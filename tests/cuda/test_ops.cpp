@@ -490,6 +490,91 @@ TEST_F(CudaOps, FusedQkNormRopeKvStoreEqualsTheSeparateOpsBitForBit) {
         }
 }
 
+// The fused RMSNorm + 8-bit quantization of decode (rms_norm_q8, issue 15) against rms_norm then
+// quantize_q8 of its output: the same f32 rows (and host copy) and the same 8-bit blocks, bit for
+// bit, for every q8_supported type at the hidden sizes of gpt-oss (2880), qwen3moe / qwen3next
+// (2048) and others (rms_norm's 64-, 256- and 512-thread blocks); the products that take the
+// quantized rows (matmul_same_input / matmul with `pre`) give the bits they give when they quantize
+// themselves, and a stale or mismatched Q8Input is not taken.
+TEST_F(CudaOps, FusedRmsNormQ8EqualsRmsNormThenQuantizeBitForBit) {
+    for (GgmlType t : kTypes) {
+        if (!q8_supported(t)) continue;
+        const GgmlType vdt = cpu::vec_dot_type(t);
+        for (int64_t E : {2880, 2048, 512, 128, 4096})
+            for (int64_t n : {1, 3, 8}) {
+                SCOPED_TRACE(type_display_name(t) + " E=" + std::to_string(E) + " n=" + std::to_string(n));
+                const int64_t ld = E + 32;  // x rows apart from h's
+                auto x = randn(static_cast<size_t>(n * ld)), w = randn(static_cast<size_t>(E));
+                for (size_t i = 0; i < x.size(); i += 97) x[i] *= 9.f;  // outliers: block scales differ
+                float *dx = to_dev(*ctx, x), *dw = to_dev(*ctx, w);
+                float *h1 = ctx->alloc_n<float>(static_cast<size_t>(n * E), "h1"), *h2 = ctx->alloc_n<float>(static_cast<size_t>(n * E), "h2");
+                poison(h1, static_cast<size_t>(n * E));
+                poison(h2, static_cast<size_t>(n * E));
+                void* dev1 = nullptr;
+                void* dev2 = nullptr;
+                auto* host1 = static_cast<float*>(ctx->host_mapped(static_cast<size_t>(n * E) * 4, &dev1));
+                auto* host2 = static_cast<float*>(ctx->host_mapped(static_cast<size_t>(n * E) * 4, &dev2));
+                const size_t qb = q8_act_bytes(n, E);
+                auto* b1 = ctx->alloc_n<uint8_t>(qb, "q1");
+                auto* b2 = ctx->alloc_n<uint8_t>(qb, "q2");
+                cudaStream_t st = ctx->compute();
+                NITRO_CUDA_CHECK(cudaMemsetAsync(b1, 0x5a, qb, st));
+                NITRO_CUDA_CHECK(cudaMemsetAsync(b2, 0xa5, qb, st));
+                rms_norm(st, dx, dw, n, E, ld, 1e-6f, h1, E, static_cast<float*>(dev1));
+                Q8Input hq;
+                const bool whole = E % (vdt == GgmlType::Q8_K ? 256 : 32) == 0;
+                const bool fused = rms_norm_q8(st, dx, dw, n, E, ld, 1e-6f, h2, E, static_cast<float*>(dev2), t, b2, qb, hq);
+                // every shape the engine quantizes is fused (128 values: rms_norm's 64 threads are
+                // not a Q8_K block, but Q8_K needs 256-value rows anyway)
+                ASSERT_EQ(fused, whole);
+                if (!fused) {
+                    EXPECT_EQ(hq.x, nullptr);
+                    continue;
+                }
+                const Q8Acts q1 = quantize_q8(st, t, h1, E, n, E, b1, qb);
+                NITRO_CUDA_CHECK(cudaStreamSynchronize(st));
+                auto a = to_host(h1, static_cast<size_t>(n * E)), b = to_host(h2, static_cast<size_t>(n * E));
+                for (size_t i = 0; i < a.size(); ++i) {
+                    ASSERT_EQ(f32_to_bits(a[i]), f32_to_bits(b[i])) << "h " << i;
+                    ASSERT_EQ(f32_to_bits(host1[i]), f32_to_bits(host2[i])) << "host copy " << i;
+                }
+                ASSERT_EQ(hq.x, h2);
+                ASSERT_EQ(hq.acts.q, reinterpret_cast<const int8_t*>(b2));
+                EXPECT_EQ(to_host(q1.q, static_cast<size_t>(n * E)), to_host(hq.acts.q, static_cast<size_t>(n * E)));
+                auto d1 = to_host(q1.d, static_cast<size_t>(n * E / 32)), d2 = to_host(hq.acts.d, static_cast<size_t>(n * E / 32));
+                for (size_t i = 0; i < d1.size(); ++i) ASSERT_EQ(f32_to_bits(d1[i]), f32_to_bits(d2[i])) << "scale " << i;
+                // a consumer: q/k/v-like products on h, quantizing h themselves or taking hq
+                if (E != 2048 && E != 2880) continue;
+                const HostWeight hw0 = make_weight(t, E, 96), hw1 = make_weight(t, E, 40);
+                const DWeight w0 = dev_weight(*ctx, hw0), w1 = dev_weight(*ctx, hw1);
+                GemmScratch gs;
+                gs.xr_elems = (q8_act_bytes(n, E) + 3) / 4;
+                gs.xr = ctx->alloc_n<float>(gs.xr_elems, "xr");
+                float *o1 = ctx->alloc_n<float>(static_cast<size_t>(n * 136), "o1"), *o2 = ctx->alloc_n<float>(static_cast<size_t>(n * 136), "o2");
+                poison(o1, static_cast<size_t>(n * 136));
+                poison(o2, static_cast<size_t>(n * 136));
+                matmul_same_input(st, {{&w0, o1, 136, nullptr}, {&w1, o1 + 96, 136, nullptr}}, h1, n, E, &gs);
+                NITRO_CUDA_CHECK(cudaMemsetAsync(gs.xr, 0xff, gs.xr_elems * 4, st));  // (so a product that reads it would fail)
+                matmul_same_input(st, {{&w0, o2, 136, nullptr}, {&w1, o2 + 96, 136, nullptr}}, h2, n, E, &gs, &hq);
+                a = to_host(o1, static_cast<size_t>(n * 136)), b = to_host(o2, static_cast<size_t>(n * 136));
+                for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(f32_to_bits(a[i]), f32_to_bits(b[i])) << "product " << i;
+                // matmul alone, accumulating
+                matmul(st, w1, h1, n, E, o1, 136, nullptr, true, &gs);
+                NITRO_CUDA_CHECK(cudaMemsetAsync(gs.xr, 0xff, gs.xr_elems * 4, st));
+                matmul(st, w1, h2, n, E, o2, 136, nullptr, true, &gs, &hq);
+                a = to_host(o1, static_cast<size_t>(n * 136)), b = to_host(o2, static_cast<size_t>(n * 136));
+                for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(f32_to_bits(a[i]), f32_to_bits(b[i])) << "matmul " << i;
+                // not taken for other rows, another input or another vec-dot type
+                EXPECT_EQ(q8_ready(&hq, h2, E, n, t), &hq.acts);
+                EXPECT_EQ(q8_ready(&hq, h1, E, n, t), nullptr);
+                EXPECT_EQ(q8_ready(&hq, h2, E, n - 1, t), nullptr);
+                EXPECT_EQ(q8_ready(&hq, h2, E, n, vdt == GgmlType::Q8_0 ? GgmlType::Q4_K : GgmlType::Q8_0), nullptr);
+                EXPECT_EQ(q8_ready(&hq, h2, E, n, GgmlType::F16), nullptr);
+                ctx->alloc().free(gs.xr);
+            }
+    }
+}
+
 TEST_F(CudaOps, KvStoreIsExact) {
     const int64_t n = 6, dk = 512, dv = 512, cap = 16;
     auto k = randn(static_cast<size_t>(n * dk)), v = randn(static_cast<size_t>(n * dv));
@@ -849,6 +934,106 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
                                                                    : "all resident");
             }
             ctx->alloc().free(xr);
+        }
+    }
+}
+
+// The decode MoE as GpuSession runs it with the issue-15 fusions against the separate ops, bit
+// for bit: h = rms_norm(x) (rms_norm_q8: h and its 8-bit blocks in one launch, which moe_experts
+// takes instead of quantizing h) and the down product + combine in one launch
+// (MoeScratch::fuse_down -> moe_down_combine_q8), vs rms_norm, moe_experts (quantize h, gate/up,
+// quantize, down into scratch.down) and moe_combine. Every q8_supported type at the expert shapes
+// of gpt-oss (2880 <-> 2880, K 4, swiglu_oai, biases), qwen3moe (2048 <-> 768, K 8) and qwen3next
+// (2048 <-> 512, K 10), 1-8 tokens; all experts resident, and hybrid: some experts not resident
+// (slot -1) with a partial sum from elsewhere.
+TEST_F(CudaOps, FusedDecodeMoeEqualsTheSeparateOpsBitForBit) {
+    struct Cfg { int64_t E, F, X; int K; bool oai, biases; };
+    const Cfg cfgs[] = {{2880, 2880, 6, 4, true, true}, {2048, 768, 11, 8, false, false}, {2048, 512, 13, 10, false, false}};
+    for (GgmlType t : kTypes) {
+        if (!q8_supported(t)) continue;
+        for (const Cfg& c : cfgs) {
+            if (!shape_ok(t, c.E) || !shape_ok(t, c.F)) continue;
+            const HostWeight hg = make_weight(t, c.E, c.X * c.F, 0.1f), hu = make_weight(t, c.E, c.X * c.F, 0.1f),
+                             hd = make_weight(t, c.F, c.X * c.E, 0.1f);
+            // slots in reverse expert order: expert e in slot X - 1 - e
+            auto pool = [&](const HostWeight& w, int64_t rows) {
+                const size_t eb = row_size(t, w.ne0) * static_cast<size_t>(rows);
+                std::vector<uint8_t> p(w.bytes.size());
+                for (int64_t e = 0; e < c.X; ++e)
+                    std::memcpy(p.data() + (c.X - 1 - e) * eb, w.bytes.data() + e * eb, eb);
+                return std::make_pair(p, eb);
+            };
+            auto [gp, gstride] = pool(hg, c.F);
+            auto [up, ustride] = pool(hu, c.F);
+            auto [dp, dstride] = pool(hd, c.E);
+            ExpertSlots ex;
+            ex.gate = {t, to_dev(*ctx, gp), c.E, c.F, row_size(t, c.E)};
+            ex.up = {t, to_dev(*ctx, up), c.E, c.F, row_size(t, c.E)};
+            ex.down = {t, to_dev(*ctx, dp), c.F, c.E, row_size(t, c.F)};
+            ex.gate_stride = gstride;
+            ex.up_stride = ustride;
+            ex.down_stride = dstride;
+            ex.gate_b = c.biases ? to_dev(*ctx, randn(static_cast<size_t>(c.X * c.F), 0.1f)) : nullptr;
+            ex.up_b = c.biases ? to_dev(*ctx, randn(static_cast<size_t>(c.X * c.F), 0.1f)) : nullptr;
+            ex.down_b = c.biases ? to_dev(*ctx, randn(static_cast<size_t>(c.X * c.E), 0.1f)) : nullptr;
+            ex.n_expert = c.X;
+            ex.oai_act = c.oai;
+            for (int64_t n : {1, 2, 5, 8})
+                for (bool hybrid : {false, true}) {
+                    SCOPED_TRACE(type_display_name(t) + " E=" + std::to_string(c.E) + " F=" + std::to_string(c.F) +
+                                 " n=" + std::to_string(n) + (hybrid ? " hybrid" : ""));
+                    const int64_t R = n * c.K;
+                    std::vector<int32_t> slot_of(static_cast<size_t>(c.X)), ids(static_cast<size_t>(R));
+                    for (int64_t e = 0; e < c.X; ++e) slot_of[e] = hybrid && e % 3 == 1 ? -1 : static_cast<int32_t>(c.X - 1 - e);
+                    std::vector<float> wts(static_cast<size_t>(R));
+                    for (int64_t tk = 0; tk < n; ++tk) {
+                        std::vector<int32_t> all(static_cast<size_t>(c.X));
+                        std::iota(all.begin(), all.end(), 0);
+                        std::shuffle(all.begin(), all.end(), rng());
+                        for (int j = 0; j < c.K; ++j)
+                            ids[tk * c.K + j] = all[j], wts[tk * c.K + j] = std::uniform_real_distribution<float>(0.1f, 1.f)(rng());
+                    }
+                    ex.slot_of = to_dev(*ctx, slot_of);
+                    int32_t* dids = to_dev(*ctx, ids);
+                    float* dw = to_dev(*ctx, wts);
+                    float* dpartial = hybrid ? to_dev(*ctx, randn(static_cast<size_t>(n * c.E), 0.3f)) : nullptr;
+                    auto xin = randn(static_cast<size_t>(n * c.E)), x0 = randn(static_cast<size_t>(n * c.E));
+                    float *dxin = to_dev(*ctx, xin), *dnorm = to_dev(*ctx, randn(static_cast<size_t>(c.E)));
+                    float *x1 = to_dev(*ctx, x0), *x2 = to_dev(*ctx, x0);
+                    float *h1 = ctx->alloc_n<float>(static_cast<size_t>(n * c.E), "h1"), *h2 = ctx->alloc_n<float>(static_cast<size_t>(n * c.E), "h2");
+                    MoeScratch sc;
+                    sc.act = ctx->alloc_n<float>(static_cast<size_t>(R * c.F), "act");
+                    sc.down = ctx->alloc_n<float>(static_cast<size_t>(R * c.E), "down");
+                    sc.gemm.xr_elems = std::max<size_t>(static_cast<size_t>(n * c.E), (moe_decode_q8_bytes(n, c.E, c.K, c.F) + 3) / 4);
+                    sc.gemm.xr = ctx->alloc_n<float>(sc.gemm.xr_elems, "xr");
+                    const size_t qb = q8_act_bytes(n, c.E);
+                    auto* hqb = ctx->alloc_n<uint8_t>(qb, "hq");
+                    cudaStream_t st = ctx->compute();
+                    // separate ops
+                    rms_norm(st, dxin, dnorm, n, c.E, c.E, 1e-6f, h1, c.E);
+                    moe_experts(st, ex, h1, n, c.E, c.K, dids, nullptr, slot_of.data(), sc);
+                    ASSERT_EQ(sc.pending_q, nullptr);
+                    moe_combine(st, ex, n, c.E, c.K, dids, dw, nullptr, dpartial, x1, sc);
+                    // fused
+                    poison(sc.down, static_cast<size_t>(R * c.E));
+                    Q8Input hq;
+                    ASSERT_TRUE(rms_norm_q8(st, dxin, dnorm, n, c.E, c.E, 1e-6f, h2, c.E, nullptr, t, hqb, qb, hq));
+                    NITRO_CUDA_CHECK(cudaMemsetAsync(sc.gemm.xr, 0xff, sc.gemm.xr_elems * 4, st));  // h's blocks must come from hq
+                    sc.fuse_down = true;
+                    moe_experts(st, ex, h2, n, c.E, c.K, dids, nullptr, slot_of.data(), sc, &hq);
+                    ASSERT_NE(sc.pending_q, nullptr);
+                    moe_combine(st, ex, n, c.E, c.K, dids, dw, nullptr, dpartial, x2, sc);
+                    EXPECT_EQ(sc.pending_q, nullptr);
+                    auto a = to_host(x1, x0.size()), b = to_host(x2, x0.size());
+                    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(f32_to_bits(a[i]), f32_to_bits(b[i])) << "x " << i;
+                    EXPECT_GT(nerr(a, x0), 1e-3);  // the experts added something
+                    // the fused path wrote no per-pair down rows (all still the poison)
+                    const auto dn = to_host(sc.down, static_cast<size_t>(R * c.E));
+                    EXPECT_TRUE(std::all_of(dn.begin(), dn.end(), [](float v) { return std::isnan(v); }));
+                    for (void* p : {static_cast<void*>(sc.act), static_cast<void*>(sc.down), static_cast<void*>(sc.gemm.xr),
+                                    static_cast<void*>(hqb), static_cast<void*>(h1), static_cast<void*>(h2)})
+                        ctx->alloc().free(p);
+                }
         }
     }
 }
