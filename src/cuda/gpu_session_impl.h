@@ -472,6 +472,9 @@ struct GpuSession::Impl {
         const int32_t* hid = !single && D.cpu_part ? h_ids : nullptr;  // (chunks above the GEMV size went to moe_prompt)
         moe_sc.pending_q = nullptr;  // (moe_experts sets it again where it leaves the down product to moe_combine)
         moe_sc.pending_d = nullptr;
+        // Down + combine fused only where no expert is on the CPU: in a hybrid layer the resident
+        // experts' down product runs while the CPU computes its experts, not after the wait.
+        moe_sc.fuse_down = fuse_moe_down && !D.cpu_part;
         if (D.n_slots > 0)
             moe_experts(s, D.ex, h, c.n, E, static_cast<int>(K), d_ids, hid, D.h_slot_of.data(), moe_sc, &hq);
         if (!D.cpu_part) {
