@@ -26,6 +26,7 @@
 #include "cpu/matmul.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/event_timing.h"
 #include "cuda/mmvq.h"
 #include "cuda/moe_gemm.h"
 #include "cuda/moe_mmq.cuh"
@@ -199,31 +200,6 @@ double check(DeviceContext& ctx, int variant, GgmlType t, int64_t K, bool& untou
     return std::sqrt(num / den);
 }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-template <typename F>
-double time_ms(cudaStream_t s, int reps, F&& f) {
-    cudaEvent_t a, b;
-    NITRO_CUDA_CHECK(cudaEventCreate(&a));
-    NITRO_CUDA_CHECK(cudaEventCreate(&b));
-    f();
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-        NITRO_CUDA_CHECK(cudaEventRecord(a, s));
-        f();
-        NITRO_CUDA_CHECK(cudaEventRecord(b, s));
-        NITRO_CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        NITRO_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return median(t);
-}
 
 }  // namespace
 

@@ -61,39 +61,6 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __rest
     }
 }
 
-/// q8_value<Q8_K> for a CTA of 256 or 512 threads: each 256 consecutive threads hold one Q8_K
-/// block of 256 values and get its scale. The same selection (the first value of largest
-/// magnitude: the order of comparison does not matter) and the same arithmetic as q8_value, so
-/// the same q and d. Every thread must call.
-__device__ __forceinline__ void q8k_value_group(float v, int& q, float& d) {
-    __shared__ float s_ax[16], s_v[16];
-    __shared__ int s_i[16];
-    float ax = fabsf(v), mv = v;
-    int mi = threadIdx.x;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ax2 = __shfl_xor_sync(0xffffffffu, ax, o), mv2 = __shfl_xor_sync(0xffffffffu, mv, o);
-        const int mi2 = __shfl_xor_sync(0xffffffffu, mi, o);
-        if (ax2 > ax || (ax2 == ax && mi2 < mi)) { ax = ax2; mv = mv2; mi = mi2; }
-    }
-    const int w = threadIdx.x / kWarp;
-    if (threadIdx.x % kWarp == 0) { s_ax[w] = ax; s_v[w] = mv; s_i[w] = mi; }
-    __syncthreads();
-    const int w0 = (threadIdx.x / 256) * 8;
-    ax = s_ax[w0]; mv = s_v[w0]; mi = s_i[w0];
-    for (int k = 1; k < 8; ++k)
-        if (s_ax[w0 + k] > ax || (s_ax[w0 + k] == ax && s_i[w0 + k] < mi)) { ax = s_ax[w0 + k]; mv = s_v[w0 + k]; mi = s_i[w0 + k]; }
-    __syncthreads();  // s_* are reused by the next call
-    if (ax == 0.f) {
-        q = 0;
-        d = 0.f;
-    } else {
-        const float iscale = __fdiv_rn(-127.f, mv);
-        q = min(127, __float2int_rn(__fmul_rn(iscale, v)));
-        d = __fdiv_rn(1.f, iscale);
-    }
-}
-
 /// rms_norm_kernel, then its outputs quantized as quantize_q8_kernel quantizes them: q [n] int8
 /// and d [n / 32] of this row. Threads walk the row in steps of blockDim.x (a multiple of the
 /// block of VDT), so a warp (Q8_0) or 256 threads (Q8_K) hold one whole block in each step.
@@ -117,8 +84,7 @@ __global__ void rms_norm_q8_kernel(const float* __restrict__ x, const float* __r
         }
         int qi;
         float di;
-        if constexpr (VDT == GgmlType::Q8_0) q8_value<GgmlType::Q8_0>(y, qi, di);
-        else q8k_value_group(y, qi, di);
+        q8_value<VDT>(y, qi, di);
         if (!in) continue;
         qr[i] = static_cast<int8_t>(qi);
         if ((i & 31) == 0) dr[i / 32] = di;

@@ -302,11 +302,12 @@ NITRO_Q8_UNROLL
 }
 
 /// The CPU's 8-bit activation blocks (quantize_row_q8_0 / quantize_row_q8_K of src/quant, bit for
-/// bit): v is the value of thread threadIdx.x of a 256-thread CTA whose threads hold 256
+/// bit): v is the value of thread threadIdx.x of a CTA of 256 or 512 threads whose threads hold
 /// consecutive values of a row (0 past the row's end); returns its int8 q and its block's scale d
 /// (the CPU's value is q * d). Q8_0: blocks of 32 are the CTA's warps, d = amax / 127 rounded to
-/// fp16, q = roundf(v / d). Q8_K: one block of 256 (the whole CTA; every thread must call), d =
-/// 1 / (-127 / max) with max the first value of largest magnitude, q nearest-even, clamped to 127.
+/// fp16, q = roundf(v / d). Q8_K: a block of 256 is each 256 consecutive threads (every thread
+/// must call), d = 1 / (-127 / max) with max the first value of largest magnitude (the order of
+/// comparison does not matter), q nearest-even, clamped to 127.
 template <GgmlType VDT>
 __device__ __forceinline__ void q8_value(float v, int& q, float& d) {
     if constexpr (VDT == GgmlType::Q8_0) {
@@ -317,8 +318,8 @@ __device__ __forceinline__ void q8_value(float v, int& q, float& d) {
         d = __half2float(__float2half_rn(dd));
     } else {
         static_assert(VDT == GgmlType::Q8_K, "8-bit activation blocks are Q8_0 or Q8_K");
-        __shared__ float s_ax[8], s_v[8];
-        __shared__ int s_i[8];
+        __shared__ float s_ax[16], s_v[16];
+        __shared__ int s_i[16];
         float ax = fabsf(v), mv = v;
         int mi = threadIdx.x;
 #pragma unroll
@@ -330,9 +331,15 @@ __device__ __forceinline__ void q8_value(float v, int& q, float& d) {
         const int w = threadIdx.x / kWarp;
         if (threadIdx.x % kWarp == 0) { s_ax[w] = ax; s_v[w] = mv; s_i[w] = mi; }
         __syncthreads();
-        ax = s_ax[0]; mv = s_v[0]; mi = s_i[0];
+        const int w0 = (threadIdx.x / 256) * 8;  // this thread's block of 256: warps w0 .. w0 + 7
+        ax = s_ax[w0]; mv = s_v[w0]; mi = s_i[w0];
         for (int k = 1; k < 8; ++k)
-            if (s_ax[k] > ax || (s_ax[k] == ax && s_i[k] < mi)) { ax = s_ax[k]; mv = s_v[k]; mi = s_i[k]; }
+            if (s_ax[w0 + k] > ax || (s_ax[w0 + k] == ax && s_i[w0 + k] < mi)) {
+                ax = s_ax[w0 + k];
+                mv = s_v[w0 + k];
+                mi = s_i[w0 + k];
+            }
+        __syncthreads();  // s_* are reused by the next call
         if (ax == 0.f) {
             q = 0;
             d = 0.f;

@@ -20,6 +20,7 @@
 #include "cpu/thread_pool.h"
 #include "cuda/check.h"
 #include "cuda/context.h"
+#include "cuda/event_timing.h"
 #include "cuda/gpu_session.h"
 #include "cuda/moe_gemm.h"
 #include "cuda/moe_mmq.h"
@@ -45,31 +46,6 @@ using namespace nitro::cuda;
 
 namespace {
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-template <typename F>
-double time_ms(cudaStream_t s, int reps, F&& f) {
-    cudaEvent_t a, b;
-    NITRO_CUDA_CHECK(cudaEventCreate(&a));
-    NITRO_CUDA_CHECK(cudaEventCreate(&b));
-    f();  // warm-up
-    std::vector<double> t;
-    for (int i = 0; i < reps; ++i) {
-        NITRO_CUDA_CHECK(cudaEventRecord(a, s));
-        f();
-        NITRO_CUDA_CHECK(cudaEventRecord(b, s));
-        NITRO_CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        NITRO_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return median(t);
-}
 
 /// The decode MoE at gpt-oss's expert shape (n_embd 2880, n_ff_exp 2880, MXFP4, 4 of 32 experts
 /// resident per token, biases, swiglu_oai), 1 and 4 tokens: expert bytes read per call / time,
@@ -476,7 +452,7 @@ int main(int argc, char** argv) {
         }
         std::printf("MEASURED %s GPU-all: pp%d %.1f tok/s, tg%d %.1f tok/s (median of %d), %d kernel launches per decode "
                     "token (one CUDA graph)\n",
-                    model.hp().name.c_str(), pp, median(pps), tg, median(tgs), reps, gpu.launches_per_token());
+                    model.hp().name.c_str(), pp, median_of(pps), tg, median_of(tgs), reps, gpu.launches_per_token());
         if (ops) {  // the same decode steps once more, with timing marks between the ops
             gpu.set_op_profile(true);
             gpu.truncate(0);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -103,6 +104,22 @@ TEST(ThreadPool, ManyBackToBackRegions) {
     EXPECT_EQ(sum.load(), expect);
 }
 
+/// One region of 30 slow (1 ms) chunks on a pool of 3: every index once, and more than one
+/// thread takes part (a worker that never woke would leave it all to the caller).
+void expect_slow_region_uses_workers(ThreadPool& pool) {
+    std::vector<std::atomic<int>> by_thread(static_cast<size_t>(pool.size()));
+    std::atomic<int64_t> count{0};
+    pool.parallel_for(30, 1, [&](int64_t b, int64_t e, int ti) {
+        by_thread[static_cast<size_t>(ti)]++;
+        count += e - b;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    EXPECT_EQ(count.load(), 30);
+    int active = 0;
+    for (auto& c : by_thread) active += c.load() > 0;
+    EXPECT_GE(active, 2);
+}
+
 TEST(ThreadPool, SleepingWorkersWakeForTheNextRegion) {
     // After an idle pause the workers have left their spin and sleep on the condition variable;
     // the next region must wake them (a lost wake-up would leave the work to the caller alone,
@@ -110,17 +127,8 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextRegion) {
     ThreadPool pool(3);
     for (int rep = 0; rep < 5; ++rep) {
         std::this_thread::sleep_for(std::chrono::milliseconds(30));
-        std::vector<std::atomic<int>> by_thread(3);
-        std::atomic<int64_t> count{0};
-        pool.parallel_for(30, 1, [&](int64_t b, int64_t e, int ti) {
-            by_thread[static_cast<size_t>(ti)]++;
-            count += e - b;
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        });
-        EXPECT_EQ(count.load(), 30);
-        int active = 0;
-        for (auto& c : by_thread) active += c.load() > 0;
-        EXPECT_GE(active, 2) << "repetition " << rep;
+        SCOPED_TRACE("repetition " + std::to_string(rep));
+        expect_slow_region_uses_workers(pool);
     }
 }
 
@@ -133,17 +141,8 @@ TEST(ThreadPool, HeldWorkersSpinThroughGapsAndReleaseAndStop) {
         pool.hold(true);
         for (int rep = 0; rep < 4; ++rep) {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));  // far beyond the ~0.1-0.5 ms spin
-            std::vector<std::atomic<int>> by_thread(3);
-            std::atomic<int64_t> count{0};
-            pool.parallel_for(30, 1, [&](int64_t b, int64_t e, int ti) {
-                by_thread[static_cast<size_t>(ti)]++;
-                count += e - b;
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            });
-            EXPECT_EQ(count.load(), 30);
-            int active = 0;
-            for (auto& c : by_thread) active += c.load() > 0;
-            EXPECT_GE(active, 2) << "held repetition " << rep;
+            SCOPED_TRACE("held repetition " + std::to_string(rep));
+            expect_slow_region_uses_workers(pool);
         }
         if (destroy_held) continue;  // the destructor stops spinning workers too
         pool.hold(false);
