@@ -1262,6 +1262,64 @@ TEST_F(CudaOps, MoeMmqMatchesCpuArithmeticAndDoesNotDependOnGrouping) {
     ctx->alloc().free(dq);
 }
 
+/// Skewed routing of n tokens to K of X experts (every third token to experts 0..K-1, so those
+/// get more than one 64-row tile; the others at random), a slot table with experts e % 5 == 3 not
+/// resident and the others in shuffled slots, and moe_group's device grouping of it in sc.
+struct SkewedGrouping {
+    std::vector<int32_t> ids, slot_of;
+    int32_t* dslot = nullptr;
+    MoeScratch sc;
+};
+SkewedGrouping skewed_grouping(DeviceContext& ctx, int64_t X, int64_t n, int K) {
+    SkewedGrouping sg;
+    sg.ids.resize(static_cast<size_t>(n * K));
+    sg.slot_of.resize(static_cast<size_t>(X));
+    for (int64_t tok = 0; tok < n; ++tok) {
+        std::vector<int32_t> all(static_cast<size_t>(X));
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng());
+        for (int j = 0; j < K; ++j) sg.ids[tok * K + j] = tok % 3 == 0 ? j : all[j];
+    }
+    for (int64_t e = 0; e < X; ++e) sg.slot_of[e] = e % 5 == 3 ? -1 : static_cast<int32_t>((e * 7) % X);
+    const int64_t R = n * K;
+    sg.sc.group_tok = ctx.alloc_n<int32_t>(static_cast<size_t>(R), "g");
+    sg.sc.row_of = ctx.alloc_n<int32_t>(static_cast<size_t>(R), "g");
+    sg.sc.group_exp = ctx.alloc_n<int32_t>(static_cast<size_t>(R), "g");
+    sg.sc.group_off = ctx.alloc_n<int32_t>(static_cast<size_t>(2 * (X + 1)), "g");
+    sg.dslot = to_dev(ctx, sg.slot_of);
+    moe_group(ctx.compute(), to_dev(ctx, sg.ids), n, K, sg.dslot, X, sg.sc);
+    return sg;
+}
+
+/// X random experts of [N, Kdim] weights of type t, one after another (a slot pool), on the host.
+std::vector<uint8_t> expert_pool(GgmlType t, int64_t Kdim, int64_t N, int64_t X) {
+    std::vector<uint8_t> pool;
+    for (int64_t e = 0; e < X; ++e) {
+        auto w = make_weight(t, Kdim, N, 0.1f);
+        pool.insert(pool.end(), w.bytes.begin(), w.bytes.end());
+    }
+    return pool;
+}
+
+/// A slot-table product's rows (h1) against the host-table product of the same groups (h2), both
+/// [R, N] and poisoned with NaN before: rows of non-resident experts unwritten, the others equal
+/// bit for bit. off: the grouping's row offsets [X + 1].
+void expect_slot_rows_equal_host_rows(const std::vector<float>& h1, const std::vector<float>& h2,
+                                      const std::vector<int32_t>& off, const std::vector<int32_t>& slot_of, int64_t X,
+                                      int64_t N) {
+    for (int64_t e = 0; e < X; ++e)
+        for (int64_t g = off[e]; g < off[e + 1]; ++g)
+            for (int64_t c = 0; c < N; ++c) {
+                const size_t i = static_cast<size_t>(g * N + c);
+                if (slot_of[e] < 0) {
+                    ASSERT_TRUE(std::isnan(h1[i])) << "a row of non-resident expert " << e << " was written";
+                } else {
+                    ASSERT_FALSE(std::isnan(h1[i]));
+                    ASSERT_EQ(f32_to_bits(h1[i]), f32_to_bits(h2[i])) << "expert " << e << " row " << g;
+                }
+            }
+}
+
 // The integer GEMM's slot-table form over moe_group's device grouping (activations gathered by
 // group_tok, as moe_experts runs it) equals its host-table form over the same groups bit for bit,
 // for every q8_supported type (the hybrid's staged experts run the host-table form, GPU-all prompts
@@ -1269,23 +1327,11 @@ TEST_F(CudaOps, MoeMmqMatchesCpuArithmeticAndDoesNotDependOnGrouping) {
 TEST_F(CudaOps, MoeMmqSlotFormEqualsHostTableForm) {
     const int64_t X = 64, n = 200, Kdim = 512, N = 160;
     const int K = 8;
-    std::vector<int32_t> ids(static_cast<size_t>(n * K)), slot_of(static_cast<size_t>(X));
-    for (int64_t tok = 0; tok < n; ++tok) {
-        std::vector<int32_t> all(static_cast<size_t>(X));
-        std::iota(all.begin(), all.end(), 0);
-        std::shuffle(all.begin(), all.end(), rng());
-        // every third token to experts 0-7 (67 rows each and more: two tiles)
-        for (int j = 0; j < K; ++j) ids[tok * K + j] = tok % 3 == 0 ? j : all[j];
-    }
-    for (int64_t e = 0; e < X; ++e) slot_of[e] = e % 5 == 3 ? -1 : static_cast<int32_t>((e * 7) % X);
+    SkewedGrouping sg = skewed_grouping(*ctx, X, n, K);  // experts 0-7: 67 rows and more, two tiles
+    const std::vector<int32_t>& slot_of = sg.slot_of;
+    const MoeScratch& sc = sg.sc;
+    int32_t* dslot = sg.dslot;
     const int64_t R = n * K;
-    MoeScratch sc;
-    sc.group_tok = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
-    sc.row_of = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
-    sc.group_exp = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
-    sc.group_off = ctx->alloc_n<int32_t>(static_cast<size_t>(2 * (X + 1)), "g");
-    int32_t* dslot = to_dev(*ctx, slot_of);
-    moe_group(ctx->compute(), to_dev(*ctx, ids), n, K, dslot, X, sc);
     auto off = to_host(sc.group_off, static_cast<size_t>(X + 1));
     const float* dx = to_dev(*ctx, randn(static_cast<size_t>(n * Kdim)));
     const size_t qbytes = q8_act_bytes(n, Kdim);
@@ -1295,13 +1341,8 @@ TEST_F(CudaOps, MoeMmqSlotFormEqualsHostTableForm) {
     for (GgmlType t : kTypes) {
         if (!q8_supported(t)) continue;
         SCOPED_TRACE(type_display_name(t));
-        std::vector<uint8_t> pool;
-        for (int64_t e = 0; e < X; ++e) {
-            auto w = make_weight(t, Kdim, N, 0.1f);
-            pool.insert(pool.end(), w.bytes.begin(), w.bytes.end());
-        }
         const size_t stride = row_size(t, Kdim) * N;
-        uint8_t* dpool = to_dev(*ctx, pool);
+        uint8_t* dpool = to_dev(*ctx, expert_pool(t, Kdim, N, X));
         const Q8Acts a = quantize_q8(ctx->compute(), t, dx, Kdim, n, Kdim, dq, qbytes);
         poison(d1, static_cast<size_t>(R * N));
         poison(d2, static_cast<size_t>(R * N));
@@ -1311,19 +1352,10 @@ TEST_F(CudaOps, MoeMmqSlotFormEqualsHostTableForm) {
         for (int64_t e = 0; e < X; ++e)
             if (slot_of[e] >= 0) groups.push_back({dpool + static_cast<size_t>(slot_of[e]) * stride, off[e], off[e + 1] - off[e]});
         moe_mmq(ctx->compute(), shape, groups, a, sc.group_tok, d2, N);
-        auto h1 = to_host(d1, static_cast<size_t>(R * N)), h2 = to_host(d2, static_cast<size_t>(R * N));
-        for (int64_t e = 0; e < X; ++e)
-            for (int64_t g = off[e]; g < off[e + 1]; ++g)
-                for (int64_t c = 0; c < N; ++c) {
-                    const size_t i = static_cast<size_t>(g * N + c);
-                    if (slot_of[e] < 0) {
-                        ASSERT_TRUE(std::isnan(h1[i])) << "a row of non-resident expert " << e << " was written";
-                    } else {
-                        ASSERT_FALSE(std::isnan(h1[i]));
-                        ASSERT_EQ(f32_to_bits(h1[i]), f32_to_bits(h2[i])) << "expert " << e << " row " << g;
-                    }
-                }
+        expect_slot_rows_equal_host_rows(to_host(d1, static_cast<size_t>(R * N)), to_host(d2, static_cast<size_t>(R * N)), off,
+                                         slot_of, X, N);
         ctx->alloc().free(dpool);
+        if (HasFatalFailure()) return;
     }
     ctx->alloc().free(dq);
 }
@@ -1336,24 +1368,12 @@ TEST_F(CudaOps, MoeGroupOnTheDeviceMatchesTheHostGrouping) {
     const int64_t X = 128, n = 300, Kdim = 256, N = 192;
     const int K = 8;
     const GgmlType t = GgmlType::Q4_K;
-    std::vector<int32_t> ids(static_cast<size_t>(n * K)), slot_of(static_cast<size_t>(X));
-    for (int64_t tok = 0; tok < n; ++tok) {
-        std::vector<int32_t> all(static_cast<size_t>(X));
-        std::iota(all.begin(), all.end(), 0);
-        std::shuffle(all.begin(), all.end(), rng());
-        // skewed: every third token routes to experts 0-7 (100 rows each: two tiles), the others at random
-        for (int j = 0; j < K; ++j) ids[tok * K + j] = tok % 3 == 0 ? j : all[j];
-    }
-    for (int64_t e = 0; e < X; ++e) slot_of[e] = e % 5 == 3 ? -1 : static_cast<int32_t>((e * 7) % X);
+    SkewedGrouping sg = skewed_grouping(*ctx, X, n, K);  // experts 0-7: 100 rows each, two tiles
+    const std::vector<int32_t>& ids = sg.ids;
+    const std::vector<int32_t>& slot_of = sg.slot_of;
+    const MoeScratch& sc = sg.sc;
+    int32_t* dslot = sg.dslot;
     const int64_t R = n * K;
-    MoeScratch sc;
-    sc.group_tok = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
-    sc.row_of = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
-    sc.group_exp = ctx->alloc_n<int32_t>(static_cast<size_t>(R), "g");
-    sc.group_off = ctx->alloc_n<int32_t>(static_cast<size_t>(2 * (X + 1)), "g");
-    int32_t* dids = to_dev(*ctx, ids);
-    int32_t* dslot = to_dev(*ctx, slot_of);
-    moe_group(ctx->compute(), dids, n, K, dslot, X, sc);
     auto off = to_host(sc.group_off, static_cast<size_t>(2 * (X + 1)));
     auto gtok = to_host(sc.group_tok, static_cast<size_t>(R));
     auto gexp = to_host(sc.group_exp, static_cast<size_t>(R));
@@ -1384,13 +1404,8 @@ TEST_F(CudaOps, MoeGroupOnTheDeviceMatchesTheHostGrouping) {
     EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), R) << "row_of is not a permutation";
 
     // The slot-table GEMM over this grouping vs the host-table GEMM of the same groups.
-    std::vector<uint8_t> pool;
-    for (int64_t e = 0; e < X; ++e) {
-        auto w = make_weight(t, Kdim, N, 0.1f);
-        pool.insert(pool.end(), w.bytes.begin(), w.bytes.end());
-    }
     const size_t stride = row_size(t, Kdim) * N;
-    const uint8_t* dpool = to_dev(*ctx, pool);
+    const uint8_t* dpool = to_dev(*ctx, expert_pool(t, Kdim, N, X));
     auto a32 = randn(static_cast<size_t>(R * Kdim));
     std::vector<uint16_t> a16(a32.size());
     for (size_t i = 0; i < a16.size(); ++i) a16[i] = f32_to_fp16(a32[i]);
@@ -1405,18 +1420,8 @@ TEST_F(CudaOps, MoeGroupOnTheDeviceMatchesTheHostGrouping) {
     for (int64_t e = 0; e < X; ++e)
         if (slot_of[e] >= 0) groups.push_back({dpool + static_cast<size_t>(slot_of[e]) * stride, off[e], off[e + 1] - off[e]});
     moe_gemm_f16(ctx->compute(), shape, groups, da, Kdim, d2, N);
-    auto h1 = to_host(d1, static_cast<size_t>(R * N)), h2 = to_host(d2, static_cast<size_t>(R * N));
-    for (int64_t e = 0; e < X; ++e)
-        for (int64_t g = off[e]; g < off[e + 1]; ++g)
-            for (int64_t c = 0; c < N; ++c) {
-                const size_t i = static_cast<size_t>(g * N + c);
-                if (slot_of[e] < 0) {
-                    ASSERT_TRUE(std::isnan(h1[i])) << "a row of non-resident expert " << e << " was written";
-                } else {
-                    ASSERT_FALSE(std::isnan(h1[i]));
-                    ASSERT_EQ(f32_to_bits(h1[i]), f32_to_bits(h2[i])) << "expert " << e << " row " << g;
-                }
-            }
+    expect_slot_rows_equal_host_rows(to_host(d1, static_cast<size_t>(R * N)), to_host(d2, static_cast<size_t>(R * N)), off,
+                                     slot_of, X, N);
 }
 
 TEST_F(CudaOps, ScratchAllocationsRespectTheBudget) {
