@@ -56,6 +56,7 @@ if [ "${KERNELS:-1}" = 1 ]; then
     "$W/bin/nitro_cuda_bench" "/dev/shm/${MS[0]}.gguf" --pp 0 --tg 0 2>&1 | tee "$OUTD/kernels.txt" | grep -vE "^$" | tee -a "$S"
     [ -x "$W/bin/dev_moe_gemm" ] && { log "kernel sandbox: moe_gemm" | tee -a "$S"; "$W/bin/dev_moe_gemm" 10 2>&1 | tee -a "$S"; }
     [ -x "$W/bin/dev_moe_mmq" ] && { log "kernel sandbox: moe_mmq" | tee -a "$S"; "$W/bin/dev_moe_mmq" 10 2>&1 | tee -a "$S"; }
+    [ -x "$W/bin/dev_attention" ] && { log "kernel sandbox: attention" | tee -a "$S"; "$W/bin/dev_attention" 10 2>&1 | tee -a "$S"; }
 fi
 if [ "${OPS:-1}" = 1 ]; then
     for m in "${MS[@]}"; do

@@ -7,6 +7,7 @@
 
 #include "cpu/matmul.h"
 #include "cuda/common.cuh"
+#include "cuda/flash_attn.h"
 #include "cuda/mmvq.h"
 #include "cuda/q8dot.cuh"
 #include "runtime/placement.h"
@@ -415,6 +416,10 @@ void attention(cudaStream_t s, const AttnArgs& a) {
     if (a.n_head % a.n_head_kv != 0) cfail("CUDA attention: {} query heads are not a multiple of {} KV heads", a.n_head, a.n_head_kv);
     const int G = static_cast<int>(a.n_head / a.n_head_kv);
     if (G > 32) cfail("CUDA attention: {} query heads per KV head (at most 32 supported)", G);
+    if (a.flash && a.n_split == 1 && a.n_q >= kFlashMinQueries && flash_attention_supported(a)) {
+        flash_attention(s, a);  // prompt chunks: tensor cores, K/V tiles shared by the chunk's queries
+        return;
+    }
     dim3 grid(static_cast<unsigned>(a.n_head_kv), static_cast<unsigned>(a.n_q), static_cast<unsigned>(a.n_split));
     const size_t shmem = static_cast<size_t>(G) * a.head_dim * sizeof(float);
     auto launch = [&](auto kernel) {

@@ -63,7 +63,9 @@ void qk_norm_rope_kv_store(cudaStream_t s, float* q, float* k, const float* v, i
 /// > 0: the last `window` positions; sinks: per-head logits in the softmax denominator; GQA:
 /// n_head / n_head_kv query heads per KV head). q [n_q, n_head*hd], out [n_q, n_head*hd].
 /// n_split > 1 splits each query's keys over that many blocks (flash-decoding) and needs
-/// `partial` of attention_partial_floats() floats.
+/// `partial` of attention_partial_floats() floats. Chunks of kFlashMinQueries (flash_attn.h) or
+/// more queries at head_dim 64 / 128 (n_split 1) take the tensor-core flash-attention kernel
+/// (probabilities rounded to f16 for the PV product); `flash = false` keeps the per-query kernel.
 struct AttnArgs {
     const float* q = nullptr;
     const uint16_t* k_cache = nullptr;
@@ -77,6 +79,7 @@ struct AttnArgs {
     int n_split = 1;
     float* partial = nullptr;
     float* out = nullptr;
+    bool flash = true;  ///< false: always the per-query kernel (comparisons, the sandbox)
 };
 size_t attention_partial_floats(int64_t n_q, int64_t n_head, int64_t head_dim, int n_split);
 void attention(cudaStream_t s, const AttnArgs& a);

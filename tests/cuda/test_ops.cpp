@@ -24,6 +24,7 @@
 #include <cstring>
 #include <thread>
 #include "cuda/mmvq.h"
+#include "cuda/flash_attn.h"
 #include "cuda/moe_gemm.h"
 #include "cuda/moe_mmq.h"
 #include "cuda/ops.h"
@@ -597,7 +598,14 @@ namespace {
 /// session.cpp's attention, for the cache contents given (positions -> ring slots).
 std::vector<double> ref_attention(const std::vector<float>& q, const std::vector<uint16_t>& kc, const std::vector<uint16_t>& vc,
                                   int64_t cap, int64_t n_q, int64_t H, int64_t Hkv, int64_t hd, int64_t pos0, int64_t window,
-                                  const std::vector<float>* sinks) {
+                                  const std::vector<float>* sinks, std::vector<double>* bound = nullptr) {
+    // bound (optional): per element, the error allowed to a kernel that rounds the probabilities to
+    // f16 for the PV product (the flash path): A (2^-11 + 4 d + 1e-5) + 1e-6 with A = sum_j w_j |v_j|
+    // / sum_j w_j (each rounded term is off by at most 2^-11 of itself) and d = hd 2^-24 scale
+    // max_j sum_d |q_d k_jd|, the f32 summation bound of a logit (a relative error of each weight, in
+    // the numerator and the denominator: 2 d, doubled for the tensor cores' accumulation order);
+    // 1e-5 A covers exp2f's ulps and the f32 sums of <= 2,048 weights.
+    if (bound) bound->assign(static_cast<size_t>(n_q * H * hd), 0.0);
     std::vector<double> out(static_cast<size_t>(n_q * H * hd));
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     for (int64_t i = 0; i < n_q; ++i)
@@ -605,23 +613,35 @@ std::vector<double> ref_attention(const std::vector<float>& q, const std::vector
             const int64_t kvh = h / (H / Hkv), p = pos0 + i;
             const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
             std::vector<double> sc;
-            double m = sinks ? (*sinks)[h] : -INFINITY;
+            double m = sinks ? (*sinks)[h] : -INFINITY, qk_abs = 0;
             for (int64_t j = lo; j <= p; ++j) {
-                double dot = 0;
-                for (int64_t d = 0; d < hd; ++d)
-                    dot += static_cast<double>(fp16_to_f32(f32_to_fp16(q[(i * H + h) * hd + d]))) *
-                           fp16_to_f32(kc[(j % cap) * Hkv * hd + kvh * hd + d]);
+                double dot = 0, da = 0;
+                for (int64_t d = 0; d < hd; ++d) {
+                    const double pr = static_cast<double>(fp16_to_f32(f32_to_fp16(q[(i * H + h) * hd + d]))) *
+                                      fp16_to_f32(kc[(j % cap) * Hkv * hd + kvh * hd + d]);
+                    dot += pr;
+                    da += std::abs(pr);
+                }
+                qk_abs = std::max(qk_abs, da);
                 sc.push_back(dot * scale);
                 m = std::max(m, sc.back());
             }
             double den = sinks ? std::exp((*sinks)[h] - m) : 0;
-            std::vector<double> acc(static_cast<size_t>(hd), 0.0);
+            std::vector<double> acc(static_cast<size_t>(hd), 0.0), aabs(static_cast<size_t>(hd), 0.0);
             for (int64_t j = lo; j <= p; ++j) {
                 const double w = std::exp(sc[j - lo] - m);
                 den += w;
-                for (int64_t d = 0; d < hd; ++d) acc[d] += w * fp16_to_f32(vc[(j % cap) * Hkv * hd + kvh * hd + d]);
+                for (int64_t d = 0; d < hd; ++d) {
+                    const double v = fp16_to_f32(vc[(j % cap) * Hkv * hd + kvh * hd + d]);
+                    acc[d] += w * v;
+                    aabs[d] += w * std::abs(v);
+                }
             }
-            for (int64_t d = 0; d < hd; ++d) out[(i * H + h) * hd + d] = acc[d] / den;
+            const double dl = static_cast<double>(hd) * std::ldexp(1.0, -24) * scale * qk_abs;
+            for (int64_t d = 0; d < hd; ++d) {
+                out[(i * H + h) * hd + d] = acc[d] / den;
+                if (bound) (*bound)[(i * H + h) * hd + d] = aabs[d] / den * (std::ldexp(1.0, -11) + 4 * dl + 1e-5) + 1e-6;
+            }
         }
     return out;
 }
@@ -662,10 +682,66 @@ TEST_F(CudaOps, AttentionMatchesCpu) {
         float* out = ctx->alloc_n<float>(q.size(), "out");
         poison(out, q.size());
         a.out = out;
+        a.flash = false;  // the per-query kernel (f32 probabilities); the flash path: FlashAttentionMatchesCpu
         attention(ctx->compute(), a);
         auto got = to_host(out, q.size());
         auto ref = ref_attention(q, kc, vc, c.cap, c.n_q, c.H, c.Hkv, c.hd, c.pos0, c.window, c.sinks ? &sinks : nullptr);
         EXPECT_LT(nerr(got, ref), 1e-5);
+    }
+}
+
+// The tensor-core path of prompt chunks (cuda/flash_attn.h): through attention() where it takes it
+// (n_q >= kFlashMinQueries, checked to be the flash kernel by its f16 rounding: not within 1e-5 of
+// the reference, where the per-query kernel is) and through flash_attention() for short chunks.
+// Bounds: every element within the f16-probability bound of ref_attention (about 2^-11 of
+// sum_j w_j |v_j| / sum_j w_j; a fragment-layout or masking bug is off by O(1) of it), and the
+// normalised error below 1e-3 (expected 2^-11 / sqrt(3) = 2.8e-4 for random rounding errors).
+TEST_F(CudaOps, FlashAttentionMatchesCpu) {
+    struct Cfg { int64_t H, Hkv, hd, window, n_q, pos0, cap; bool sinks; };
+    const Cfg cfgs[] = {
+        {64, 8, 64, 128, 200, 300, 327, true},  // gpt-oss window layer over a wrapped ring of window + n_q - 1
+        {64, 8, 64, 0, 130, 0, 130, true},      // gpt-oss full layer from position 0
+        {32, 4, 128, 0, 100, 77, 512, false},   // qwen3, a chunk after a 77-token prefix
+        {8, 8, 64, 16, 70, 5, 85, true},        // no GQA, window shorter than a key tile
+        {12, 2, 128, 0, 45, 33, 128, true},     // G = 6: row tiles cut through a query's heads
+        {64, 8, 64, 128, 3, 500, 130, true},    // 3 queries: one partial row tile
+        {32, 4, 128, 40, 97, 10, 136, false},   // head_dim 128 with a window
+        {32, 2, 64, 0, 33, 1000, 1100, true},   // G = 16 after a long prefix (17 key tiles)
+    };
+    for (const Cfg& c : cfgs) {
+        SCOPED_TRACE("H=" + std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " hd=" + std::to_string(c.hd) +
+                     " window=" + std::to_string(c.window) + " n_q=" + std::to_string(c.n_q) + " pos0=" + std::to_string(c.pos0));
+        auto q = randn(static_cast<size_t>(c.n_q * c.H * c.hd));
+        auto kf = randn(static_cast<size_t>(c.cap * c.Hkv * c.hd)), vf = randn(static_cast<size_t>(c.cap * c.Hkv * c.hd));
+        std::vector<uint16_t> kc(kf.size()), vc(vf.size());
+        for (size_t i = 0; i < kf.size(); ++i) kc[i] = f32_to_fp16(kf[i]), vc[i] = f32_to_fp16(vf[i]);
+        auto sinks = randn(static_cast<size_t>(c.H), 3.f);  // some sinks dominate their rows
+        AttnArgs a;
+        a.q = to_dev(*ctx, q);
+        a.k_cache = to_dev(*ctx, kc);
+        a.v_cache = to_dev(*ctx, vc);
+        a.capacity = c.cap;
+        a.n_q = c.n_q; a.n_head = c.H; a.n_head_kv = c.Hkv; a.head_dim = c.hd; a.window = c.window;
+        a.sinks = c.sinks ? to_dev(*ctx, sinks) : nullptr;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+        a.pos0 = to_dev(*ctx, std::vector<int32_t>{static_cast<int32_t>(c.pos0)});
+        float* out = ctx->alloc_n<float>(q.size(), "out");
+        poison(out, q.size());
+        a.out = out;
+        ASSERT_TRUE(flash_attention_supported(a));
+        if (c.n_q >= kFlashMinQueries) attention(ctx->compute(), a);
+        else flash_attention(ctx->compute(), a);
+        auto got = to_host(out, q.size());
+        std::vector<double> bound;
+        auto ref = ref_attention(q, kc, vc, c.cap, c.n_q, c.H, c.Hkv, c.hd, c.pos0, c.window, c.sinks ? &sinks : nullptr, &bound);
+        const double e = nerr(got, ref);
+        EXPECT_LT(e, 1e-3);
+        EXPECT_GT(e, 1e-5) << "f32 probabilities: the per-query kernel ran, not the flash path";
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+            if (!(std::abs(got[i] - ref[i]) <= bound[i]) && bad++ < 5)
+                ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << ref[i] << " (bound " << bound[i] << ")";
+        EXPECT_EQ(bad, 0u);
     }
 }
 

@@ -1,0 +1,47 @@
+// Launcher of the flash-attention kernel (flash_attn.h; the kernel and its design: flash_attn.cuh).
+#include "cuda/flash_attn.h"
+
+#include "cuda/flash_attn.cuh"
+
+namespace nitro::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+template <int HD>
+void launch_flash(cudaStream_t s, const AttnArgs& a) {
+    using namespace flash_detail;
+    const int64_t G = a.n_head / a.n_head_kv;
+    const dim3 grid(static_cast<unsigned>((a.n_q * G + kRows - 1) / kRows), static_cast<unsigned>(a.n_head_kv));
+    constexpr size_t smem = smem_bytes<HD>();  // 36,864 (HD 64) / 69,632 (HD 128) bytes
+    auto kernel = flash_attn_kernel<HD, true>;
+    // above 48 KiB a kernel must opt in, once per device (a benign race: every writer sets the same)
+    static bool opted_in[kMaxDevices] = {};
+    int dev = 0;
+    NITRO_CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= kMaxDevices || !opted_in[dev]) {
+        NITRO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        if (dev < kMaxDevices) opted_in[dev] = true;
+    }
+    kernel<<<grid, kThreads, smem, s>>>(a.q, reinterpret_cast<const __half*>(a.k_cache),
+                                        reinterpret_cast<const __half*>(a.v_cache), a.capacity, static_cast<int>(a.n_q),
+                                        static_cast<int>(a.n_head), static_cast<int>(a.n_head_kv), a.window, a.sinks,
+                                        a.scale * kLog2e, a.pos0, a.out);
+    NITRO_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool flash_attention_supported(const AttnArgs& a) {
+    return (a.head_dim == 64 || a.head_dim == 128) && a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && a.n_q > 0;
+}
+
+void flash_attention(cudaStream_t s, const AttnArgs& a) {
+    if (!flash_attention_supported(a))
+        cfail("CUDA flash attention: head_dim {} with {} / {} heads is not supported", a.head_dim, a.n_head, a.n_head_kv);
+    if (a.head_dim == 64) launch_flash<64>(s, a);
+    else launch_flash<128>(s, a);
+}
+
+}  // namespace nitro::cuda
