@@ -52,12 +52,16 @@ std::vector<T> to_host(const T* d, size_t n) {
     return v;
 }
 /// Fills with 0xFF bytes: NaN as f32, so an element a kernel does not write fails the check.
-/// Synchronises: cudaMemset runs on the legacy default stream, which does not order with the
-/// engine's non-blocking streams, so without it the fill could land after the kernel under test
-/// (MEASURED on the H200 while other processes loaded the GPU: DequantizeAndGetRowsAreExact and
-/// RmsNormMatchesCpu read NaN).
+/// Synchronises before and after: cudaMemset runs on the legacy default stream, which does not
+/// order with the engine's non-blocking streams, so without the sync after it the fill could land
+/// after the kernel under test (MEASURED on the H200 while other processes loaded the GPU:
+/// DequantizeAndGetRowsAreExact and RmsNormMatchesCpu read NaN), and without the sync before it
+/// the fill could land while work already enqueued still reads the buffer
+/// (FusedDecodeMoeEqualsTheSeparateOpsBitForBit on the H200: the separate path's combine read
+/// the poisoned down rows, NaN, because the buffer was poisoned for the fused path right after).
 template <typename T>
 void poison(T* d, size_t n) {
+    NITRO_CUDA_CHECK(cudaDeviceSynchronize());
     NITRO_CUDA_CHECK(cudaMemset(d, 0xFF, n * sizeof(T)));
     NITRO_CUDA_CHECK(cudaDeviceSynchronize());
 }
