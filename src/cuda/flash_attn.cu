@@ -3,6 +3,8 @@
 
 #include "cuda/flash_attn.cuh"
 
+#include <atomic>
+
 namespace nitro::cuda {
 
 namespace {
@@ -16,13 +18,13 @@ void launch_flash(cudaStream_t s, const AttnArgs& a) {
     const dim3 grid(static_cast<unsigned>((a.n_q * G + kRows - 1) / kRows), static_cast<unsigned>(a.n_head_kv));
     constexpr size_t smem = smem_bytes<HD>();  // 36,864 (HD 64) / 69,632 (HD 128) bytes
     auto kernel = flash_attn_kernel<HD, true>;
-    // above 48 KiB a kernel must opt in, once per device (a benign race: every writer sets the same)
-    static bool opted_in[kMaxDevices] = {};
+    // above 48 KiB a kernel must opt in, once per device (two threads may both set it: the same value)
+    static std::atomic<bool> opted_in[kMaxDevices] = {};
     int dev = 0;
     NITRO_CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev >= kMaxDevices || !opted_in[dev]) {
+    if (dev >= kMaxDevices || !opted_in[dev].load(std::memory_order_acquire)) {
         NITRO_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        if (dev < kMaxDevices) opted_in[dev] = true;
+        if (dev < kMaxDevices) opted_in[dev].store(true, std::memory_order_release);
     }
     kernel<<<grid, kThreads, smem, s>>>(a.q, reinterpret_cast<const __half*>(a.k_cache),
                                         reinterpret_cast<const __half*>(a.v_cache), a.capacity, static_cast<int>(a.n_q),
