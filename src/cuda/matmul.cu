@@ -675,14 +675,7 @@ bool moe_mmq_on(const ExpertSlots& ex, const MoeScratch& sc) {
 
 /// The 8-bit expert inputs of a prompt chunk's n tokens (quantized once per token, not per pair: the
 /// integer GEMM gathers them through group_tok), in scratch.gemm.act.
-Q8Acts moe_q8_input(const MoeScratch& sc, int64_t n, int64_t E) {
-    Q8Acts a;
-    a.q = reinterpret_cast<const int8_t*>(sc.gemm.act);
-    a.d = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(sc.gemm.act) +
-                                         (static_cast<uint64_t>(n * E) + 255) / 256 * 256);
-    a.ne0 = E;
-    return a;
-}
+Q8Acts moe_q8_input(const MoeScratch& sc, int64_t n, int64_t E) { return q8_acts_view(sc.gemm.act, n, E); }
 
 /// The prefill MoE of the given groups (one entry per expert, its weights and grouped rows):
 /// grouped gate and up GEMMs from the grouped inputs, the GLU of grouped rows [g0, g0 + nrows)

@@ -268,17 +268,11 @@ Q8Acts quantize_q8_part(cudaStream_t s, GgmlType weight, const float* x, int64_t
     const uint64_t need = q8_act_bytes(total_rows, ne0);
     if (need > buf_bytes)
         cfail("CUDA quantize_q8: {} rows of {} values need {} bytes of scratch, {} given", total_rows, ne0, need, buf_bytes);
-    Q8Acts a;
-    auto* q = static_cast<int8_t*>(buf);
-    auto* d =
-        reinterpret_cast<float*>(static_cast<uint8_t*>(buf) + (static_cast<uint64_t>(total_rows * ne0) + 255) / 256 * 256);
-    a.q = q;
-    a.d = d;
-    a.ne0 = ne0;
+    const Q8Acts a = q8_acts_view(buf, total_rows, ne0);
     if (rows <= 0) return a;
     const dim3 grid(ceil_div(ne0, 256), static_cast<unsigned>(rows));
-    int8_t* qp = q + row0 * ne0;
-    float* dp = d + row0 * (ne0 / 32);
+    int8_t* qp = static_cast<int8_t*>(buf) + row0 * ne0;
+    float* dp = const_cast<float*>(a.d) + row0 * (ne0 / 32);
     if (vdt == GgmlType::Q8_0) quantize_q8_kernel<GgmlType::Q8_0><<<grid, 256, 0, s>>>(x, ldx, ne0, qp, dp);
     else quantize_q8_kernel<GgmlType::Q8_K><<<grid, 256, 0, s>>>(x, ldx, ne0, qp, dp);
     NITRO_CUDA_LAUNCH_CHECK();

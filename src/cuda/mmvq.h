@@ -8,6 +8,7 @@
 #pragma once
 
 #include "cuda/ops.h"
+#include "runtime/placement.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +47,16 @@ const Q8Acts* q8_ready(const Q8Input* in, const float* x, int64_t ldx, int64_t n
 /// buf holds q8_act_bytes(n_rows, n); the caller then runs rms_norm (and later quantize_q8).
 bool rms_norm_q8(cudaStream_t s, const float* x, const float* w, int64_t n_rows, int64_t n, int64_t ld_x, float eps,
                  float* out, int64_t ld_out, float* host_out, GgmlType weight, void* buf, size_t buf_bytes, Q8Input& q);
+
+/// The Q8Acts of `rows` rows of `ne0` values laid out in buf as q8_act_bytes says (the quants,
+/// then the scales at q8_act_scales_offset). Only a view: nothing is checked or written.
+inline Q8Acts q8_acts_view(const void* buf, int64_t rows, int64_t ne0) {
+    Q8Acts a;
+    a.q = static_cast<const int8_t*>(buf);
+    a.d = reinterpret_cast<const float*>(static_cast<const uint8_t*>(buf) + q8_act_scales_offset(rows, ne0));
+    a.ne0 = ne0;
+    return a;
+}
 
 /// True for the weight types with an integer decode path: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K,
 /// IQ4_XS (F32, F16 and BF16 keep the f32 kernels of matmul.cu).

@@ -128,8 +128,9 @@ bool rms_norm_q8(cudaStream_t s, const float* x, const float* w, int64_t n_rows,
     if ((vdt != GgmlType::Q8_0 && vdt != GgmlType::Q8_K) || n % block != 0 || threads % block != 0 || threads > 512 ||
         q8_act_bytes(n_rows, n) > buf_bytes)
         return false;
-    auto* qp = static_cast<int8_t*>(buf);  // quantize_q8's layout
-    auto* dp = reinterpret_cast<float*>(static_cast<uint8_t*>(buf) + (static_cast<uint64_t>(n_rows * n) + 255) / 256 * 256);
+    const Q8Acts view = q8_acts_view(buf, n_rows, n);  // quantize_q8's layout
+    auto* qp = static_cast<int8_t*>(buf);
+    auto* dp = const_cast<float*>(view.d);
     if (vdt == GgmlType::Q8_0)
         rms_norm_q8_kernel<GgmlType::Q8_0><<<static_cast<unsigned>(n_rows), threads, 0, s>>>(x, w, n, ld_x, eps, out, ld_out,
                                                                                            host_out, qp, dp);
@@ -141,9 +142,7 @@ bool rms_norm_q8(cudaStream_t s, const float* x, const float* w, int64_t n_rows,
     q.ldx = ld_out;
     q.rows = n_rows;
     q.vdt = vdt;
-    q.acts.q = qp;
-    q.acts.d = dp;
-    q.acts.ne0 = n;
+    q.acts = view;
     return true;
 }
 

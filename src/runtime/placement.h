@@ -157,8 +157,11 @@ constexpr uint64_t vram_alloc_size(uint64_t bytes) {
 /// Bytes of `rows` rows of `ne0` activations quantized to 8-bit blocks of 32 for the GPU's integer
 /// decode products (cuda/mmvq.h): int8 values [rows, ne0], then, 256-byte aligned, one f32 scale per
 /// block [rows, ne0 / 32].
+constexpr uint64_t q8_act_scales_offset(int64_t rows, int64_t ne0) {
+    return (static_cast<uint64_t>(rows * ne0) + 255) / 256 * 256;  ///< where the scales start, bytes
+}
 constexpr uint64_t q8_act_bytes(int64_t rows, int64_t ne0) {
-    return (static_cast<uint64_t>(rows * ne0) + 255) / 256 * 256 + static_cast<uint64_t>(rows * (ne0 / 32)) * 4;
+    return q8_act_scales_offset(rows, ne0) + static_cast<uint64_t>(rows * (ne0 / 32)) * 4;
 }
 
 struct GpuScratchSizes {
