@@ -13,7 +13,7 @@
 #                                         (needs bin.tar.xz made with CARRY_CUDA_BENCH=1)
 # Inputs from .carry/ (bench/make_carry.sh --llama): bin.tar.xz, llama-src.tar.xz.
 # Environment: BUDGET (GiB, 12), NCMOE (31), PROMPTS (512,4096,13000), UB (nitro --ubatch, 4096),
-# PRESET (gpt-oss-120b), FILTER (gtest filter of prepare's tests), MIRROR (1: the B half too),
+# PRESET (gpt-oss-120b), VARIANTS (sweep), FILTER (gtest filter of prepare's tests), MIRROR (1: the B half too),
 # CPU_BASELINE (1: also --prefill-cost-model cpu on 4,096 tokens).
 set -uo pipefail
 PHASE=${1:?phase}; RESULTS=${2:?out dir}
@@ -30,6 +30,26 @@ L=/tmp/llama; LB="$L/b/bin/llama-bench"
 # The CUDA tests that need no ../shared fixtures (those do not fit beside the binaries in a call)
 FILTER=${FILTER:-'CudaHybrid.PromptPaths*:CudaHybrid.StagedPrompt*:CudaAdaptive.LiveEquals*:CudaOps.*:CudaQwen3Next.*:CudaBatch.*:CudaModel.Synth*'}
 log() { echo "[$(date -u +%H:%M:%S)] $*"; }
+
+# One nitro hybrid run of a NP-token prompt, its summary line appended to RESULTS/summary.txt.
+bench_one() {  # $1 tag, $2 prompt tokens, $3.. extra options; env THREADS_RUN (16), UB_RUN ($UB)
+    local tag=$1 np=$2; shift 2
+    timeout 300 "$N" run -m "$M" --prompt-ids "$(seq -s, 1000 $((1000 + np - 1)))" -n 1 --ignore-eos -t "${THREADS_RUN:-16}" --mode hybrid \
+        --vram-budget "$BUDGET" -u "${UB_RUN:-$UB}" -c $((${maxp:-$np} + 256)) --json -v "$@" > "$OUTD/nitro_$tag.json" 2> "$OUTD/nitro_$tag.err"
+    python3 - "$OUTD/nitro_$tag.json" "$tag" "$np" <<'PY' | tee -a "$RESULTS/summary.txt"
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("nitro %s: no result (%s)" % (sys.argv[2], e)); sys.exit(0)
+t = d["timings"]; e = d.get("experts", {}); p = e.get("prompt", {})
+print("MEASURED nitro %-14s pp%-6s %8.1f tok/s  TTFT %7.0f ms | staged %5d experts %6.2f GB in %6.0f ms (%.1f GB/s), CPU %5d experts %6.0f ms, resident %5d, GPU idle %5.0f ms"
+      % (sys.argv[2], sys.argv[3], t["prompt_tok_s"], t.get("ttft_ms", 0), p.get("staged_experts", 0), p.get("staged_bytes", 0) / 1e9,
+         p.get("stage_ms", 0), p.get("staged_gb_s", 0), p.get("cpu_experts", 0), p.get("cpu_ms", 0), p.get("resident_experts", 0),
+         p.get("gpu_idle_ms", 0)))
+PY
+    grep -m1 "prompt staging:" "$OUTD/nitro_$tag.err" | tee -a "$RESULTS/summary.txt"
+}
 
 case "$PHASE" in
 prepare)
@@ -60,24 +80,6 @@ bench)
     # Every run appends its summary line to RESULTS/summary.txt at once, so a call that runs out
     # of time still brings back what it measured.
     S="$RESULTS/summary.txt"
-    run_nitro() {  # $1 tag, $2 prompt tokens, $3.. extra options
-        local tag=$1 np=$2; shift 2
-        timeout 300 "$N" run -m "$M" --prompt-ids "$(seq -s, 1000 $((1000 + np - 1)))" -n 1 --ignore-eos -t 16 --mode hybrid \
-            --vram-budget "$BUDGET" -u "$UB" -c $((maxp + 256)) --json -v "$@" > "$OUTD/nitro_$tag.json" 2> "$OUTD/nitro_$tag.err"
-        python3 - "$OUTD/nitro_$tag.json" "$tag" "$np" <<'PY' | tee -a "$S"
-import json, sys
-try:
-    d = json.load(open(sys.argv[1]))
-except Exception as e:
-    print("nitro %s: no result (%s)" % (sys.argv[2], e)); sys.exit(0)
-t = d["timings"]; e = d.get("experts", {}); p = e.get("prompt", {})
-print("MEASURED nitro %-14s pp%-6s %8.1f tok/s  TTFT %7.0f ms | staged %5d experts %6.2f GB in %6.0f ms (%.1f GB/s), CPU %5d experts %6.0f ms, resident %5d, GPU idle %5.0f ms"
-      % (sys.argv[2], sys.argv[3], t["prompt_tok_s"], t.get("ttft_ms", 0), p.get("staged_experts", 0), p.get("staged_bytes", 0) / 1e9,
-         p.get("stage_ms", 0), p.get("staged_gb_s", 0), p.get("cpu_experts", 0), p.get("cpu_ms", 0), p.get("resident_experts", 0),
-         p.get("gpu_idle_ms", 0)))
-PY
-        grep -m1 "prompt staging:" "$OUTD/nitro_$tag.err" | tee -a "$S"
-    }
     run_llama() {  # $1 tag, $2 prompt tokens, $3 ubatch list: llama-bench runs every pair, so one prompt per call
         timeout 300 "$LB" -m "$M" -ngl 99 -ncmoe "$NCMOE" -fa 1 -t 16 -p "$2" -n 0 -b 4096 -ub "$3" -r 1 -o json \
             > "$OUTD/llama_$1_$2.json" 2> "$OUTD/llama_$1_$2.err" || tail -3 "$OUTD/llama_$1_$2.err"
@@ -97,14 +99,28 @@ PY
     grep -iE "memory read" "$OUTD/nitro_bench.txt" | head -2 | tee -a "$S"
     log "timed runs: $PRESET, budget $BUDGET GiB, nitro -u $UB; llama.cpp -ncmoe $NCMOE; mirrored" | tee -a "$S"
     IFS=, read -ra PS <<< "$PROMPTS"
-    for p in "${PS[@]}"; do run_nitro "auto-$p-a" "$p"; done
-    [ "${CPU_BASELINE:-1}" = 1 ] && run_nitro "cpu-4096-a" 4096 --prefill-cost-model cpu
+    for p in "${PS[@]}"; do bench_one "auto-$p-a" "$p"; done
+    [ "${CPU_BASELINE:-1}" = 1 ] && bench_one "cpu-4096-a" 4096 --prefill-cost-model cpu
     llama_all A
     [ "${MIRROR:-1}" = 1 ] && {
         llama_all B
-        [ "${CPU_BASELINE:-1}" = 1 ] && run_nitro "cpu-4096-b" 4096 --prefill-cost-model cpu
-        for ((i = ${#PS[@]} - 1; i >= 0; i--)); do run_nitro "auto-${PS[$i]}-b" "${PS[$i]}"; done
+        [ "${CPU_BASELINE:-1}" = 1 ] && bench_one "cpu-4096-b" 4096 --prefill-cost-model cpu
+        for ((i = ${#PS[@]} - 1; i >= 0; i--)); do bench_one "auto-${PS[$i]}-b" "${PS[$i]}"; done
     }
+    ;;
+sweep)
+    # nitro alone, one run per variant: VARIANTS="tag|prompt tokens|threads|ubatch|extra options;..."
+    # (e.g. the cost model's modes, fill threads), to choose between pipeline designs; no peer.
+    [ -f "$M" ] || { echo "no model (run prepare first)"; exit 1; }
+    S="$RESULTS/summary.txt"
+    maxp=13000
+    IFS=';' read -ra VS <<< "${VARIANTS:?VARIANTS}"
+    for v in "${VS[@]}"; do
+        IFS='|' read -r tag np thr ub opts <<< "$v"
+        log "sweep $tag: pp$np -t $thr -u $ub $opts" | tee -a "$S"
+        # shellcheck disable=SC2086
+        THREADS_RUN=$thr UB_RUN=$ub bench_one "$tag" "$np" $opts
+    done
     ;;
 staging)
     [ -f "$M" ] || { echo "no model (run prepare first)"; exit 1; }
