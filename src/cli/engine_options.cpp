@@ -58,8 +58,9 @@ void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode) {
         ->check(CLI::Range(1, 64))
         ->group(g);
     sub->add_option("--prefill-stage-threads", o.gpu.prefill_stage_threads,
-                    "Threads that copy staged experts from the model file into the pinned buffers (0 = min(8, half the "
-                    "hardware threads))")
+                    "Threads that copy staged experts from the model file into the pinned buffers (0 = the engine's "
+                    "threads, -t); in a layer that also leaves experts to the CPU, half of them fill and the CPU share "
+                    "runs on the rest")
         ->capture_default_str()
         ->check(CLI::Range(0, 256))
         ->group(g);

@@ -78,16 +78,16 @@ void ThreadPool::worker(int index) {
         }
         seen = g;
         if (stop_.load(std::memory_order_relaxed)) return;  // ordered by the acquire of generation_
-        run_chunks(index);
+        if (index < active_) run_chunks(index);
         pending_.fetch_sub(1, std::memory_order_release);
     }
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain,
-                              const std::function<void(int64_t, int64_t, int)>& fn) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn,
+                              int max_threads) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
-    if (n_threads_ == 1 || n <= grain) {
+    if (n_threads_ == 1 || n <= grain || max_threads == 1) {
         // One chunk or one thread: no hand-off. Still in order, still chunked by grain.
         for (int64_t b = 0; b < n; b += grain) fn(b, b + grain < n ? b + grain : n, 0);
         return;
@@ -95,6 +95,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     fn_ = &fn;
     n_ = n;
     grain_ = grain;
+    active_ = max_threads > 0 ? max_threads : n_threads_;
     next_.store(0, std::memory_order_relaxed);
     pending_.store(n_threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes everything above

@@ -35,7 +35,9 @@ public:
     /// the caller and 1..size()-1 for the workers. n <= 0 calls nothing. If fn throws, the
     /// remaining chunks are skipped and the first exception is rethrown here once every thread
     /// has left fn. Not reentrant: do not call from inside fn, nor from two threads at once.
-    void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+    /// max_threads > 0: only threads 0..max_threads-1 take chunks (the others wake and return),
+    /// e.g. a copy team that leaves cores to work running beside it; 0 = all.
+    void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn, int max_threads = 0);
 
     /// While held (hold(true) until hold(false)), idle workers keep spinning between regions
     /// instead of going to sleep after their usual spin, so a region that follows a long serial gap
@@ -61,6 +63,7 @@ private:
     std::atomic<bool> hold_{false};    ///< workers spin instead of sleeping (hold)
     const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
     int64_t n_ = 0, grain_ = 1;
+    int active_ = 0;  ///< threads that take chunks in the current region
     alignas(64) std::atomic<int64_t> next_{0};
     std::exception_ptr error_;  ///< first exception thrown by fn in the current region (under mu_)
 };

@@ -202,6 +202,11 @@ struct GpuSession::Impl {
     PrefillCostMode prefill_mode = PrefillCostMode::Auto;
     PrefillRates rates;
     bool rates_measured = false;
+    /// A layer with both a CPU share and staged experts splits the cores: fill_split_threads of the
+    /// stager's team fill, the CPU share runs on prompt_pool (the engine's threads minus those);
+    /// a layer with everything staged fills with the whole team (runtime/prefill_cost.h).
+    int fill_split_threads = 0;
+    std::unique_ptr<cpu::ThreadPool> prompt_pool;
     int32_t* d_gpu_of = nullptr;    ///< [X] device: a prompt chunk layer's experts computed on the GPU (>= 0) or not (-1)
     int32_t* h_gpu_of = nullptr;    ///< [n_layer, X] pinned host sources, one row per layer (no reuse within a chunk)
     // GPU idle time of the last prompt layer (read once its events completed, flush_prompt_idle)

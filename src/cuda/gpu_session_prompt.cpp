@@ -39,14 +39,19 @@ double flop_per_row(const cpu::ExpertWeights& w) {
 
 void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions& go) {
     stager.reset();
+    prompt_pool.reset();
     rates = PrefillRates{};
     rates_measured = false;
     prefill_mode = go.prefill_mode;
     if (plan.stage_slots <= 0 || prefill_mode == PrefillCostMode::Cpu || spec.n_ubatch <= kGemvMaxTokens || !hybrid) return;
     // The plan reserved stage_bytes for the slots and the expert table, one arena.
     ctx.alloc().begin_arena(plan.stage_bytes, "prompt staging");
-    const int fill_threads = go.prefill_stage_threads > 0 ? go.prefill_stage_threads
-                                                          : static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));
+    // The fill team: the engine's threads (-t) unless --prefill-stage-threads says otherwise; half
+    // of it beside a CPU share, which then runs on the other threads.
+    const int threads = pool->size();
+    const int fill_threads = go.prefill_stage_threads > 0 ? go.prefill_stage_threads : threads;
+    fill_split_threads = std::max(1, fill_threads / 2);
+    prompt_pool = std::make_unique<cpu::ThreadPool>(std::max(1, threads - fill_split_threads));
     stager = std::make_unique<PrefillStager>(ctx.alloc(), plan.stage_slot_bytes, plan.stage_slots, go.prefill_stage_buffers,
                                              fill_threads, go.test_max_pinned_stage_buffers);
     d_gpu_of = ctx.alloc_n<int32_t>(static_cast<size_t>(X), "prompt expert table");
@@ -72,11 +77,21 @@ void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions
     const double fpr = flop_per_row(W);
     // PCIe: the staging path's own copy (pinned buffer -> slot).
     rates.pcie_gb_s = stager->measure_copy_gb_s(plan.stage_slot_bytes);
-    // Fill: three experts' parts from the file into a buffer by the fill team.
-    std::vector<PrefillStager::Part> samples;
-    for (size_t i = 0; i < 3; ++i)
-        for (const auto& p : expert_parts(W, pick(i))) samples.push_back(p);
-    rates.fill_gb_s = stager->measure_fill_gb_s(samples);
+    // Fill: whole experts from the file into a buffer, as stage() fills them: by the whole team
+    // (alone), then by the part of it that runs beside a CPU share (distinct experts each time,
+    // cold in the caches; one expert first as a warm-up of the team).
+    auto fill_rate = [&](size_t first, int team) {
+        std::vector<std::vector<PrefillStager::Part>> samples;
+        for (size_t i = 0; i < 4; ++i) {
+            const auto p = expert_parts(W, pick(first + i));
+            samples.emplace_back(p.begin(), p.end());
+        }
+        return stager->measure_fill_gb_s(samples, team);
+    };
+    (void)fill_rate(0, 0);
+    rates.fill_alone_gb_s = fill_rate(4, 0);
+    rates.fill_gb_s = fill_rate(8, fill_split_threads);
+    const size_t used = 12;  // experts the fill measurements read
     // CPU: one token through K experts (reads dominate: DRAM rate), then 64 tokens through K others
     // (the rest is arithmetic).
     {
@@ -88,14 +103,14 @@ void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions
         std::vector<float> w(static_cast<size_t>(n * k), 1.0f / static_cast<float>(k));
         std::vector<uint8_t> skip(static_cast<size_t>(X), 0);
         std::vector<float> out(static_cast<size_t>(n * E));
-        for (int j = 0; j < k; ++j) ids[static_cast<size_t>(j)] = pick(static_cast<size_t>(3 + j));
+        for (int j = 0; j < k; ++j) ids[static_cast<size_t>(j)] = pick(used + static_cast<size_t>(j));
         auto t0 = Clock::now();
-        cpu::moe_ffn(*pool, W, hid.data(), 1, k, ids.data(), w.data(), skip.data(), out.data(), cpu_scratch);
+        cpu::moe_ffn(*prompt_pool, W, hid.data(), 1, k, ids.data(), w.data(), skip.data(), out.data(), cpu_scratch);
         const double t1 = ms_since(t0);
         for (int64_t t = 0; t < n; ++t)
-            for (int j = 0; j < k; ++j) ids[static_cast<size_t>(t * k + j)] = pick(static_cast<size_t>(3 + k + j));
+            for (int j = 0; j < k; ++j) ids[static_cast<size_t>(t * k + j)] = pick(used + static_cast<size_t>(k + j));
         t0 = Clock::now();
-        cpu::moe_ffn(*pool, W, hid.data(), n, k, ids.data(), w.data(), skip.data(), out.data(), cpu_scratch);
+        cpu::moe_ffn(*prompt_pool, W, hid.data(), n, k, ids.data(), w.data(), skip.data(), out.data(), cpu_scratch);
         const double tn = ms_since(t0);
         rates.dram_gb_s = t1 > 0 ? static_cast<double>(k) * static_cast<double>(eb) / (t1 * 1e6) : 0;
         const double read_ms = rates.dram_gb_s > 0 ? static_cast<double>(k) * static_cast<double>(eb) / (rates.dram_gb_s * 1e6) : 0;
@@ -133,15 +148,17 @@ void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions
         stager->take_gpu_wait_ms();
         stager->reset_stats();
     }
-    rates_measured = rates.pcie_gb_s > 0 && rates.fill_gb_s > 0 && rates.dram_gb_s > 0 && rates.cpu_gflop_s > 0 && rates.gpu_gflop_s > 0;
+    rates_measured = rates.pcie_gb_s > 0 && rates.fill_gb_s > 0 && rates.fill_alone_gb_s > 0 && rates.dram_gb_s > 0 &&
+                     rates.cpu_gflop_s > 0 && rates.gpu_gflop_s > 0;
     if (verbose || !rates_measured)
         std::fprintf(stderr,
-                     "prompt staging: %d VRAM slots of %.1f MiB, %d host buffers (%s), %d fill threads, cost model %s; rates "
-                     "MEASURED at start-up: host-to-device %.1f GB/s, fill %.1f GB/s, CPU experts %.1f GB/s read + %.0f GFLOP/s, "
-                     "GPU expert GEMMs %.0f GFLOP/s%s\n",
+                     "prompt staging: %d VRAM slots of %.1f MiB, %d host buffers (%s), %d fill threads (%d beside a CPU share on "
+                     "%d), cost model %s; rates MEASURED at start-up: host-to-device %.1f GB/s, fill %.1f GB/s (%.1f beside the CPU "
+                     "share), CPU experts %.1f GB/s read + %.0f GFLOP/s, GPU expert GEMMs %.0f GFLOP/s%s\n",
                      stager->n_slots(), plan.stage_slot_bytes / 1048576.0, go.prefill_stage_buffers,
-                     stager->pinned() ? "pinned" : "some pageable", fill_threads, prefill_cost_mode_name(prefill_mode),
-                     rates.pcie_gb_s, rates.fill_gb_s, rates.dram_gb_s, rates.cpu_gflop_s, rates.gpu_gflop_s,
+                     stager->pinned() ? "pinned" : "some pageable", fill_threads, fill_split_threads, prompt_pool->size(),
+                     prefill_cost_mode_name(prefill_mode), rates.pcie_gb_s, rates.fill_alone_gb_s, rates.fill_gb_s,
+                     rates.dram_gb_s, rates.cpu_gflop_s, rates.gpu_gflop_s,
                      rates_measured ? "" : " (a rate could not be measured: prompts use the CPU for off-GPU experts)");
 }
 
@@ -213,6 +230,8 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c) {
     if (pp.n_resident > 0) moe_prefill_resident(s, D.ex, g, D.h_slot_of.data(), moe_sc);
 
     // CPU share on its own thread, the staged share on this one.
+    // Beside staged experts the CPU share leaves fill_split_threads cores to the fill team.
+    cpu::ThreadPool& cpu_pool = prompt_pool && !pp.staged.empty() ? *prompt_pool : *pool;
     cpu::MoeStats st;
     double cpu_ms = 0;
     std::exception_ptr cpu_error;
@@ -221,7 +240,7 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c) {
         cpu_thread = std::jthread([&] {
             const auto t0 = Clock::now();
             try {
-                st = cpu::moe_ffn(*pool, W, h_hidden, c.n, k, h_ids, h_w, skip.data(), h_partial, cpu_scratch,
+                st = cpu::moe_ffn(cpu_pool, W, h_hidden, c.n, k, h_ids, h_w, skip.data(), h_partial, cpu_scratch,
                                   admissions.empty() ? nullptr : copy_to.data());
             } catch (...) {
                 cpu_error = std::current_exception();
@@ -233,7 +252,7 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c) {
     try {
         for (int32_t e : pp.staged) {
             const auto parts = expert_parts(W, e);
-            const uint8_t* base = stager->stage(parts, also_to[static_cast<size_t>(e)], s);
+            const uint8_t* base = stager->stage(parts, also_to[static_cast<size_t>(e)], s, pp.n_cpu > 0 ? fill_split_threads : 0);
             moe_prefill_expert(s, D.ex, g, e, base + PrefillStager::part_offset(parts, 0), base + PrefillStager::part_offset(parts, 1),
                                base + PrefillStager::part_offset(parts, 2), moe_sc);
             stager->release(s);

@@ -79,7 +79,9 @@ PrefillStager::~PrefillStager() {
     if (stream_) cudaStreamDestroy(stream_);
 }
 
-void PrefillStager::fill(uint8_t* dst, std::span<const Part> parts, uint8_t* also_to) {
+int PrefillStager::n_threads() const { return team_->size(); }
+
+void PrefillStager::fill(uint8_t* dst, std::span<const Part> parts, uint8_t* also_to, int threads) {
     // Units of kFillChunk bytes over all parts; each unit copies its piece to the slot layout
     // (parts at 256-byte aligned offsets) and, with also_to, to the back-to-back layout of a
     // copy-on-compute buffer.
@@ -97,10 +99,10 @@ void PrefillStager::fill(uint8_t* dst, std::span<const Part> parts, uint8_t* als
             std::memcpy(dst + slot_off[k] + off, parts[k].src + off, n);
             if (also_to) std::memcpy(also_to + packed_off[k] + off, parts[k].src + off, n);
         }
-    });
+    }, threads);
 }
 
-const uint8_t* PrefillStager::stage(std::span<const Part> parts, uint8_t* also_to, cudaStream_t compute) {
+const uint8_t* PrefillStager::stage(std::span<const Part> parts, uint8_t* also_to, cudaStream_t compute, int fill_threads) {
     const size_t need = part_offset(parts, parts.size());
     if (need > slot_bytes_) fail("prompt staging: an expert of {} bytes does not fit a {}-byte slot", need, slot_bytes_);
     const size_t b = next_ % bufs_.size(), p = next_ % slots_.size();
@@ -109,7 +111,7 @@ const uint8_t* PrefillStager::stage(std::span<const Part> parts, uint8_t* also_t
     if (buf_used_[b]) NITRO_CUDA_CHECK(cudaEventSynchronize(buf_free_[b]));  // its previous copy has read it
     stats_.buffer_wait_ms += ms_since(t0);
     t0 = Clock::now();
-    fill(bufs_[b], parts, also_to);
+    fill(bufs_[b], parts, also_to, fill_threads);
     stats_.fill_ms += ms_since(t0);
     if (slot_used_[p]) NITRO_CUDA_CHECK(cudaStreamWaitEvent(stream_, slot_free_[p], 0));  // its previous GEMMs ran
     NITRO_CUDA_CHECK(cudaMemcpyAsync(slots_[p], bufs_[b], need, cudaMemcpyHostToDevice, stream_));
@@ -173,15 +175,16 @@ double PrefillStager::measure_copy_gb_s(size_t bytes) {
     return best;
 }
 
-double PrefillStager::measure_fill_gb_s(std::span<const Part> samples) {
+double PrefillStager::measure_fill_gb_s(std::span<const std::vector<Part>> samples, int fill_threads) {
     size_t bytes = 0;
     double ms = 0;
-    for (const Part& part : samples) {
-        const Part one{part.src, std::min(part.bytes, slot_bytes_)};
+    for (const std::vector<Part>& parts : samples) {
+        const size_t need = part_offset(parts, parts.size());
+        if (need > slot_bytes_) fail("prompt staging: an expert of {} bytes does not fit a {}-byte slot", need, slot_bytes_);
         const auto t0 = Clock::now();
-        fill(bufs_[0], std::span<const Part>(&one, 1), nullptr);
+        fill(bufs_[0], parts, nullptr, fill_threads);
         ms += ms_since(t0);
-        bytes += one.bytes;
+        for (const Part& p : parts) bytes += p.bytes;
     }
     return ms > 0 ? static_cast<double>(bytes) / (ms * 1e6) : 0.0;
 }

@@ -42,7 +42,7 @@ public:
     /// n_slots scratch slots of slot_bytes on the device (from `alloc`, counted by the plan),
     /// n_buffers pinned host buffers of slot_bytes (fewer, then pageable, with a warning on stderr
     /// when pinning fails; max_pinned >= 0 caps them: fault injection for tests), a fill team of
-    /// n_threads (>= 1, the caller included).
+    /// n_threads (>= 1, the caller included; a stage() may use fewer of them).
     PrefillStager(DeviceAllocator& alloc, size_t slot_bytes, int n_slots, int n_buffers, int n_threads, int max_pinned = -1);
     ~PrefillStager();
     PrefillStager(const PrefillStager&) = delete;
@@ -52,8 +52,10 @@ public:
     /// parts back to back there too: an admitted expert's copy-on-compute buffer), copies it into
     /// a free scratch slot and makes `compute` wait for that copy. Returns the slot's device
     /// address (part i at part_offset(parts, i)). Call release() after the GEMMs that read it have
-    /// been enqueued on `compute`. Throws nitro::Error if the parts do not fit a slot.
-    const uint8_t* stage(std::span<const Part> parts, uint8_t* also_to, cudaStream_t compute);
+    /// been enqueued on `compute`. fill_threads > 0: at most that many of the team fill (the rest
+    /// of the cores run the CPU's share of the layer); 0 = the whole team. Throws nitro::Error if
+    /// the parts do not fit a slot.
+    const uint8_t* stage(std::span<const Part> parts, uint8_t* also_to, cudaStream_t compute, int fill_threads = 0);
     /// The slot of the last stage() is free once the work enqueued on `compute` so far has run.
     void release(cudaStream_t compute);
 
@@ -76,13 +78,14 @@ public:
     /// MEASURED host -> device rate of the staging path, GB/s: `bytes` (at most a slot) copied
     /// from one of the buffers into a slot, best of 3 after a warm-up.
     double measure_copy_gb_s(size_t bytes);
-    /// MEASURED fill rate, GB/s: each sample (at most a slot; distinct experts of the mapped file,
-    /// so they are cold in the caches) copied once into a buffer by the fill team; total bytes over
-    /// total time.
-    double measure_fill_gb_s(std::span<const Part> samples);
+    /// MEASURED fill rate, GB/s: each sample (the parts of one expert, as stage() fills them;
+    /// distinct experts of the mapped file, so they are cold in the caches) copied once into a
+    /// buffer by `fill_threads` of the team (0 = all); total bytes over total time.
+    double measure_fill_gb_s(std::span<const std::vector<Part>> samples, int fill_threads = 0);
+    int n_threads() const;
 
 private:
-    void fill(uint8_t* dst, std::span<const Part> parts, uint8_t* also_to);
+    void fill(uint8_t* dst, std::span<const Part> parts, uint8_t* also_to, int threads);
 
     size_t slot_bytes_;
     bool pinned_ = true;

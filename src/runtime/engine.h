@@ -59,7 +59,7 @@ struct GpuOptions {
     PrefillCostMode prefill_mode = PrefillCostMode::Auto;
     int prefill_stage_slots = 4;
     int prefill_stage_buffers = 6;
-    int prefill_stage_threads = 0;  ///< 0 = min(8, half the hardware threads)
+    int prefill_stage_threads = 0;  ///< 0 = the engine's threads (-t); half of them beside a CPU share
     int test_max_pinned_stage_buffers = -1;  ///< fault injection (no flag): pinned staging buffers at most
 };
 

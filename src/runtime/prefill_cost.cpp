@@ -30,8 +30,9 @@ double prefill_cpu_ms(const PrefillRates& r, uint64_t bytes, int64_t rows, doubl
     return static_cast<double>(bytes) / (r.dram_gb_s * 1e6) + static_cast<double>(rows) * flop_per_row / (r.cpu_gflop_s * 1e6);
 }
 
-double prefill_copy_ms(const PrefillRates& r, uint64_t bytes) {
-    return static_cast<double>(bytes) / (std::min(r.pcie_gb_s, r.fill_gb_s) * 1e6);
+double prefill_copy_ms(const PrefillRates& r, uint64_t bytes, bool alone) {
+    const double fill = alone && r.fill_alone_gb_s > 0 ? r.fill_alone_gb_s : r.fill_gb_s;
+    return static_cast<double>(bytes) / (std::min(r.pcie_gb_s, fill) * 1e6);
 }
 
 double prefill_gpu_ms(const PrefillRates& r, int64_t rows, double flop_per_row) {
@@ -60,7 +61,8 @@ PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r,
     }
     std::stable_sort(cand.begin(), cand.end(), [&](int32_t a, int32_t b) { return rows[static_cast<size_t>(a)] > rows[static_cast<size_t>(b)]; });
     const size_t n = cand.size();
-    // Staging cand[0, k) costs max(CPU of cand[k, n), copy of cand[0, k), GPU of resident + cand[0, k)).
+    // Staging cand[0, k) costs max(CPU of cand[k, n), copy of cand[0, k), GPU of resident + cand[0, k));
+    // the copies run at the whole team's fill rate when nothing is left to the CPU (k = n).
     std::vector<double> cpu_suffix(n + 1, 0.0), gpu_prefix(n + 1, gpu_resident);
     if (timed) {
         for (size_t i = n; i-- > 0;)
@@ -68,7 +70,9 @@ PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r,
         for (size_t i = 0; i < n; ++i) gpu_prefix[i + 1] = gpu_prefix[i] + prefill_gpu_ms(r, rows[static_cast<size_t>(cand[i])], flop_per_row);
     }
     const double copy = timed ? prefill_copy_ms(r, expert_bytes) : 0.0;
-    const auto est = [&](size_t k) { return std::max({cpu_suffix[k], static_cast<double>(k) * copy, gpu_prefix[k]}); };
+    const double copy_alone = timed ? prefill_copy_ms(r, expert_bytes, true) : 0.0;
+    const auto copy_of = [&](size_t k) { return static_cast<double>(k) * (k == n ? copy_alone : copy); };
+    const auto est = [&](size_t k) { return std::max({cpu_suffix[k], copy_of(k), gpu_prefix[k]}); };
     size_t k = 0;
     if (mode == PrefillCostMode::Stage) {
         k = n;
@@ -89,7 +93,7 @@ PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r,
         }
     }
     p.est_cpu_ms = cpu_suffix[k];
-    p.est_copy_ms = static_cast<double>(k) * copy;
+    p.est_copy_ms = copy_of(k);
     p.est_gpu_ms = gpu_prefix[k];
     return p;
 }

@@ -9,6 +9,10 @@
 //     PCIe into a scratch slot (copy stream) and multiplied there by the GPU's GEMM.
 // The CPU share and the staged share run at the same time, so the layer takes about
 //   max(CPU time of the CPU share, max(copy time of the staged share, GPU time of resident + staged)).
+// They also share the CPU's cores: while a CPU share runs, the fill team uses part of the threads
+// (fill_gb_s) and the CPU share the rest (cpu_*); with no CPU share the whole team fills
+// (fill_alone_gb_s). MEASURED on the lent H200 host (gpt-oss-120b, 4,096-token chunk, docs/hybrid.md):
+// 16 fill threads alone stage 2.1x faster than 8 beside a 16-thread CPU share.
 // plan_prefill_layer picks the partition that minimises that estimate: the experts with the most
 // rows are the ones worth staging (a copy costs the same whatever the rows; the CPU's cost grows
 // with them), so it stages the k experts with the most rows for the k with the smallest estimate.
@@ -35,9 +39,11 @@ const char* prefill_cost_mode_name(PrefillCostMode m);
 /// Measured rates the model is fed (MEASURED at engine start; all > 0).
 struct PrefillRates {
     double pcie_gb_s = 0;     ///< host-to-device copy from pinned memory, GB/s (1e9 bytes)
-    double fill_gb_s = 0;     ///< CPU copy from the mapped file into a pinned buffer, GB/s
-    double dram_gb_s = 0;     ///< the CPU experts' weight read rate, GB/s
-    double cpu_gflop_s = 0;   ///< the CPU experts' arithmetic rate, GFLOP/s (all threads)
+    double fill_gb_s = 0;     ///< CPU copy from the mapped file into a pinned buffer, GB/s, by the part of the
+                              ///< fill team that runs beside a CPU share
+    double fill_alone_gb_s = 0; ///< the same by the whole team (no CPU share in the layer); 0 = fill_gb_s
+    double dram_gb_s = 0;     ///< the CPU experts' weight read rate, GB/s (the CPU share's threads)
+    double cpu_gflop_s = 0;   ///< the CPU experts' arithmetic rate, GFLOP/s (the CPU share's threads)
     double gpu_gflop_s = 0;   ///< the GPU's expert GEMM rate incl. dequantisation, GFLOP/s
 };
 
@@ -66,8 +72,9 @@ PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r,
 
 /// Model of one expert on the CPU: bytes / dram + rows x flop / cpu rate, in ms.
 double prefill_cpu_ms(const PrefillRates& r, uint64_t bytes, int64_t rows, double flop_per_row);
-/// Fill + PCIe of one expert (the two overlap in the ring: the slower sets the pace), in ms.
-double prefill_copy_ms(const PrefillRates& r, uint64_t bytes);
+/// Fill + PCIe of one expert (the two overlap in the ring: the slower sets the pace), in ms; alone:
+/// no CPU share beside it (the whole fill team, fill_alone_gb_s).
+double prefill_copy_ms(const PrefillRates& r, uint64_t bytes, bool alone = false);
 /// GPU GEMM time of rows through one expert, in ms.
 double prefill_gpu_ms(const PrefillRates& r, int64_t rows, double flop_per_row);
 

@@ -53,6 +53,29 @@ TEST(PrefillCost, AutoStagesTheExpertsWithMostRowsUntilTheCpuIsNoLongerTheWall) 
     EXPECT_NEAR(p.est_ms(), 2.0, 1e-12);
 }
 
+TEST(PrefillCost, TheWholeFillTeamMakesStagingEverythingWin) {
+    // The rows of the test above; PCIe no limit (1,000 GB/s), the fill team beside a CPU share at
+    // 25 GB/s (1 ms a copy), alone at 100 GB/s (0.25 ms). Split plans cost as above (best k = 2:
+    // 2.0 ms); staging all four leaves the CPU nothing, so its copies take the whole team:
+    // 4 x 0.25 = 1.0 ms against the GPU's 42 rows x 0.001 = 0.042 ms. Best: all staged.
+    PrefillRates r = rates();
+    r.pcie_gb_s = 1000;
+    r.fill_alone_gb_s = 100;
+    EXPECT_DOUBLE_EQ(prefill_copy_ms(r, kBytes), 1.0);
+    EXPECT_DOUBLE_EQ(prefill_copy_ms(r, kBytes, true), 0.25);
+    const std::vector<int64_t> rows = {20, 3, 0, 10, 8, 1};
+    const std::vector<uint8_t> res = {0, 0, 0, 1, 0, 0};
+    const PrefillLayerPlan p = plan_prefill_layer(PrefillCostMode::Auto, r, rows, res, kBytes, kFlop);
+    EXPECT_EQ(p.staged, (std::vector<int32_t>{0, 4, 1, 5}));
+    EXPECT_EQ(p.n_cpu, 0);
+    EXPECT_NEAR(p.est_cpu_ms, 0.0, 1e-12);
+    EXPECT_NEAR(p.est_copy_ms, 1.0, 1e-12);
+    EXPECT_NEAR(p.est_gpu_ms, 0.042, 1e-12);
+    // Alone at only 40 GB/s (0.625 ms a copy, 2.5 ms for four) the split plan stays best.
+    r.fill_alone_gb_s = 40;
+    EXPECT_EQ(plan_prefill_layer(PrefillCostMode::Auto, r, rows, res, kBytes, kFlop).staged, (std::vector<int32_t>{0, 4}));
+}
+
 TEST(PrefillCost, FewRowsStageOnlyWhileTheCpuShareIsLonger) {
     // One row each: CPU 0.6 ms per expert, a copy 1 ms: staging any would only add. With 3
     // experts: k=0: 1.8; k=1: max(1.2, 1) = 1.2; k=2: max(0.6, 2) = 2. So one is staged...

@@ -166,6 +166,29 @@ TEST(ThreadPool, WorkersParticipate) {
     EXPECT_GE(active, 2);
 }
 
+TEST(ThreadPool, MaxThreadsLimitsWhoTakesChunks) {
+    // max_threads = 2 on a pool of 4: every index once, only threads 0 and 1 run fn; the next
+    // region without a limit uses the others again (slow chunks, so more than two take part).
+    ThreadPool pool(4);
+    std::vector<std::atomic<int>> by_thread(4), seen(200);
+    pool.parallel_for(200, 1, [&](int64_t b, int64_t e, int ti) {
+        by_thread[static_cast<size_t>(ti)]++;
+        for (int64_t i = b; i < e; ++i) seen[static_cast<size_t>(i)]++;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }, 2);
+    for (auto& c : seen) EXPECT_EQ(c.load(), 1);
+    EXPECT_EQ(by_thread[2].load(), 0);
+    EXPECT_EQ(by_thread[3].load(), 0);
+    for (auto& c : by_thread) c = 0;
+    pool.parallel_for(80, 1, [&](int64_t, int64_t, int ti) {
+        by_thread[static_cast<size_t>(ti)]++;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    int active = 0;
+    for (auto& c : by_thread) active += c.load() > 0;
+    EXPECT_GE(active, 3);
+}
+
 TEST(ThreadPool, ExceptionIsRethrownAndPoolStaysUsable) {
     for (int threads : {1, 4}) {
         ThreadPool pool(threads);
