@@ -1,9 +1,10 @@
 // The embedded model (models/tiny-moe-pystd.gguf) in llama.cpp and in nitro: greedy tokens equal
-// up to the first step where llama.cpp's top-1/top-2 margin is below the near-tie threshold.
+// until the engines take different branches of a near-tie (llama.cpp's top-1/top-2 margin below
+// the threshold there); a difference at a decisive step fails.
 //
 // Threshold 0.5 nats, the same as tests/unit/test_embedded_model.cpp uses against transformers:
 // on this trained model (large activation outliers, rounded to 8 bits before quantized products by
-// both engines) llama.cpp's and transformers' probabilities differ by up to 0.117 (MEASURED, see
+// both engines) llama.cpp's and transformers' probabilities differ by up to 0.143 (MEASURED, see
 // that test), which moves a top-1/top-2 gap by up to about 0.4 nats near p = 0.3. Prompts are
 // the recorded ones of tests/golden/embedded_model.json (code and prose).
 import assert from "node:assert/strict";
@@ -34,11 +35,15 @@ describe("embedded model: nitro vs llama.cpp", () => {
             const mine = JSON.parse(r.stdout);
             for (let step = 0; step < N_PREDICT; ++step) {
                 const where = `prompt ${i} ("${c.prompt.slice(0, 30)}") step ${step}`;
-                assert.equal(mine.ids[step], peer.ids[step], `${where}: nitro ${mine.ids[step]} vs llama.cpp ${peer.ids[step]}`);
+                if (mine.ids[step] !== peer.ids[step]) {
+                    // Either branch of a near-tie is right; after it the contexts differ.
+                    assert.ok(margin(peer.probs[step]) < NEAR_TIE,
+                              `${where}: nitro ${mine.ids[step]} vs llama.cpp ${peer.ids[step]} at a decisive step`);
+                    break;
+                }
                 assert.ok(Math.abs(mine.probs[step][0].p - peer.probs[step][0].p) <= MAX_DP,
                           `${where}: p ${mine.probs[step][0].p} vs ${peer.probs[step][0].p}`);
                 ++compared;
-                if (margin(peer.probs[step]) < NEAR_TIE) break;  // after a near-tie either branch is right
             }
         }
         console.log(`embedded model: ${compared} greedy steps compared with llama.cpp over ${cases.length} prompts`);

@@ -5,7 +5,8 @@
 //  - teacher-forced: at every position of prompt + greedy continuation, nitro's top-1 equals the
 //    reference's wherever the reference's top-1/top-2 logit margin is above the near-tie
 //    threshold, and nitro's probability of that token is close to the reference's;
-//  - free-running greedy decoding gives the reference's tokens up to the first near-tie.
+//  - free-running greedy decoding gives the reference's tokens until nitro takes the other branch
+//    of a near-tie.
 // This also checks the converter end to end (names, gate/up split, transposes, metadata).
 #include "core/error.h"
 #include "runtime/generate.h"
@@ -21,12 +22,14 @@ using json = nlohmann::json;
 namespace {
 
 constexpr double kNearTie = 0.5;  // logits (nats): below this margin the top-1 may flip
-// Probability bounds, from llama.cpp itself on this file (node-llama-cpp 3.21.1, MEASURED over
-// the same 309 decisive positions): llama.cpp's probability of transformers' top-1 differs by
-// at most 0.117 (99th percentile 0.064, median 0.002), because both engines round activations
-// to 8 bits before quantized products and this trained model has large activation outliers.
-// nitro uses the same numerics (max 0.109 when measured). Bounds: every position within 0.15, and
-// at most 10% of positions off by more than 0.03.
+// Probability bounds, from llama.cpp itself on this file (node-llama-cpp 3.21.1, teacher-forced,
+// MEASURED over the same 286 decisive positions of the model retrained on 2026-12-03):
+// llama.cpp's top-1 equals transformers' at all 286 and its probability differs by at most 0.143
+// (99th percentile 0.071, median 0.0025; 10 positions above 0.03), because both engines round
+// activations to 8 bits before quantized products and this trained model has large activation
+// outliers. nitro uses the same numerics (max 0.144, 12 above 0.03, when measured; the first
+// model of 2026-12-01: llama.cpp 0.117, nitro 0.109 over 309). Bounds: every position within
+// 0.15, and at most 10% of positions off by more than 0.03.
 constexpr double kProbTol = 0.15;
 constexpr double kProbTolTypical = 0.03;
 constexpr double kMaxShareAboveTypical = 0.10;
@@ -77,7 +80,7 @@ TEST(EmbeddedModel, TeacherForcedMatchesTransformers) {
             EXPECT_LE(dp, kProbTol) << "position " << pos;
         }
     }
-    EXPECT_GT(checked, 200);  // most positions are decisive (309 of 405 when recorded)
+    EXPECT_GT(checked, 200);  // most positions are decisive (286 of 405 when recorded)
     std::printf("embedded model vs transformers: %d decisive positions, max |dp| %.4f, %d above %.2f\n", checked, max_dp,
                 above_typical, kProbTolTypical);
     EXPECT_LE(above_typical, kMaxShareAboveTypical * checked);
@@ -98,10 +101,12 @@ TEST(EmbeddedModel, GreedyMatchesTransformersUntilANearTie) {
         o.session.n_ctx = 1024;
         const nitro::GenerateResult r = nitro::generate(o, nullptr);
         ASSERT_EQ(r.ids.size(), want.size());
+        // nitro follows the reference until it takes the other branch of a near-tie (then the
+        // contexts differ and nothing more is compared); leaving it at a decisive step fails.
         for (size_t i = 0; i < want.size(); ++i) {
-            ASSERT_EQ(r.ids[i], want[i]) << "step " << i;
-            // After the reference's first near-tie, nitro may legitimately take the other branch.
-            if (margin(c["top5"][prompt.size() - 1 + i]) < kNearTie) break;
+            if (r.ids[i] == want[i]) continue;
+            EXPECT_LT(margin(c["top5"][prompt.size() - 1 + i]), kNearTie) << "step " << i << ": " << r.ids[i] << " instead of " << want[i];
+            break;
         }
     }
 }
