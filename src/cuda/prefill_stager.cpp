@@ -79,8 +79,6 @@ PrefillStager::~PrefillStager() {
     if (stream_) cudaStreamDestroy(stream_);
 }
 
-int PrefillStager::n_threads() const { return team_->size(); }
-
 void PrefillStager::fill(uint8_t* dst, std::span<const Part> parts, uint8_t* also_to, int threads) {
     // Units of kFillChunk bytes over all parts; each unit copies its piece to the slot layout
     // (parts at 256-byte aligned offsets) and, with also_to, to the back-to-back layout of a

@@ -82,7 +82,6 @@ public:
     /// distinct experts of the mapped file, so they are cold in the caches) copied once into a
     /// buffer by `fill_threads` of the team (0 = all); total bytes over total time.
     double measure_fill_gb_s(std::span<const std::vector<Part>> samples, int fill_threads = 0);
-    int n_threads() const;
 
 private:
     void fill(uint8_t* dst, std::span<const Part> parts, uint8_t* also_to, int threads);
