@@ -13,7 +13,8 @@ import { runPeer, sharedDir } from "./peer_util.mjs";
 // Bounds (docs/peer.md "Agreement with the goldens"). MEASURED with the prebuilt binaries against
 // the goldens: free-running greedy first diverges at golden margins 0.0006-0.072 nats; top-5
 // probabilities differ by at most 0.0075 (stepwise) / 0.015 (teacher-forced). These bounds hold on
-// any x86-64 host. How often the prompt batch reproduces the goldens' logits exactly (up to the
+// any x86-64 host (the peer never loads llama.cpp's AMX variant, whose batched products fall
+// outside them: tools/peer/llama_peer.mjs, docs/peer.md "AMX hosts"). How often the prompt batch reproduces the goldens' logits exactly (up to the
 // softmax's summation order) is printed, not asserted: it depends on the host's ISA. The goldens
 // were recorded on an AVX-512 machine; on an AVX-512 host it held in 14 of 16 cases, but llama.cpp's
 // AVX2 and SSE4.2 builds round differently (1 of 8 and 2 of 8 cases on an AVX2 host, MEASURED;

@@ -27,10 +27,23 @@
 //
 // Never builds or downloads anything: getLlama({gpu: false, build: "never", skipDownload: true}).
 // Any failure (peer not installed, model rejected) exits with status 1 and a message on stderr.
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
+//
+// CPU variant: ggml loads the best libggml-cpu-<variant>.so for the host. The peer never loads
+// `sapphirerapids`, the one variant with AMX (AMX_TILE, AMX_INT8): on an AMX host its batched
+// products differ from every other variant and from the goldens by far more than the variants
+// differ from each other (gpt-oss fixture, `short`, teacher-forced step 0: a golden top-5 token
+// falls out of its top-5, p 0.0157 -> below 0.0117, where x64, icelake and the goldens agree to
+// 0.0002; MEASURED 2026-12-03, docs/peer.md). On such a host ggml takes the next best variant
+// (AVX-512), so the peer's results do not depend on whether the host has AMX. The pin works by a
+// mirror of the binaries package without that file (hard links, in node_modules) and a resolve
+// hook (peer_bins_hook.mjs) that points node-llama-cpp's import of it at the mirror.
+import { existsSync, linkSync, copyFileSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import { createRequire, register } from "node:module";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+/// CPU variants of the prebuilt binaries the peer must not load (see above).
+const EXCLUDED_CPU_VARIANTS = ["libggml-cpu-sapphirerapids.so"];
 
 const LLAMA_CPP_COMMIT = "80fb11ac73e66d89eae2c6a91d8a77428fa733ed";
 const NODE_LLAMA_CPP_VERSION = "3.21.1";
@@ -101,6 +114,39 @@ function normalizeRequest(q) {
     return r;
 }
 
+/// Copies dir `src` to `dst` (hard links where the file system allows, else copies), leaving out
+/// the file names in `skip`.
+function mirrorTree(src, dst, skip) {
+    mkdirSync(dst, { recursive: true });
+    for (const name of readdirSync(src)) {
+        const a = path.join(src, name), b = path.join(dst, name);
+        if (statSync(a).isDirectory()) mirrorTree(a, b, skip);
+        else if (!skip.includes(name)) {
+            try { linkSync(a, b); } catch { copyFileSync(a, b); }
+        }
+    }
+}
+
+/// On linux-x64: makes node-llama-cpp load its prebuilt binaries from a mirror without the excluded
+/// CPU variants (built once, atomically, next to the original package). Elsewhere: nothing.
+function pinCpuVariants(require) {
+    if (process.platform !== "linux" || process.arch !== "x64") return;
+    const pkgDir = path.dirname(path.dirname(require.resolve("@node-llama-cpp/linux-x64")));
+    const version = JSON.parse(readFileSync(path.join(pkgDir, "package.json"), "utf8")).version;
+    const mirror = path.join(path.dirname(pkgDir), `.nitro-peer-linux-x64-${version}`);
+    if (!existsSync(path.join(mirror, "package.json"))) {
+        // Built under a private name and renamed into place: peers started at once do not race.
+        const tmp = `${mirror}.tmp-${process.pid}`;
+        rmSync(tmp, { recursive: true, force: true });
+        for (const part of ["dist", "bins"]) mirrorTree(path.join(pkgDir, part), path.join(tmp, part), EXCLUDED_CPU_VARIANTS);
+        copyFileSync(path.join(pkgDir, "package.json"), path.join(tmp, "package.json"));
+        try { renameSync(tmp, mirror); } catch { rmSync(tmp, { recursive: true, force: true }); }
+    }
+    register(pathToFileURL(path.join(path.dirname(fileURLToPath(import.meta.url)), "peer_bins_hook.mjs")), {
+        data: { target: pathToFileURL(path.join(mirror, "dist", "index.js")).href },
+    });
+}
+
 let llamaPromise = null;
 export async function getPeerLlama() {
     if (!llamaPromise) {
@@ -110,6 +156,7 @@ export async function getPeerLlama() {
             const pkg = JSON.parse(readFileSync(path.join(path.dirname(require.resolve("node-llama-cpp")), "..", "package.json"), "utf8"));
             if (pkg.version !== NODE_LLAMA_CPP_VERSION)
                 throw new Error(`node-llama-cpp ${pkg.version} is installed, the peer needs ${NODE_LLAMA_CPP_VERSION} (run scripts/setup.sh)`);
+            pinCpuVariants(require);
             const { getLlama, LlamaLogLevel } = await import("node-llama-cpp");
             const llama = await getLlama({
                 gpu: false, build: "never", skipDownload: true, usePrebuiltBinaries: true, progressLogs: false,
