@@ -49,31 +49,59 @@ struct ChunkArgs {
     int seq_of(int64_t i) const { return seq.empty() ? 0 : seq[static_cast<size_t>(i)]; }
 };
 
+/// One layer of the forward pass for one chunk through executor `b`.
+template <class B>
+void forward_layer(B& b, const ModelSpec& spec, int il, const ChunkArgs& c) {
+    b.attn_norm(il, c);                // h = rms_norm(x) * attn_norm
+    if (spec.layers[static_cast<size_t>(il)].kind == LayerKind::DeltaNet) {
+        b.ssm_in(il, c);               // q|k|v, z, beta, decay = projections of h
+        b.ssm_conv(il, c);             // causal conv1d over the conv state and the chunk, silu; conv state update
+        b.delta_net(il, c);            // l2-norm q, k; gated delta rule over the chunk; state update
+        b.ssm_out(il, c);              // x += (rms_norm(o) * ssm_norm * silu(z)) W_out
+    } else {
+        b.qkv(il, c);                  // q, k, v = h W (+ b) [q and its output gate]
+        b.rope_kv_store(il, c);        // [q/k norm], RoPE, K/V cache append
+        b.attention(il, c);            // attn = softmax(q K^T * scale [+ sinks], window) V
+        b.attn_out(il, c);             // x += (attn [* sigmoid(gate)]) W_o (+ b_o)
+    }
+    b.ffn_norm(il, c);                 // h = rms_norm(x) * ffn_norm
+    b.route(il, c);                    // router: expert ids and weights per token (+ route events)
+    // The shared expert before the routed ones: a hybrid GPU computes it while the CPU works on
+    // the non-resident experts (the router's result has gone to the CPU already).
+    if (spec.shared_expert) b.shared_expert(il, c);  // x += sigmoid(h . g) * ffn_shexp(h)
+    b.moe(il, c);                      // x += sum_j w_j expert_j(h), resident here + partial from elsewhere
+}
+
 /// Runs the forward pass of one chunk through executor `b`.
 template <class B>
 void forward_chunk(B& b, const ModelSpec& spec, const ChunkArgs& c) {
     b.embed(c);                        // x = token_embd[ids]; RoPE tables for the positions
-    for (int il = 0; il < static_cast<int>(spec.n_layer); ++il) {
-        b.attn_norm(il, c);            // h = rms_norm(x) * attn_norm
-        if (spec.layers[static_cast<size_t>(il)].kind == LayerKind::DeltaNet) {
-            b.ssm_in(il, c);           // q|k|v, z, beta, decay = projections of h
-            b.ssm_conv(il, c);         // causal conv1d over the conv state and the chunk, silu; conv state update
-            b.delta_net(il, c);        // l2-norm q, k; gated delta rule over the chunk; state update
-            b.ssm_out(il, c);          // x += (rms_norm(o) * ssm_norm * silu(z)) W_out
-        } else {
-            b.qkv(il, c);              // q, k, v = h W (+ b) [q and its output gate]
-            b.rope_kv_store(il, c);    // [q/k norm], RoPE, K/V cache append
-            b.attention(il, c);        // attn = softmax(q K^T * scale [+ sinks], window) V
-            b.attn_out(il, c);         // x += (attn [* sigmoid(gate)]) W_o (+ b_o)
-        }
-        b.ffn_norm(il, c);             // h = rms_norm(x) * ffn_norm
-        b.route(il, c);                // router: expert ids and weights per token (+ route events)
-        // The shared expert before the routed ones: a hybrid GPU computes it while the CPU works on
-        // the non-resident experts (the router's result has gone to the CPU already).
-        if (spec.shared_expert) b.shared_expert(il, c);  // x += sigmoid(h . g) * ffn_shexp(h)
-        b.moe(il, c);                  // x += sum_j w_j expert_j(h), resident here + partial from elsewhere
-    }
+    for (int il = 0; il < static_cast<int>(spec.n_layer); ++il) forward_layer(b, spec, il, c);
     if (c.logits != ChunkArgs::Logits::None) b.lm_head(c);  // logits = rms_norm(x) W_out
+}
+
+/// Runs the forward pass of consecutive chunks ("blocks") of one sequence layer-major: each layer
+/// runs every block, in order, before the next layer starts (docs/hybrid.md "Layer-major groups").
+/// Each block reads the K/V and recurrent state its predecessors wrote in the same layer, so the
+/// result is the same as forward_chunk on each block in turn. b.select_block(i) points the ops at
+/// block i's rows; an executor may leave a layer's routed experts to the moe call of its last block
+/// and compute them for all blocks at once there (the hybrid GPU: a staged expert crosses PCIe once
+/// per layer instead of once per block).
+template <class B>
+void forward_blocks(B& b, const ModelSpec& spec, std::span<const ChunkArgs> blocks) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+        b.select_block(i);
+        b.embed(blocks[i]);
+    }
+    for (int il = 0; il < static_cast<int>(spec.n_layer); ++il)
+        for (size_t i = 0; i < blocks.size(); ++i) {
+            b.select_block(i);
+            forward_layer(b, spec, il, blocks[i]);
+        }
+    for (size_t i = 0; i < blocks.size(); ++i) {
+        b.select_block(i);
+        if (blocks[i].logits != ChunkArgs::Logits::None) b.lm_head(blocks[i]);
+    }
 }
 
 }  // namespace nitro

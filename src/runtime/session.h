@@ -169,6 +169,8 @@ private:
     struct Scratch;
     template <class B>
     friend void forward_chunk(B& b, const ModelSpec& spec, const ChunkArgs& c);
+    template <class B>
+    friend void forward_layer(B& b, const ModelSpec& spec, int il, const ChunkArgs& c);
     // The ops of forward_chunk (runtime/forward.h), on the CPU.
     void embed(const ChunkArgs& c);
     void attn_norm(int il, const ChunkArgs& c);
