@@ -677,40 +677,65 @@ bool moe_mmq_on(const ExpertSlots& ex, const MoeScratch& sc) {
 /// integer GEMM gathers them through group_tok), in scratch.gemm.act.
 Q8Acts moe_q8_input(const MoeScratch& sc, int64_t n, int64_t E) { return q8_acts_view(sc.gemm.act, n, E); }
 
-/// The prefill MoE of the given groups (one entry per expert, its weights and grouped rows):
-/// grouped gate and up GEMMs from the grouped inputs, the GLU of grouped rows [g0, g0 + nrows)
+/// The prefill MoE of one piece: grouped rows [p0, p0 + pn) (the groups' row0 relative to p0), in
+/// scratch.gate / up / act rows [0, pn): grouped gate and up GEMMs from the grouped inputs, the GLU
 /// (rows whose expert has slot_of < 0 skipped when slot_of is given), its rounding to the down
-/// weight's vec-dot type, and the grouped down GEMM into scratch.down. Integer path (moe_mmq_on):
-/// the inputs are moe_prefill_begin's 8-bit rows of the n tokens, the GLU output of these rows is
-/// quantized into the chunk's 8-bit layout of R rows in scratch.act; f16 path: f16 grouped rows.
+/// weight's vec-dot type, and the grouped down GEMM into scratch.down rows [p0, p0 + pn). Integer
+/// path (moe_mmq_on): the inputs are moe_prefill_begin's 8-bit rows of the n tokens (gathered through
+/// group_tok), the GLU output is quantized into a layout of the piece's pn rows in scratch.act; f16
+/// path: f16 grouped rows. Every step is row-wise, so a row's result does not depend on the piece.
+void moe_prefill_piece(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g,
+                       std::span<const MoeGemmGroup> gate, std::span<const MoeGemmGroup> up,
+                       std::span<const MoeGemmGroup> down, const int32_t* slot_of, int64_t p0, int64_t pn,
+                       MoeScratch& sc) {
+    const int64_t F = g.F, E = g.E;
+    const bool round = sc.gemm.xr != nullptr;
+    float* down_out = sc.down + p0 * E;
+    if (moe_mmq_on(ex, sc)) {
+        const Q8Acts hq = moe_q8_input(sc, g.n, E);
+        moe_mmq(s, ex.gate, gate, hq, sc.group_tok + p0, sc.gate, F);
+        moe_mmq(s, ex.up, up, hq, sc.group_tok + p0, sc.up, F);
+        moe_glu_kernel<<<ceil_div(pn * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp + p0, slot_of, ex.gate_b, ex.up_b,
+                                                            ex.oai_act ? 1 : 0, 0, pn, F, nullptr, sc.gate);
+        NITRO_CUDA_LAUNCH_CHECK();
+        const Q8Acts aq = quantize_q8_part(s, ex.down.type, sc.gate, F, 0, pn, pn, F, sc.act,
+                                           static_cast<size_t>(pn * F) * sizeof(float));
+        moe_mmq(s, ex.down, down, aq, nullptr, down_out, E);
+        return;
+    }
+    const auto* hg = reinterpret_cast<const __half*>(sc.gemm.act) + p0 * E;
+    auto* act16 = reinterpret_cast<__half*>(sc.act);
+    moe_gemm_f16(s, ex.gate, gate, hg, E, sc.gate, F);
+    moe_gemm_f16(s, ex.up, up, hg, E, sc.up, F);
+    moe_glu_kernel<<<ceil_div(pn * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp + p0, slot_of, ex.gate_b, ex.up_b,
+                                                        ex.oai_act ? 1 : 0, 0, pn, F, round ? nullptr : act16, sc.gate);
+    NITRO_CUDA_LAUNCH_CHECK();
+    if (round) launch_round_acts<__half>(s, ex.down.type, sc.gate, F, nullptr, pn, F, act16, F);
+    moe_gemm_f16(s, ex.down, down, act16, F, down_out, E);
+}
+
+/// The prefill MoE of the given groups (one entry per expert, its weights and grouped rows, all
+/// inside [g0, g0 + nrows)), in pieces of at most scratch.piece_rows grouped rows (0: one piece),
+/// so gate / up / act need only hold a piece (a layer-major prompt group has more rows than they
+/// hold); groups are cut at piece boundaries.
 void moe_prefill_groups(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g,
                         std::span<const MoeGemmGroup> gate, std::span<const MoeGemmGroup> up,
                         std::span<const MoeGemmGroup> down, const int32_t* slot_of, int64_t g0, int64_t nrows,
                         MoeScratch& sc) {
-    const int64_t F = g.F, E = g.E;
-    const bool round = sc.gemm.xr != nullptr;
-    if (moe_mmq_on(ex, sc)) {
-        const Q8Acts hq = moe_q8_input(sc, g.n, E);
-        moe_mmq(s, ex.gate, gate, hq, sc.group_tok, sc.gate, F);
-        moe_mmq(s, ex.up, up, hq, sc.group_tok, sc.up, F);
-        moe_glu_kernel<<<ceil_div(nrows * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, slot_of, ex.gate_b, ex.up_b,
-                                                               ex.oai_act ? 1 : 0, g0, nrows, F, nullptr, sc.gate);
-        NITRO_CUDA_LAUNCH_CHECK();
-        const Q8Acts aq = quantize_q8_part(s, ex.down.type, sc.gate + g0 * F, F, g0, nrows, g.R, F, sc.act,
-                                           static_cast<size_t>(g.R * F) * sizeof(float));
-        moe_mmq(s, ex.down, down, aq, nullptr, sc.down, E);
-        return;
+    const int64_t P = sc.piece_rows > 0 ? sc.piece_rows : nrows;
+    std::vector<MoeGemmGroup> pg, pu, pd;
+    for (int64_t p0 = g0; p0 < g0 + nrows; p0 += P) {
+        const int64_t pn = std::min(P, g0 + nrows - p0);
+        pg.clear(), pu.clear(), pd.clear();
+        for (size_t i = 0; i < gate.size(); ++i) {
+            const int64_t a = std::max(gate[i].row0, p0), b = std::min(gate[i].row0 + gate[i].rows, p0 + pn);
+            if (a >= b) continue;
+            pg.push_back({gate[i].w, a - p0, b - a});
+            pu.push_back({up[i].w, a - p0, b - a});
+            pd.push_back({down[i].w, a - p0, b - a});
+        }
+        if (!pg.empty()) moe_prefill_piece(s, ex, g, pg, pu, pd, slot_of, p0, pn, sc);
     }
-    const auto* hg = reinterpret_cast<const __half*>(sc.gemm.act);
-    auto* act16 = reinterpret_cast<__half*>(sc.act);
-    moe_gemm_f16(s, ex.gate, gate, hg, E, sc.gate, F);
-    moe_gemm_f16(s, ex.up, up, hg, E, sc.up, F);
-    moe_glu_kernel<<<ceil_div(nrows * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, slot_of, ex.gate_b, ex.up_b,
-                                                           ex.oai_act ? 1 : 0, g0, nrows, F, round ? nullptr : act16,
-                                                           sc.gate);
-    NITRO_CUDA_LAUNCH_CHECK();
-    if (round) launch_round_acts<__half>(s, ex.down.type, sc.gate + g0 * F, F, nullptr, nrows, F, act16 + g0 * F, F);
-    moe_gemm_f16(s, ex.down, down, act16, F, sc.down, E);
 }
 
 }  // namespace
@@ -850,7 +875,8 @@ void moe_prefill_resident(cudaStream_t s, const ExpertSlots& ex, const MoePrefil
         down.push_back({ex.down.data + static_cast<size_t>(slot) * ex.down_stride, b, c});
     }
     if (gate.empty()) return;
-    moe_prefill_groups(s, ex, g, gate, up, down, ex.slot_of, 0, g.R, sc);
+    const int64_t lo = gate.front().row0, hi = gate.back().row0 + gate.back().rows;  // (groups in row order)
+    moe_prefill_groups(s, ex, g, gate, up, down, ex.slot_of, lo, hi - lo, sc);
 }
 
 void moe_prefill_expert(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGroups& g, int e, const uint8_t* gate,

@@ -210,6 +210,10 @@ struct MoeScratch {
     /// consumes and clears it. Nothing may write gemm.xr between the two.
     const int8_t* pending_q = nullptr;
     const float* pending_d = nullptr;
+    /// Prefill grouped on the host (moe_prefill_*): gate, up and act hold at most this many grouped
+    /// rows, and the experts' rows are computed in pieces of that many (0: they hold every row). The
+    /// pair-sized buffers (down, group_tok, row_of, group_exp, host_idx, gemm.act) hold them all.
+    int64_t piece_rows = 0;
 };
 
 /// The MoE FFN for n tokens in two launches-worth of work, so a caller can wait for a partial sum
