@@ -91,6 +91,9 @@ int run_plan(const PlanCli& o) {
     if (p.stage_slots > 0)
         std::printf("  staging      %9.0f MiB  (%d scratch slots for experts staged to the GPU during prompts)\n", p.stage_bytes / kMiB,
                     p.stage_slots);
+    if (p.group_tokens > 0)
+        std::printf("  prompt group %9.0f MiB  (layer-major groups of %lld prompt tokens, --prefill-group)\n", p.group_bytes / kMiB,
+                    static_cast<long long>(p.group_tokens));
     std::printf("  CUDA runtime %9.0f MiB  (ASSUMED, --runtime-mib: context, cuBLAS + workspace, modules; the engine measures it)\n",
                 p.overhead_bytes / kMiB);
     std::printf("  expert slots %9.0f MiB  (%lld of %lld experts, %.1f%%)\n", p.slots_bytes / kMiB, static_cast<long long>(p.n_resident()),

@@ -57,6 +57,15 @@ void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode) {
         ->capture_default_str()
         ->check(CLI::Range(1, 64))
         ->group(g);
+    sub->add_option("--prefill-group", o.gpu.prefill_group,
+                    "Tokens of a layer-major prompt group: each layer runs every -u block of the group, then the experts "
+                    "of all of them at once, so a staged expert crosses PCIe once per layer per group (its buffers are "
+                    "counted in the budget, about 106 KB per token for gpt-oss-120b); -1 = auto (4 x -u, at most an eighth "
+                    "of the budget), 0 = off (each block alone)")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{-1}, int64_t{1} << 24))
+        ->envname("NITRO_PREFILL_GROUP")
+        ->group(g);
     sub->add_option("--prefill-stage-threads", o.gpu.prefill_stage_threads,
                     "Threads that copy staged experts from the model file into the pinned buffers (0 = the engine's "
                     "threads, -t); in a layer that also leaves experts to the CPU, half of them fill and the CPU share "

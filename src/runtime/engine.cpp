@@ -132,6 +132,7 @@ PlacementOptions placement_options(const GpuOptions& go, double budget_gib, uint
     else fail("--residency '{}': expected auto, hot-set, even or layers", go.residency);
     po.hot_set = hot;
     po.prefill_stage_slots = go.prefill_mode == PrefillCostMode::Cpu ? 0 : go.prefill_stage_slots;
+    po.prefill_group = go.prefill_group;
     po.runtime_overhead_bytes = runtime_overhead_bytes;
     return po;
 }

@@ -60,6 +60,9 @@ struct GpuOptions {
     int prefill_stage_slots = 4;
     int prefill_stage_buffers = 6;
     int prefill_stage_threads = 0;  ///< 0 = the engine's threads (-t); half of them beside a CPU share
+    /// --prefill-group: tokens of a layer-major prompt group (PlacementOptions::prefill_group;
+    /// -1 auto, 0 off)
+    int64_t prefill_group = -1;
     int test_max_pinned_stage_buffers = -1;  ///< fault injection (no flag): pinned staging buffers at most
 };
 

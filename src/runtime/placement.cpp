@@ -192,6 +192,33 @@ uint64_t GpuScratchSizes::bytes() const {
     return vram_alloc_size(b);
 }
 
+PrefillGroupSizes prefill_group_sizes(const ModelSpec& sp, int64_t tokens) {
+    PrefillGroupSizes g;
+    const int64_t G = tokens, E = sp.n_embd, K = sp.n_expert_used, ub = sp.n_ubatch;
+    g.tokens = G;
+    g.x = G * E;
+    g.h = G * E + ub * (std::max(E, sp.n_o()) - E);  // (a block's ops may use h as [n, n_o])
+    g.ids = G * K;
+    g.weights = G * K;
+    g.margin = G;
+    g.tok = G;
+    g.pos = (G + ub - 1) / ub;
+    g.partial = G * E;
+    g.moe_down = G * K * E;
+    g.group = G * K;
+    g.gemm_act = G * K * E;
+    return g;
+}
+
+uint64_t PrefillGroupSizes::bytes() const {
+    const auto rnd = [](uint64_t b) { return (std::max<uint64_t>(b, 1) + 255) / 256 * 256; };
+    uint64_t b = 0;
+    for (int64_t n : {x, h, ids, weights, margin, tok, pos, partial, moe_down, group, group, group})
+        b += rnd(static_cast<uint64_t>(n) * 4);
+    b += rnd(static_cast<uint64_t>(gemm_act) * 2);
+    return vram_alloc_size(b);
+}
+
 ModelLayout model_layout(const Model& model, const ModelSpec& spec) {
     ModelLayout l;
     l.spec = spec;
@@ -370,6 +397,18 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
         while (p.stage_slots > 0 && arena(p.stage_slots) > avail) --p.stage_slots;
         p.stage_bytes = p.stage_slots > 0 ? arena(p.stage_slots) : 0;
         avail -= std::min(avail, p.stage_bytes);
+        // Layer-major prompt groups: as many tokens as asked (auto: 4 blocks, at most an eighth of
+        // the budget), fewer if the rest of the budget is short; none if not more than one block fits.
+        const int64_t ub = spec.n_ubatch;
+        int64_t G = opt.prefill_group < 0 ? 4 * ub : opt.prefill_group;
+        const uint64_t cap = opt.prefill_group < 0 ? std::min(avail, p.budget_bytes / 8) : avail;
+        const int64_t step = std::max<int64_t>(1, ub / 16);
+        while (G > ub && prefill_group_sizes(spec, G).bytes() > cap) G -= step;
+        if (p.stage_slots > 0 && G > ub) {
+            p.group_tokens = G;
+            p.group_bytes = prefill_group_sizes(spec, G).bytes();
+            avail -= std::min(avail, p.group_bytes);
+        }
     }
     const int64_t slots = std::min<int64_t>(capacity, p.expert_bytes > 0 ? static_cast<int64_t>(avail / p.expert_bytes) : 0);
     ResidencySource src = opt.source;
@@ -435,10 +474,12 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
 
 std::string plan_summary_line(const Plan& p) {
     return fmt::format("experts: {} resident slots ({:.0f} MiB) in VRAM, {} on CPU; dense core {:.0f} MiB, KV {:.0f} MiB, "
-                       "buffers {:.0f} MiB, prompt staging {} slots {:.0f} MiB, runtime {:.0f} MiB; budget {:.0f} MiB",
+                       "buffers {:.0f} MiB, prompt staging {} slots {:.0f} MiB, prompt groups of {} tokens {:.0f} MiB, runtime "
+                       "{:.0f} MiB; budget {:.0f} MiB",
                        p.n_resident(), p.slots_bytes / kMiB, p.n_experts() - p.n_resident(),
                        (p.dense_bytes + p.expert_biases_bytes) / kMiB, p.kv_bytes / kMiB, p.compute_bytes / kMiB,
-                       p.stage_slots, p.stage_bytes / kMiB, p.overhead_bytes / kMiB, p.budget_bytes / kMiB);
+                       p.stage_slots, p.stage_bytes / kMiB, p.group_tokens, p.group_bytes / kMiB, p.overhead_bytes / kMiB,
+                       p.budget_bytes / kMiB);
 }
 
 nlohmann::json plan_to_json(const Plan& p) {
@@ -453,6 +494,8 @@ nlohmann::json plan_to_json(const Plan& p) {
         {"compute_bytes", p.compute_bytes},
         {"stage_slots", p.stage_slots},
         {"stage_bytes", p.stage_bytes},
+        {"prefill_group_tokens", p.group_tokens},
+        {"prefill_group_bytes", p.group_bytes},
         {"runtime_overhead_bytes", p.overhead_bytes},
         {"expert_bytes", p.expert_bytes},
         {"slots_bytes", p.slots_bytes},

@@ -72,6 +72,12 @@ struct PlacementOptions {
     /// Scratch slots for experts staged to the GPU during prompt processing (docs/hybrid.md,
     /// "Prompts"); reserved only when some expert stays off the GPU. 0 = no staging.
     int prefill_stage_slots = 4;
+    /// Layer-major prompt groups (docs/hybrid.md "Layer-major groups"): prompt tokens whose MoE
+    /// layers run together, so a staged expert crosses PCIe once per layer per group instead of
+    /// once per n_ubatch block. Reserved only with staging slots; <= n_ubatch: none (every block
+    /// alone); < 0: auto, 4 x n_ubatch but at most an eighth of the budget. An explicit size shrinks
+    /// only to what is left of the budget.
+    int64_t prefill_group = -1;
 };
 
 /// One layer's routed experts: which are resident in VRAM slots (slot s holds resident[s]).
@@ -93,13 +99,16 @@ struct Plan {
     int stage_slots = 0;           ///< prompt staging scratch slots (0 when every expert is resident)
     uint64_t stage_slot_bytes = 0; ///< one staging slot: the largest expert of any layer, gate | up | down, 256-byte aligned parts
     uint64_t stage_bytes = 0;      ///< all staging slots and the prompt's expert table (one arena)
+    int64_t group_tokens = 0;      ///< tokens of a layer-major prompt group (0: none, blocks run alone)
+    uint64_t group_bytes = 0;      ///< its buffers (prefill_group_sizes(spec, group_tokens).bytes())
     int64_t n_layer = 0, n_expert = 0, n_expert_used = 0;
     std::vector<LayerPlacement> layers;
     std::vector<std::string> warnings;  ///< e.g. -ot patterns that matched no tensor
 
     /// Bytes of GPU memory the plan uses in total.
     uint64_t total_bytes() const {
-        return dense_bytes + expert_biases_bytes + kv_bytes + compute_bytes + overhead_bytes + slots_bytes + stage_bytes;
+        return dense_bytes + expert_biases_bytes + kv_bytes + compute_bytes + overhead_bytes + slots_bytes + stage_bytes +
+               group_bytes;
     }
     int64_t n_resident() const;
     int64_t n_experts() const { return n_layer * n_expert; }
@@ -200,6 +209,27 @@ struct GpuScratchSizes {
     uint64_t bytes() const;
 };
 GpuScratchSizes gpu_scratch_sizes(const ModelSpec& spec);
+
+/// The buffers of a layer-major prompt group of `tokens` tokens (hybrid placement, docs/hybrid.md
+/// "Layer-major groups"), beside GpuScratchSizes' (which hold one n_ubatch block and the MoE's
+/// gate/up pieces): what must live from a layer's first block to its MoE step, for every token of
+/// the group. Elements (f32 / int32 unless said); per token of gpt-oss-120b about 106 KB
+/// (CALCULATED: 4 n_embd floats of x, h and partial sum, n_expert_used x n_embd floats of expert
+/// outputs and as many f16 expert inputs).
+struct PrefillGroupSizes {
+    int64_t tokens = 0;
+    int64_t x = 0;         ///< [tokens, n_embd] residual stream
+    int64_t h = 0;         ///< [tokens, n_embd] normed hidden state (+ one block's n_o overhang)
+    int64_t ids = 0, weights = 0;  ///< [tokens, n_expert_used]
+    int64_t margin = 0, tok = 0;   ///< [tokens]
+    int64_t pos = 0;       ///< each block's first position
+    int64_t partial = 0;   ///< [tokens, n_embd] the CPU experts' partial sum
+    int64_t moe_down = 0;  ///< [tokens * n_expert_used, n_embd] every pair's expert output
+    int64_t group = 0;     ///< three int32 arrays of tokens * n_expert_used (grouping by expert)
+    int64_t gemm_act = 0;  ///< f16 [tokens * n_expert_used, n_embd] grouped expert inputs
+    uint64_t bytes() const;
+};
+PrefillGroupSizes prefill_group_sizes(const ModelSpec& spec, int64_t tokens);
 /// gpu_scratch_sizes(spec).bytes().
 uint64_t gpu_compute_bytes(const ModelSpec& spec);
 

@@ -91,7 +91,27 @@ TEST(Placement, BudgetLadderFillsWhatIsLeftEvenly) {
         const uint64_t stage = all_fit ? 0 : 54'525'952;
         EXPECT_EQ(p.stage_bytes, stage) << gib << " GiB";
         EXPECT_EQ(p.stage_slots, all_fit ? 0 : 4) << gib << " GiB";
-        const int64_t want = std::min<int64_t>(36 * 128, static_cast<int64_t>((left - stage) / p.expert_bytes));
+        // ...and the layer-major prompt group (auto: 4 x n_ubatch tokens, at most an eighth of the
+        // budget). Per token, by hand: x, h and the CPU's partial sum 3 x 2880 floats (34,560 B),
+        // ids and weights 2 x 4 x 4 B, margin and token 8 B, 4 expert outputs of 2880 floats
+        // (46,080 B), 3 grouping int32 x 4 (48 B), 4 f16 expert inputs of 2880 (23,040 B): 103,768
+        // bytes; plus one block's h overhang (n_o 4096 - 2880 floats per row), the 256-byte
+        // alignment of 13 pieces and the 2 MiB page rounding.
+        const int64_t ub = L.spec.n_ubatch;
+        const uint64_t group = all_fit ? 0 : p.group_bytes;
+        EXPECT_EQ(p.group_tokens > 0, !all_fit) << gib << " GiB";
+        if (!all_fit) {
+            const int64_t G = p.group_tokens;
+            EXPECT_GT(G, ub) << gib << " GiB";
+            EXPECT_LE(G, 4 * ub) << gib << " GiB";
+            const uint64_t lo = static_cast<uint64_t>(G) * 103'768 + static_cast<uint64_t>(ub) * 1216 * 4;
+            EXPECT_GE(p.group_bytes, lo) << gib << " GiB";
+            EXPECT_LE(p.group_bytes, lo + 13 * 256 + 4 * 64 + (2u << 20)) << gib << " GiB";
+            EXPECT_LE(p.group_bytes, p.budget_bytes / 8) << gib << " GiB";
+            // shrunk only as far as the eighth of the budget needs
+            if (G < 4 * ub) EXPECT_GT(static_cast<uint64_t>(G + ub / 16) * 103'768, p.budget_bytes / 8) << gib << " GiB";
+        }
+        const int64_t want = std::min<int64_t>(36 * 128, static_cast<int64_t>((left - stage - group) / p.expert_bytes));
         EXPECT_EQ(p.n_resident(), want) << gib << " GiB";
         EXPECT_GT(p.n_resident(), prev) << "more budget, more resident experts";
         prev = p.n_resident();
@@ -109,6 +129,17 @@ TEST(Placement, BudgetLadderFillsWhatIsLeftEvenly) {
     EXPECT_EQ(p12.mode(), "hybrid");
     EXPECT_GT(p12.n_resident(), 600);
     EXPECT_LT(p12.n_resident(), 700);
+    EXPECT_EQ(p12.group_tokens, 4 * L.spec.n_ubatch);  // 2,048 tokens at -u 512: 203 MiB, well inside the eighth
+    // At -u 4096 the auto group is cut to an eighth of the 12 GiB (1.5 GiB, about 15,500 tokens).
+    SessionOptions so4k;
+    so4k.n_ubatch = 4096;
+    const Plan p4k = plan_placement(synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, so4k), budget(12));
+    EXPECT_GT(p4k.group_tokens, 15'000);
+    EXPECT_LT(p4k.group_tokens, 4 * 4096);
+    EXPECT_LE(p4k.group_bytes, p4k.budget_bytes / 8);
+    PlacementOptions off = budget(12);
+    off.prefill_group = 0;
+    EXPECT_EQ(plan_placement(L, off).group_tokens, 0) << "--prefill-group 0: blocks run alone";
     EXPECT_NEAR(p12.cpu_bytes_per_token_uniform(),
                 36.0 * 4 * (1.0 - p12.n_resident() / (36.0 * 128)) * static_cast<double>(p12.expert_bytes), 1.0);
     EXPECT_NE(plan_summary_line(p12).find("experts: " + std::to_string(p12.n_resident()) + " resident slots"), std::string::npos);
