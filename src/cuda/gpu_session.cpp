@@ -792,13 +792,70 @@ void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
     m.sync_cache_counters();
 }
 
+void GpuSession::run_group(std::span<const int32_t> tokens, bool all_logits, bool last, float* logits_out) {
+    Impl& m = *m_;
+    cudaStream_t s = ctx_->compute();
+    m.s = s;
+    m.single = false;
+    const int64_t g = static_cast<int64_t>(tokens.size()), ub = m.spec.n_ubatch;
+    NITRO_CUDA_ASSERT(g > ub && g <= m.group_tokens);
+    m.begin_cache_step(g);
+    std::vector<ChunkArgs> cs;
+    m.blocks.clear();
+    for (int64_t off = 0; off < g; off += ub) {
+        const int64_t n = std::min(ub, g - off);
+        m.grp.h_pos[m.blocks.size()] = static_cast<int32_t>(n_past_[0] + off);
+        m.blocks.push_back({off, n, n_past_[0] + off});
+        ChunkArgs c;
+        c.n = n;
+        c.pos0 = n_past_[0] + off;
+        c.logits = all_logits ? ChunkArgs::Logits::All
+                              : (last && off + n == g ? ChunkArgs::Logits::Last : ChunkArgs::Logits::None);
+        cs.push_back(c);
+    }
+    std::memcpy(m.grp.h_tok, tokens.data(), static_cast<size_t>(g) * 4);
+    NITRO_CUDA_CHECK(cudaMemcpyAsync(m.grp.tok, m.grp.h_tok, static_cast<size_t>(g) * 4, cudaMemcpyHostToDevice, s));
+    NITRO_CUDA_CHECK(cudaMemcpyAsync(m.grp.pos, m.grp.h_pos, m.blocks.size() * 4, cudaMemcpyHostToDevice, s));
+    if (m.cache)
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, m.layers.size() * static_cast<size_t>(m.X) * 4,
+                                         cudaMemcpyHostToDevice, s));
+    m.group_logits = logits_out;
+    m.group_all_logits = all_logits;
+    m.tokens = tokens;
+    // The ops point at the group's buffers while it runs; the block-sized ones come back after.
+    struct Restore {
+        Impl& m;
+        Impl::ChunkPtrs p;
+        ~Restore() {
+            m.restore_chunk_ptrs(p);
+            m.blocks.clear();
+        }
+    } restore{m, m.save_chunk_ptrs()};
+    forward_blocks(m, m.spec, std::span<const ChunkArgs>(cs));
+    NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
+    m.flush_prompt_idle();
+    m.counters.prefill_tokens += static_cast<uint64_t>(g);
+    m.sync_cache_counters();
+}
+
 void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
     Impl& m = *m_;
     check_eval(m.spec, n_past_[0], tokens);
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t V = m.V;
     logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
-    for (int64_t i = 0; i < n; i += m.spec.n_ubatch) {
+    for (int64_t i = 0; i < n;) {
+        // More than one block left and groups planned: the next up to group_tokens tokens layer-major.
+        if (m.group_tokens > m.spec.n_ubatch && n - i > m.spec.n_ubatch && !m.replay) {
+            const int64_t g = std::min(m.group_tokens, n - i);
+            const bool last = i + g == n;
+            const auto part = tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(g));
+            run_group(part, all_logits, last, all_logits ? logits.data() + i * V : logits.data());
+            n_past_[0] += g;
+            after_rows(0, part, last);
+            i += g;
+            continue;
+        }
         const int64_t k = std::min(m.spec.n_ubatch, n - i);
         const bool last = i + k == n;
         ChunkArgs c;
@@ -818,6 +875,7 @@ void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vec
         n_past_[0] += k;
         // the tokens held, and a snapshot at the end of a multi-token evaluation
         after_rows(0, m.tokens, n > 1 && last);
+        i += k;
     }
 }
 

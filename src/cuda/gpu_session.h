@@ -118,6 +118,11 @@ private:
     /// a captured decode step of one sequence when `decode`, else a plain chunk. Logits go to
     /// `logits_out` (host; null: nowhere).
     void run_chunk(const ChunkArgs& c, bool decode, float* logits_out);
+    /// Runs `tokens` of sequence 0 (more than n_ubatch, at most the plan's group_tokens) as one
+    /// layer-major group of n_ubatch blocks (runtime/forward.h forward_blocks, docs/hybrid.md
+    /// "Layer-major groups"). Logits of every row (all_logits) or of the last row when `last`, to
+    /// logits_out (host).
+    void run_group(std::span<const int32_t> tokens, bool all_logits, bool last, float* logits_out);
     /// Hybrid decode step: the CPU's experts of every layer, as the GPU's router results arrive.
     void cpu_decode_step();
     /// Counters, GPU timestamps and route events of the decode step that just finished (sequence

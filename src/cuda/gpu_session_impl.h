@@ -218,8 +218,84 @@ struct GpuSession::Impl {
     void setup_prompt_staging(DeviceContext& ctx, const GpuOptions& go);
     /// Layer il's experts for a multi-token hybrid chunk of more than kGemvMaxTokens rows:
     /// resident ones from their slots, the others staged or on the CPU as the cost model says,
-    /// staged and CPU shares at the same time; then the combine.
-    void moe_prompt(int il, const ChunkArgs& c);
+    /// staged and CPU shares at the same time; then the combine. sc: moe_sc for one block, moe_sg
+    /// for a layer-major group.
+    void moe_prompt(int il, const ChunkArgs& c, MoeScratch& sc);
+
+    // Layer-major prompt groups (docs/hybrid.md "Layer-major groups", runtime/forward.h
+    // forward_blocks): up to plan.group_tokens prompt tokens in blocks of n_ubatch; each layer runs
+    // every block, and the layer's routed experts run once for the whole group (moe_prompt with
+    // moe_sg) at its last block. The group's buffers hold what lives from a layer's first block to
+    // that step (runtime/placement.h PrefillGroupSizes); select_block points the ops at a block's
+    // rows of them.
+    struct GroupBufs {
+        float *x = nullptr, *h = nullptr, *w = nullptr, *margin = nullptr, *partial = nullptr;
+        int32_t *ids = nullptr, *tok = nullptr, *pos = nullptr;
+        int32_t *h_ids = nullptr, *h_tok = nullptr, *h_pos = nullptr;  // pinned host
+        float *h_w = nullptr, *h_margin = nullptr, *h_hidden = nullptr, *h_partial = nullptr;
+    };
+    GroupBufs grp;
+    MoeScratch moe_sg;  ///< the group's MoE scratch: pair-sized buffers for the group, gate/up/act pieces of moe_sc's
+    int64_t group_tokens = 0;  ///< 0: no groups (blocks run alone)
+    struct Block {
+        int64_t off = 0, n = 0, pos0 = 0;
+    };
+    std::vector<Block> blocks;  ///< the group being run (empty: none)
+    size_t cur_block = 0;
+    float* group_logits = nullptr;  ///< host destination of the group's logits (all rows, or the last)
+    bool group_all_logits = false;
+    /// The ub-sized activation pointers a group replaces while it runs (restored after it).
+    struct ChunkPtrs {
+        float *x, *h, *d_w, *d_margin, *partial, *h_w, *h_margin, *h_hidden, *h_partial;
+        int32_t *d_ids, *d_tok, *d_pos, *h_ids;
+    };
+    ChunkPtrs save_chunk_ptrs() const {
+        return {x, h, d_w, d_margin, partial, h_w, h_margin, h_hidden, h_partial, d_ids, d_tok, d_pos, h_ids};
+    }
+    void restore_chunk_ptrs(const ChunkPtrs& p) {
+        x = p.x, h = p.h, d_w = p.d_w, d_margin = p.d_margin, partial = p.partial, h_w = p.h_w, h_margin = p.h_margin;
+        h_hidden = p.h_hidden, h_partial = p.h_partial, d_ids = p.d_ids, d_tok = p.d_tok, d_pos = p.d_pos, h_ids = p.h_ids;
+    }
+    /// Allocates the group buffers of plan.group_tokens tokens (gpu_session_prompt.cpp).
+    void setup_prompt_groups(DeviceContext& ctx);
+    /// The ops of forward_blocks on block i of the group: its rows of the group's buffers, its
+    /// position, its route-event rows and logits destination.
+    void select_block(size_t i) {
+        const Block& b = blocks[i];
+        cur_block = i;
+        x = grp.x + b.off * E;
+        h = grp.h + b.off * E;
+        d_ids = grp.ids + b.off * K;
+        d_w = grp.w + b.off * K;
+        d_margin = grp.margin + b.off;
+        partial = grp.partial + b.off * E;
+        h_ids = grp.h_ids + b.off * K;
+        h_w = grp.h_w + b.off * K;
+        h_margin = grp.h_margin + b.off;
+        h_hidden = grp.h_hidden + b.off * E;
+        h_partial = grp.h_partial + b.off * E;
+        d_tok = grp.tok + b.off;
+        d_pos = grp.pos + i;
+        groups.assign(1, Group{0, 0, b.n, b.pos0});
+        row_seq.assign(static_cast<size_t>(b.n), 0);
+        row_pos.resize(static_cast<size_t>(b.n));
+        for (int64_t r = 0; r < b.n; ++r) row_pos[static_cast<size_t>(r)] = b.pos0 + r;
+        row_prefill.assign(static_cast<size_t>(b.n), 1);
+        logits_dst = group_logits + (group_all_logits ? b.off * V : 0);
+    }
+    /// Layer il's routed experts for every block of the group at once (at its last block): the
+    /// ops pointed at the whole group, moe_prompt, then back to the block.
+    void moe_group(int il) {
+        const Block& last = blocks.back();
+        x = grp.x, h = grp.h, d_ids = grp.ids, d_w = grp.w, partial = grp.partial;
+        h_ids = grp.h_ids, h_w = grp.h_w, h_hidden = grp.h_hidden, h_partial = grp.h_partial;
+        ChunkArgs cg;
+        cg.n = last.off + last.n;
+        cg.pos0 = blocks.front().pos0;
+        cg.logits = ChunkArgs::Logits::None;
+        moe_prompt(il, cg, moe_sg);
+        select_block(cur_block);
+    }
     /// Adds the GPU idle time of the last prompt layer to its counters (its events must have
     /// completed: after a synchronisation of the compute stream).
     void flush_prompt_idle();
@@ -473,7 +549,11 @@ struct GpuSession::Impl {
     }
     void moe(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
-        if (!single && D.cpu_part && c.n > kGemvMaxTokens) return moe_prompt(il, c);
+        if (!blocks.empty() && D.cpu_part) {  // a layer-major group: every block's experts at the last block
+            if (cur_block + 1 == blocks.size()) moe_group(il);
+            return;
+        }
+        if (!single && D.cpu_part && c.n > kGemvMaxTokens) return moe_prompt(il, c, moe_sc);
         const int32_t* hid = !single && D.cpu_part ? h_ids : nullptr;  // (chunks above the GEMV size went to moe_prompt)
         moe_sc.pending_q = nullptr;  // (moe_experts sets it again where it leaves the down product to moe_combine)
         moe_sc.pending_d = nullptr;

@@ -60,6 +60,7 @@ void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions
         void* unused = nullptr;
         h_gpu_of = static_cast<int32_t*>(ctx.host_mapped(layers.size() * static_cast<size_t>(X) * 4, &unused));
     }
+    setup_prompt_groups(ctx);
 
     // ---- rates for the cost model, MEASURED now on this machine (about 0.1-0.3 s).
     // A layer with experts on the CPU and its non-resident experts (cold in the caches).
@@ -162,6 +163,49 @@ void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions
                      rates_measured ? "" : " (a rate could not be measured: prompts use the CPU for off-GPU experts)");
 }
 
+void GpuSession::Impl::setup_prompt_groups(DeviceContext& ctx) {
+    group_tokens = 0;
+    if (plan.group_tokens <= spec.n_ubatch || !stager) return;
+    const PrefillGroupSizes gz = prefill_group_sizes(spec, plan.group_tokens);
+    const auto n = [](int64_t e) { return static_cast<size_t>(e); };
+    ctx.alloc().begin_arena(plan.group_bytes, "prompt groups");
+    grp.x = ctx.alloc_n<float>(n(gz.x), "prompt group: hidden states");
+    grp.h = ctx.alloc_n<float>(n(gz.h), "prompt group: normed hidden states");
+    grp.ids = ctx.alloc_n<int32_t>(n(gz.ids), "prompt group: expert ids");
+    grp.w = ctx.alloc_n<float>(n(gz.weights), "prompt group: expert weights");
+    grp.margin = ctx.alloc_n<float>(n(gz.margin), "prompt group: router margins");
+    grp.tok = ctx.alloc_n<int32_t>(n(gz.tok), "prompt group: token ids");
+    grp.pos = ctx.alloc_n<int32_t>(n(gz.pos), "prompt group: block positions");
+    grp.partial = ctx.alloc_n<float>(n(gz.partial), "prompt group: CPU partial sums");
+    // The MoE of a whole group: every pair's grouping, input and output; gate / up / act are
+    // moe_sc's, used in pieces of one block's pairs.
+    moe_sg = moe_sc;
+    moe_sg.down = ctx.alloc_n<float>(n(gz.moe_down), "prompt group: expert outputs");
+    moe_sg.group_tok = ctx.alloc_n<int32_t>(n(gz.group), "prompt group: expert grouping");
+    moe_sg.row_of = ctx.alloc_n<int32_t>(n(gz.group), "prompt group: expert grouping");
+    moe_sg.group_exp = ctx.alloc_n<int32_t>(n(gz.group), "prompt group: expert grouping");
+    moe_sg.gemm.act_elems = n(gz.gemm_act);
+    moe_sg.gemm.act = ctx.alloc_n<uint16_t>(moe_sg.gemm.act_elems, "prompt group: f16 expert inputs");
+    moe_sg.piece_rows = spec.n_ubatch * K;
+    ctx.alloc().end_arena();
+    // Pinned host: ids, tokens, block positions, the grouping (3 ints per pair); weights, margins,
+    // hidden states and partial sums.
+    const size_t G = n(gz.tokens), R = G * n(K);
+    const size_t ints = R + G + n(gz.pos) + 3 * R, floats = R + G + 2 * G * n(E);
+    void* unused = nullptr;
+    auto* pin = static_cast<int32_t*>(ctx.host_mapped((ints + floats) * 4, &unused));
+    grp.h_ids = pin;
+    grp.h_tok = pin + R;
+    grp.h_pos = grp.h_tok + G;
+    moe_sg.host_idx = grp.h_pos + gz.pos;
+    auto* pf = reinterpret_cast<float*>(pin + ints);
+    grp.h_w = pf;
+    grp.h_margin = pf + R;
+    grp.h_hidden = grp.h_margin + G;
+    grp.h_partial = grp.h_hidden + G * n(E);
+    group_tokens = plan.group_tokens;
+}
+
 void GpuSession::Impl::flush_prompt_idle() {
     if (idle_layer < 0) return;
     double ms = stager ? stager->take_gpu_wait_ms() : 0.0;
@@ -175,7 +219,7 @@ void GpuSession::Impl::flush_prompt_idle() {
     idle_cpu_pair = false;
 }
 
-void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c) {
+void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c, MoeScratch& sc) {
     flush_prompt_idle();  // the previous layer's events completed at this layer's router synchronisation
     if (!ev_gpu_done) {
         NITRO_CUDA_CHECK(cudaEventCreate(&ev_gpu_done));
@@ -226,8 +270,8 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c) {
 
     // GPU: grouping, resident experts (enqueued first, they run while the rest is prepared).
     MoePrefillGroups g;
-    moe_prefill_begin(s, D.ex, h, c.n, E, k, h_ids, moe_sc, g);
-    if (pp.n_resident > 0) moe_prefill_resident(s, D.ex, g, D.h_slot_of.data(), moe_sc);
+    moe_prefill_begin(s, D.ex, h, c.n, E, k, h_ids, sc, g);
+    if (pp.n_resident > 0) moe_prefill_resident(s, D.ex, g, D.h_slot_of.data(), sc);
 
     // CPU share on its own thread, the staged share on this one.
     // Beside staged experts the CPU share leaves fill_split_threads cores to the fill team.
@@ -254,7 +298,7 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c) {
             const auto parts = expert_parts(W, e);
             const uint8_t* base = stager->stage(parts, also_to[static_cast<size_t>(e)], s, pp.n_cpu > 0 ? fill_split_threads : 0);
             moe_prefill_expert(s, D.ex, g, e, base + PrefillStager::part_offset(parts, 0), base + PrefillStager::part_offset(parts, 1),
-                               base + PrefillStager::part_offset(parts, 2), moe_sc);
+                               base + PrefillStager::part_offset(parts, 2), sc);
             stager->release(s);
         }
         if (pp.n_cpu > 0) NITRO_CUDA_CHECK(cudaEventRecord(ev_gpu_done, s));
@@ -295,7 +339,7 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c) {
     }
     ExpertSlots gx = D.ex;
     if (gpu_of) gx.slot_of = d_gpu_of;
-    moe_combine(s, gx, c.n, E, k, d_ids, d_w, h_ids, pp.n_cpu > 0 ? partial : nullptr, x, moe_sc);
+    moe_combine(s, gx, c.n, E, k, d_ids, d_w, h_ids, pp.n_cpu > 0 ? partial : nullptr, x, sc);
     idle_layer = il;
     idle_cpu_pair = pp.n_cpu > 0;
 }

@@ -232,7 +232,11 @@ TEST(CudaAdaptive, LiveEqualsSimulatedOnTheEmbeddedModel) {
     gpu.set_route_callback(nullptr);
     const ExpertCache* cache = gpu.expert_cache();
     ASSERT_NE(cache, nullptr);
-    const ReplayResult sim = replay_cache(make_replay_trace(trace), cache->setup(), ReplayOptions{0, so.n_ubatch});
+    // The engine's prompt steps: layer-major groups of up to plan().group_tokens tokens where it has
+    // them (docs/hybrid.md "Layer-major groups": groups while more than a block is left, which is
+    // the simulator's fixed-size chunking with that size), else blocks of n_ubatch.
+    const int64_t step = gpu.plan().group_tokens > 0 ? gpu.plan().group_tokens : so.n_ubatch;
+    const ReplayResult sim = replay_cache(make_replay_trace(trace), cache->setup(), ReplayOptions{0, step});
     const CacheCounters live = gpu.expert_counters()->total().cache;
     CacheCounters simt;
     for (int l = 0; l < cache->n_layer(); ++l)

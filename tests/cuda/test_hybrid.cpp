@@ -15,9 +15,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <fstream>
 #include <thread>
 
@@ -348,6 +351,81 @@ TEST(CudaHybrid, StagedPromptEqualsGpuAllBitForBit) {
                                           static_cast<uint64_t>(model.hp().n_layer));
             EXPECT_EQ(t.cpu_pairs, 0u);
         }
+        std::filesystem::remove(path);
+    }
+}
+
+// Layer-major prompt groups (issue 14, docs/hybrid.md "Layer-major groups"): a 110-token prompt in
+// blocks of 16 tokens, groups of 32 or 64 tokens (32: three groups and a last chunk of 14 tokens
+// alone; 64: a group of 4 blocks, then a group of 46 tokens ending in a 14-token block), every
+// expert off the GPU and every one staged. Group sizes are whole blocks so that every block is a
+// chunk GPU-all runs too (a block of <= 8 rows would take the GEMV path of the dense products, a
+// different summation). The logits of every position equal GPU-all's (block by block) bit for bit,
+// and each group stages each routed expert once per layer: the staged-expert count equals the
+// distinct experts of each layer in each group, counted from the route events (independent of the
+// counters), fewer than the same prompt block by block (group 0).
+TEST(CudaHybrid, LayerMajorGroupsEqualGpuAllBitForBit) {
+    cuda::test::require_gpu();
+    const std::pair<const char*, GgmlType> models[] = {
+        {"gpt-oss", GgmlType::MXFP4}, {"qwen3moe", GgmlType::Q4_K}, {"qwen3next", GgmlType::Q8_0}};
+    const int64_t ub = 16;
+    for (const auto& [arch, type] : models) {
+        const std::string path = synth_tiny(arch, type);
+        Model model(path);
+        const std::vector<int32_t> prompt = random_tokens(model, 110);
+        SessionOptions so;
+        so.n_threads = 2;
+        so.n_ubatch = ub;
+        GpuOptions all;
+        all.progress = false;
+        all.mode = EngineMode::Gpu;
+        all.vram_budget_gib = 2;
+        std::vector<float> ref;
+        cuda::GpuSession(model, so, all).eval(prompt, true, ref);
+        std::map<int64_t, uint64_t> staged;
+        for (const int64_t group : {int64_t{0}, int64_t{32}, int64_t{64}}) {
+            SCOPED_TRACE(std::string(arch) + ", --prefill-group " + std::to_string(group));
+            GpuOptions go;
+            go.progress = false;
+            go.mode = EngineMode::Hybrid;
+            go.cpu_moe = true;
+            go.vram_budget_gib = 2;
+            go.prefill_mode = PrefillCostMode::Stage;
+            go.prefill_group = group;
+            cuda::GpuSession gpu(model, so, go);
+            EXPECT_EQ(gpu.plan().group_tokens, group);
+            std::vector<std::vector<std::set<int32_t>>> routed;  // [part][layer] distinct experts
+            std::vector<int64_t> part_end;  // the parts eval runs: groups while more than a block is left
+            for (int64_t i = 0, n = static_cast<int64_t>(prompt.size()); i < n;) {
+                i += group > ub && n - i > ub ? std::min(group, n - i) : std::min(ub, n - i);
+                part_end.push_back(i);
+            }
+            routed.assign(part_end.size(), std::vector<std::set<int32_t>>(static_cast<size_t>(model.hp().n_layer)));
+            gpu.set_route_callback([&](const RouteEvent& ev) {
+                const size_t part = static_cast<size_t>(std::upper_bound(part_end.begin(), part_end.end(), ev.pos) - part_end.begin());
+                routed.at(part)[static_cast<size_t>(ev.layer)].insert(ev.experts.begin(), ev.experts.end());
+            });
+            std::vector<float> l;
+            gpu.eval(prompt, true, l);
+            ASSERT_EQ(l.size(), ref.size());
+            double maxd = 0;
+            for (size_t i = 0; i < l.size(); ++i) maxd = std::max(maxd, static_cast<double>(std::abs(l[i] - ref[i])));
+            EXPECT_EQ(std::memcmp(l.data(), ref.data(), l.size() * 4), 0) << "max |diff| " << maxd;
+            const ExpertLayerCounters t = gpu.expert_counters()->total();
+            EXPECT_EQ(t.staged_pairs, prompt.size() * static_cast<uint64_t>(model.hp().n_expert_used) *
+                                          static_cast<uint64_t>(model.hp().n_layer));
+            EXPECT_EQ(t.cpu_pairs, 0u);
+            uint64_t want = 0;
+            for (const auto& part : routed)
+                for (const auto& layer : part) want += layer.size();
+            EXPECT_EQ(t.staged_experts, want) << "each routed expert staged once per layer per part";
+            staged[group] = t.staged_experts;
+            std::printf("  %s --prefill-group %lld: %zu parts, %llu experts staged (%.2f MB)\n", arch,
+                        static_cast<long long>(group), part_end.size(), static_cast<unsigned long long>(t.staged_experts),
+                        t.staged_bytes / 1e6);
+        }
+        EXPECT_LT(staged[32], staged[0]);
+        EXPECT_LT(staged[64], staged[32]);
         std::filesystem::remove(path);
     }
 }
