@@ -121,6 +121,17 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
         s.group_tok[static_cast<size_t>(g)] = static_cast<int32_t>(r / K);
         s.row_of[static_cast<size_t>(r)] = static_cast<int32_t>(g);
     }
+    // Only the tokens with a computed pair need their input quantized: a hybrid prompt group leaves
+    // the CPU a few experts of thousands of tokens (a 13,000-token group quantized every token's
+    // 2880 inputs per layer for a few hundred rows).
+    s.used_tok.clear();
+    for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < K; ++j)
+            if (s.row_of[static_cast<size_t>(t * K + j)] >= 0) {
+                s.used_tok.push_back(static_cast<int32_t>(t));
+                break;
+            }
+    const int64_t n_used = static_cast<int64_t>(s.used_tok.size());
     s.iota.resize(static_cast<size_t>(rows));
     std::iota(s.iota.begin(), s.iota.end(), 0);
     s.xs.clear();
@@ -168,9 +179,10 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
     const kernels::Kernel fg = kernels::active_kernel(ex.gate->type), fu = kernels::active_kernel(ex.up->type),
                           fd = kernels::active_kernel(ex.down->type);
 
-    // Pass 0: activation pieces (token, 256 values) of h for gate (and up when its type differs).
+    // Pass 0: activation pieces (token, 256 values) of h for gate (and up when its type differs),
+    // of the tokens with a computed pair.
     const int64_t pieces_per_row = (E + kPiece - 1) / kPiece;
-    const int64_t n0 = n * pieces_per_row * (same_up ? 1 : 2);
+    const int64_t n0 = n_used * pieces_per_row * (same_up ? 1 : 2);
     // Pass 1: units (expert, 16 rows), initial split by estimated cost.
     const int64_t units_per_x = (F + kRows1 - 1) / kRows1;
     const int64_t n1 = nx * units_per_x;
@@ -274,9 +286,9 @@ MoeStats moe_ffn(ThreadPool& pool, const ExpertWeights& ex, const float* h, int6
     };
     auto worker = [&](int w) {
         for (int64_t p; (p = y.next0.fetch_add(1, std::memory_order_relaxed)) < n0;) {
-            const bool second = p >= n * pieces_per_row;
-            const int64_t q = second ? p - n * pieces_per_row : p;
-            const int64_t t = q / pieces_per_row, v0 = (q % pieces_per_row) * kPiece;
+            const bool second = p >= n_used * pieces_per_row;
+            const int64_t q = second ? p - n_used * pieces_per_row : p;
+            const int64_t t = s.used_tok[static_cast<size_t>(q / pieces_per_row)], v0 = (q % pieces_per_row) * kPiece;
             quantize_act_piece(second ? s.acts2 : s.acts, t, h + t * E, v0, std::min(kPiece, E - v0));
             y.done0.fetch_add(1, std::memory_order_release);
         }

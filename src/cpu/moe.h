@@ -59,6 +59,7 @@ struct MoeScratch {
     MoeScratch(MoeScratch&&) noexcept;
     MoeScratch& operator=(MoeScratch&&) noexcept;
     std::vector<int32_t> group_rows, group_tok, row_of, iota;
+    std::vector<int32_t> used_tok;  ///< tokens with at least one computed pair, increasing (only their inputs are quantized)
     std::vector<int64_t> count, fill;
     std::vector<float, Aligned64<float>> gate, up, down;
     ActBuffer acts, acts2, acts_down;
