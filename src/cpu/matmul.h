@@ -137,8 +137,10 @@ const char* kernel_isa();
 /// product runs, and kernels fetched before (dot_f16's) keep their level.
 void set_kernel_isa(std::string_view isa);
 
-/// Default software-prefetch distance of the kernels in the weight stream, bytes.
-inline constexpr int64_t kDefaultPrefetchBytes = 1536;
+/// Default software-prefetch distance of the kernels in the weight stream, bytes (3072: with the
+/// tile kernels every one-token cell of the 2026-12-03 device sweep read 5-8 points more of the
+/// read probe than at 1536, docs/cpu-kernels.md).
+inline constexpr int64_t kDefaultPrefetchBytes = 3072;
 /// Sets the distance (0 = prefetch the line being read, i.e. none ahead; at most 64 KiB). For
 /// benchmarks and tuning (`nitro bench --prefetch-bytes`): not while a product runs.
 void set_prefetch_bytes(int64_t bytes);

@@ -19,7 +19,7 @@ namespace {
 inline float h2f(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
 
 /// Software prefetch: each kernel touches the weight line g_prefetch_bytes ahead of where it reads
-/// (cpu::set_prefetch_bytes, default 1536; into L1 unless set_prefetch_hint says otherwise). The kernels alternate compute and loads, so the
+/// (cpu::set_prefetch_bytes, default 3072; into L1 unless set_prefetch_hint says otherwise). The kernels alternate compute and loads, so the
 /// hardware prefetcher alone leaves DRAM latency exposed; a thread's rows are contiguous, so
 /// prefetching past the end of a row fetches the next one. Always inlined: GCC sees a prefetch as
 /// free of side effects, so a call to an out-of-line helper made only of one can be deleted as dead
