@@ -60,8 +60,8 @@ void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode) {
     sub->add_option("--prefill-group", o.gpu.prefill_group,
                     "Tokens of a layer-major prompt group: each layer runs every -u block of the group, then the experts "
                     "of all of them at once, so a staged expert crosses PCIe once per layer per group (its buffers are "
-                    "counted in the budget, about 106 KB per token for gpt-oss-120b); -1 = auto (4 x -u, at most an eighth "
-                    "of the budget), 0 = off (each block alone)")
+                    "counted in the budget, about 104 KB per token for gpt-oss-120b); -1 = auto (4 x -u, at most an eighth "
+                    "of the budget; never more than -c), 0 = off (each block alone)")
         ->capture_default_str()
         ->check(CLI::Range(int64_t{-1}, int64_t{1} << 24))
         ->envname("NITRO_PREFILL_GROUP")

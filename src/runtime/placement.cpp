@@ -400,7 +400,8 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
         // Layer-major prompt groups: as many tokens as asked (auto: 4 blocks, at most an eighth of
         // the budget), fewer if the rest of the budget is short; none if not more than one block fits.
         const int64_t ub = spec.n_ubatch;
-        int64_t G = opt.prefill_group < 0 ? 4 * ub : opt.prefill_group;
+        // (never more than the context: no prompt is longer)
+        int64_t G = std::min(opt.prefill_group < 0 ? 4 * ub : opt.prefill_group, spec.n_ctx);
         const uint64_t cap = opt.prefill_group < 0 ? std::min(avail, p.budget_bytes / 8) : avail;
         const int64_t step = std::max<int64_t>(1, ub / 16);
         while (G > ub && prefill_group_sizes(spec, G).bytes() > cap) G -= step;

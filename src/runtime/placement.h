@@ -76,7 +76,7 @@ struct PlacementOptions {
     /// layers run together, so a staged expert crosses PCIe once per layer per group instead of
     /// once per n_ubatch block. Reserved only with staging slots; <= n_ubatch: none (every block
     /// alone); < 0: auto, 4 x n_ubatch but at most an eighth of the budget. An explicit size shrinks
-    /// only to what is left of the budget.
+    /// only to what is left of the budget. Never more than n_ctx tokens (no prompt is longer).
     int64_t prefill_group = -1;
 };
 
@@ -213,8 +213,8 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& spec);
 /// The buffers of a layer-major prompt group of `tokens` tokens (hybrid placement, docs/hybrid.md
 /// "Layer-major groups"), beside GpuScratchSizes' (which hold one n_ubatch block and the MoE's
 /// gate/up pieces): what must live from a layer's first block to its MoE step, for every token of
-/// the group. Elements (f32 / int32 unless said); per token of gpt-oss-120b about 106 KB
-/// (CALCULATED: 4 n_embd floats of x, h and partial sum, n_expert_used x n_embd floats of expert
+/// the group. Elements (f32 / int32 unless said); per token of gpt-oss-120b about 104 KB
+/// (CALCULATED: 3 n_embd floats of x, h and partial sum, n_expert_used x n_embd floats of expert
 /// outputs and as many f16 expert inputs).
 struct PrefillGroupSizes {
     int64_t tokens = 0;

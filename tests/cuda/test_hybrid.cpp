@@ -240,6 +240,26 @@ std::vector<int32_t> random_tokens(const Model& model, int n) {
     return seq;
 }
 
+/// Evaluates `prompt` (every position's logits) on an engine that stages every expert: the logits
+/// must equal `ref` bit for bit and every (token, expert) pair must have been staged. Returns the
+/// engine's total counters.
+ExpertLayerCounters expect_all_staged_and_equal(cuda::GpuSession& gpu, const Model& model, const std::vector<int32_t>& prompt,
+                                                const std::vector<float>& ref) {
+    std::vector<float> l;
+    gpu.eval(prompt, true, l);
+    EXPECT_EQ(l.size(), ref.size());
+    if (l.size() == ref.size()) {
+        double maxd = 0;
+        for (size_t i = 0; i < l.size(); ++i) maxd = std::max(maxd, static_cast<double>(std::abs(l[i] - ref[i])));
+        EXPECT_EQ(std::memcmp(l.data(), ref.data(), l.size() * 4), 0) << "max |diff| " << maxd;
+    }
+    const ExpertLayerCounters t = gpu.expert_counters()->total();
+    EXPECT_EQ(t.staged_pairs, prompt.size() * static_cast<uint64_t>(model.hp().n_expert_used) *
+                                  static_cast<uint64_t>(model.hp().n_layer));
+    EXPECT_EQ(t.cpu_pairs, 0u);
+    return t;
+}
+
 }  // namespace
 
 // Prompt chunks with staged experts (issue 14, docs/hybrid.md "Prompts"): every path of the cost
@@ -340,16 +360,7 @@ TEST(CudaHybrid, StagedPromptEqualsGpuAllBitForBit) {
             cuda::GpuSession gpu(model, so, go);
             EXPECT_EQ(gpu.plan().n_resident(), 0);
             EXPECT_EQ(gpu.plan().stage_slots, v.slots);
-            std::vector<float> l;
-            gpu.eval(prompt, true, l);
-            ASSERT_EQ(l.size(), ref.size());
-            double maxd = 0;
-            for (size_t i = 0; i < l.size(); ++i) maxd = std::max(maxd, static_cast<double>(std::abs(l[i] - ref[i])));
-            EXPECT_EQ(std::memcmp(l.data(), ref.data(), l.size() * 4), 0) << "max |diff| " << maxd;
-            const ExpertLayerCounters t = gpu.expert_counters()->total();
-            EXPECT_EQ(t.staged_pairs, prompt.size() * static_cast<uint64_t>(model.hp().n_expert_used) *
-                                          static_cast<uint64_t>(model.hp().n_layer));
-            EXPECT_EQ(t.cpu_pairs, 0u);
+            expect_all_staged_and_equal(gpu, model, prompt, ref);
         }
         std::filesystem::remove(path);
     }
@@ -405,16 +416,7 @@ TEST(CudaHybrid, LayerMajorGroupsEqualGpuAllBitForBit) {
                 const size_t part = static_cast<size_t>(std::upper_bound(part_end.begin(), part_end.end(), ev.pos) - part_end.begin());
                 routed.at(part)[static_cast<size_t>(ev.layer)].insert(ev.experts.begin(), ev.experts.end());
             });
-            std::vector<float> l;
-            gpu.eval(prompt, true, l);
-            ASSERT_EQ(l.size(), ref.size());
-            double maxd = 0;
-            for (size_t i = 0; i < l.size(); ++i) maxd = std::max(maxd, static_cast<double>(std::abs(l[i] - ref[i])));
-            EXPECT_EQ(std::memcmp(l.data(), ref.data(), l.size() * 4), 0) << "max |diff| " << maxd;
-            const ExpertLayerCounters t = gpu.expert_counters()->total();
-            EXPECT_EQ(t.staged_pairs, prompt.size() * static_cast<uint64_t>(model.hp().n_expert_used) *
-                                          static_cast<uint64_t>(model.hp().n_layer));
-            EXPECT_EQ(t.cpu_pairs, 0u);
+            const ExpertLayerCounters t = expect_all_staged_and_equal(gpu, model, prompt, ref);
             uint64_t want = 0;
             for (const auto& part : routed)
                 for (const auto& layer : part) want += layer.size();

@@ -130,13 +130,19 @@ TEST(Placement, BudgetLadderFillsWhatIsLeftEvenly) {
     EXPECT_GT(p12.n_resident(), 600);
     EXPECT_LT(p12.n_resident(), 700);
     EXPECT_EQ(p12.group_tokens, 4 * L.spec.n_ubatch);  // 2,048 tokens at -u 512: 203 MiB, well inside the eighth
-    // At -u 4096 the auto group is cut to an eighth of the 12 GiB (1.5 GiB, about 15,500 tokens).
+    // At -u 4096 the auto group is cut to an eighth of the 12 GiB (1.5 GiB, about 15,100 tokens).
     SessionOptions so4k;
     so4k.n_ubatch = 4096;
+    so4k.n_ctx = 32768;
     const Plan p4k = plan_placement(synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, so4k), budget(12));
     EXPECT_GT(p4k.group_tokens, 15'000);
     EXPECT_LT(p4k.group_tokens, 4 * 4096);
     EXPECT_LE(p4k.group_bytes, p4k.budget_bytes / 8);
+    // Never more than the context holds: at -c 4096 a -u 4096 block is the longest prompt.
+    so4k.n_ctx = 4096;
+    EXPECT_EQ(plan_placement(synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, so4k), budget(12)).group_tokens, 0);
+    so4k.n_ctx = 6000;
+    EXPECT_EQ(plan_placement(synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, so4k), budget(12)).group_tokens, 6000);
     PlacementOptions off = budget(12);
     off.prefill_group = 0;
     EXPECT_EQ(plan_placement(L, off).group_tokens, 0) << "--prefill-group 0: blocks run alone";
