@@ -240,6 +240,28 @@ std::vector<int32_t> random_tokens(const Model& model, int n) {
     return seq;
 }
 
+/// Every position's logits of `prompt` in GPU-all placement (2 GiB budget): the staged tests' reference.
+std::vector<float> gpu_all_logits(const Model& model, const SessionOptions& so, const std::vector<int32_t>& prompt) {
+    GpuOptions all;
+    all.progress = false;
+    all.mode = EngineMode::Gpu;
+    all.vram_budget_gib = 2;
+    std::vector<float> ref;
+    cuda::GpuSession(model, so, all).eval(prompt, true, ref);
+    return ref;
+}
+
+/// Hybrid with every expert on the CPU side (--cpu-moe) and every one staged for prompts, 2 GiB.
+GpuOptions all_staged_options() {
+    GpuOptions go;
+    go.progress = false;
+    go.mode = EngineMode::Hybrid;
+    go.cpu_moe = true;
+    go.vram_budget_gib = 2;
+    go.prefill_mode = PrefillCostMode::Stage;
+    return go;
+}
+
 /// Evaluates `prompt` (every position's logits) on an engine that stages every expert: the logits
 /// must equal `ref` bit for bit and every (token, expert) pair must have been staged. Returns the
 /// engine's total counters.
@@ -335,12 +357,7 @@ TEST(CudaHybrid, StagedPromptEqualsGpuAllBitForBit) {
         const std::vector<int32_t> prompt = random_tokens(model, 40);
         SessionOptions so;
         so.n_threads = 2;
-        GpuOptions all;
-        all.progress = false;
-        all.mode = EngineMode::Gpu;
-        all.vram_budget_gib = 2;
-        std::vector<float> ref;
-        cuda::GpuSession(model, so, all).eval(prompt, true, ref);
+        const std::vector<float> ref = gpu_all_logits(model, so, prompt);
         struct Variant {
             const char* what;
             int max_pinned, threads, slots;
@@ -348,12 +365,7 @@ TEST(CudaHybrid, StagedPromptEqualsGpuAllBitForBit) {
         for (const Variant v : {Variant{"pinned, 4 threads, 4 slots", -1, 4, 4}, Variant{"pageable buffers", 0, 4, 4},
                                 Variant{"1 fill thread", -1, 1, 4}, Variant{"1 slot", -1, 4, 1}}) {
             SCOPED_TRACE(std::string(arch) + ": " + v.what);
-            GpuOptions go;
-            go.progress = false;
-            go.mode = EngineMode::Hybrid;
-            go.cpu_moe = true;
-            go.vram_budget_gib = 2;
-            go.prefill_mode = PrefillCostMode::Stage;
+            GpuOptions go = all_staged_options();
             go.test_max_pinned_stage_buffers = v.max_pinned;
             go.prefill_stage_threads = v.threads;
             go.prefill_stage_slots = v.slots;
@@ -387,21 +399,11 @@ TEST(CudaHybrid, LayerMajorGroupsEqualGpuAllBitForBit) {
         SessionOptions so;
         so.n_threads = 2;
         so.n_ubatch = ub;
-        GpuOptions all;
-        all.progress = false;
-        all.mode = EngineMode::Gpu;
-        all.vram_budget_gib = 2;
-        std::vector<float> ref;
-        cuda::GpuSession(model, so, all).eval(prompt, true, ref);
+        const std::vector<float> ref = gpu_all_logits(model, so, prompt);
         std::map<int64_t, uint64_t> staged;
         for (const int64_t group : {int64_t{0}, int64_t{32}, int64_t{64}}) {
             SCOPED_TRACE(std::string(arch) + ", --prefill-group " + std::to_string(group));
-            GpuOptions go;
-            go.progress = false;
-            go.mode = EngineMode::Hybrid;
-            go.cpu_moe = true;
-            go.vram_budget_gib = 2;
-            go.prefill_mode = PrefillCostMode::Stage;
+            GpuOptions go = all_staged_options();
             go.prefill_group = group;
             cuda::GpuSession gpu(model, so, go);
             EXPECT_EQ(gpu.plan().group_tokens, group);
