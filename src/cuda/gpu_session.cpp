@@ -792,25 +792,27 @@ void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
     m.sync_cache_counters();
 }
 
-void GpuSession::run_group(std::span<const int32_t> tokens, bool all_logits, bool last, float* logits_out) {
+void GpuSession::run_group(int seq, std::span<const int32_t> tokens, ChunkArgs::Logits logits, float* logits_out) {
     Impl& m = *m_;
     cudaStream_t s = ctx_->compute();
     m.s = s;
     m.single = false;
     const int64_t g = static_cast<int64_t>(tokens.size()), ub = m.spec.n_ubatch;
-    NITRO_CUDA_ASSERT(g > ub && g <= m.group_tokens);
+    const int64_t pos0 = n_past_[static_cast<size_t>(seq)];
+    NITRO_CUDA_ASSERT(g > ub && g <= m.group_tokens && logits != ChunkArgs::Logits::Rows);
     m.begin_cache_step(g);
     std::vector<ChunkArgs> cs;
     m.blocks.clear();
     for (int64_t off = 0; off < g; off += ub) {
         const int64_t n = std::min(ub, g - off);
-        m.grp.h_pos[m.blocks.size()] = static_cast<int32_t>(n_past_[0] + off);
-        m.blocks.push_back({off, n, n_past_[0] + off});
+        m.grp.h_pos[m.blocks.size()] = static_cast<int32_t>(pos0 + off);
+        m.blocks.push_back({off, n, pos0 + off});
         ChunkArgs c;
         c.n = n;
-        c.pos0 = n_past_[0] + off;
-        c.logits = all_logits ? ChunkArgs::Logits::All
-                              : (last && off + n == g ? ChunkArgs::Logits::Last : ChunkArgs::Logits::None);
+        c.pos0 = pos0 + off;
+        c.logits = logits == ChunkArgs::Logits::All ? ChunkArgs::Logits::All
+                   : logits == ChunkArgs::Logits::Last && off + n == g ? ChunkArgs::Logits::Last
+                                                                       : ChunkArgs::Logits::None;
         cs.push_back(c);
     }
     std::memcpy(m.grp.h_tok, tokens.data(), static_cast<size_t>(g) * 4);
@@ -819,8 +821,9 @@ void GpuSession::run_group(std::span<const int32_t> tokens, bool all_logits, boo
     if (m.cache)
         NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, m.layers.size() * static_cast<size_t>(m.X) * 4,
                                          cudaMemcpyHostToDevice, s));
+    m.group_seq = seq;
     m.group_logits = logits_out;
-    m.group_all_logits = all_logits;
+    m.group_all_logits = logits == ChunkArgs::Logits::All;
     m.tokens = tokens;
     // The ops point at the group's buffers while it runs; the block-sized ones come back after.
     struct Restore {
@@ -835,24 +838,32 @@ void GpuSession::run_group(std::span<const int32_t> tokens, bool all_logits, boo
     NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
     m.flush_prompt_idle();
     m.counters.prefill_tokens += static_cast<uint64_t>(g);
+    ++m.counters.prompt_groups;
+    m.counters.prompt_group_tokens += static_cast<uint64_t>(g);
     m.sync_cache_counters();
 }
 
-void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+int64_t GpuSession::prompt_group_tokens() const {
+    return m_->group_tokens > m_->spec.n_ubatch && !m_->replay ? m_->group_tokens : 0;
+}
+
+void GpuSession::eval_rows(int seq, std::span<const int32_t> tokens, bool all_logits, bool last_logits, float* out) {
     Impl& m = *m_;
-    check_eval(m.spec, n_past_[0], tokens);
+    const size_t q = static_cast<size_t>(seq);
     const int64_t n = static_cast<int64_t>(tokens.size());
     const int64_t V = m.V;
-    logits.resize(static_cast<size_t>((all_logits ? n : 1) * V));
     for (int64_t i = 0; i < n;) {
         // More than one block left and groups planned: the next up to group_tokens tokens layer-major.
         if (m.group_tokens > m.spec.n_ubatch && n - i > m.spec.n_ubatch && !m.replay) {
             const int64_t g = std::min(m.group_tokens, n - i);
             const bool last = i + g == n;
             const auto part = tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(g));
-            run_group(part, all_logits, last, all_logits ? logits.data() + i * V : logits.data());
-            n_past_[0] += g;
-            after_rows(0, part, last);
+            const ChunkArgs::Logits lg = all_logits              ? ChunkArgs::Logits::All
+                                         : last && last_logits ? ChunkArgs::Logits::Last
+                                                               : ChunkArgs::Logits::None;
+            run_group(seq, part, lg, all_logits ? out + i * V : out);
+            n_past_[q] += g;
+            after_rows(seq, part, last);
             i += g;
             continue;
         }
@@ -860,23 +871,34 @@ void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vec
         const bool last = i + k == n;
         ChunkArgs c;
         c.n = k;
-        c.pos0 = n_past_[0];
-        c.logits = all_logits ? ChunkArgs::Logits::All : (last ? ChunkArgs::Logits::Last : ChunkArgs::Logits::None);
+        c.pos0 = n_past_[q];
+        c.logits = all_logits              ? ChunkArgs::Logits::All
+                   : last && last_logits ? ChunkArgs::Logits::Last
+                                         : ChunkArgs::Logits::None;
         std::memcpy(m.h_tok, tokens.data() + i, static_cast<size_t>(k) * 4);
-        m.groups.assign(1, Impl::Group{0, 0, k, n_past_[0]});
-        m.h_pos[0] = static_cast<int32_t>(n_past_[0]);
-        m.row_seq.assign(static_cast<size_t>(k), 0);
+        m.groups.assign(1, Impl::Group{seq, 0, k, n_past_[q]});
+        m.h_pos[0] = static_cast<int32_t>(n_past_[q]);
+        m.row_seq.assign(static_cast<size_t>(k), seq);
         m.row_pos.resize(static_cast<size_t>(k));
-        for (int64_t r = 0; r < k; ++r) m.row_pos[static_cast<size_t>(r)] = n_past_[0] + r;
+        for (int64_t r = 0; r < k; ++r) m.row_pos[static_cast<size_t>(r)] = n_past_[q] + r;
         m.row_prefill.assign(static_cast<size_t>(k), k > 1);
         m.tokens = tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(k));
         const bool decode = k == 1 && !all_logits && m.use_graphs;
-        run_chunk(c, decode, all_logits ? logits.data() + i * V : logits.data());
-        n_past_[0] += k;
+        float* dst = all_logits ? out + i * V : (last && last_logits ? out : nullptr);
+        run_chunk(c, decode, dst);
+        n_past_[q] += k;
         // the tokens held, and a snapshot at the end of a multi-token evaluation
-        after_rows(0, m.tokens, n > 1 && last);
+        after_rows(seq, m.tokens, n > 1 && last);
         i += k;
     }
+}
+
+void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+    Impl& m = *m_;
+    check_eval(m.spec, n_past_[0], tokens);
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    logits.resize(static_cast<size_t>((all_logits ? n : 1) * m.V));
+    eval_rows(0, tokens, all_logits, true, logits.data());
 }
 
 void GpuSession::eval_batch(const SeqBatch& b, std::vector<float>& logits) {
@@ -884,6 +906,18 @@ void GpuSession::eval_batch(const SeqBatch& b, std::vector<float>& logits) {
     // Check everything before touching the cache, so a bad batch leaves the session unchanged.
     const int64_t n = static_cast<int64_t>(b.tokens.size());
     const int64_t n_out = check_seq_batch(b, n_past_, m.spec.n_vocab, m.spec.n_ctx);
+    if (prompt_group_tokens() > 0 && n > m.spec.n_ubatch) {
+        // Rows of one sequence only, whose logits are wanted for every row, the last or none: the
+        // path of eval, in layer-major groups (a lone prompt in the server: Engine::prompt_group_tokens).
+        const bool one_seq = std::all_of(b.seq.begin(), b.seq.end(), [&](int32_t q) { return q == b.seq[0]; });
+        const bool all = n_out == n;
+        const bool last_only = n_out == 1 && b.logits[static_cast<size_t>(n - 1)] != 0;
+        if (one_seq && (all || last_only || n_out == 0)) {
+            logits.resize(static_cast<size_t>(n_out * m.V));
+            eval_rows(b.seq[0], b.tokens, all, last_only, logits.data());
+            return;
+        }
+    }
     std::vector<int64_t> rows_of(n_past_.size(), 0);
     for (int64_t i = 0; i < n; ++i) ++rows_of[static_cast<size_t>(b.seq[static_cast<size_t>(i)])];
     std::vector<int64_t> next;  // each sequence's next position, per chunk

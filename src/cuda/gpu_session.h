@@ -81,6 +81,8 @@ public:
     bool set_route_replay(std::shared_ptr<RouteReplay> replay) override;
     const ExpertCounters* expert_counters() const override;
     const ExpertCache* expert_cache() const override;
+    /// The plan's group_tokens when it is more than n_ubatch (and no routing replay is set), else 0.
+    int64_t prompt_group_tokens() const override;
 
     DeviceContext& context() { return *ctx_; }
     const Plan& plan() const;
@@ -118,11 +120,14 @@ private:
     /// a captured decode step of one sequence when `decode`, else a plain chunk. Logits go to
     /// `logits_out` (host; null: nowhere).
     void run_chunk(const ChunkArgs& c, bool decode, float* logits_out);
-    /// Runs `tokens` of sequence 0 (more than n_ubatch, at most the plan's group_tokens) as one
+    /// Runs `tokens` of sequence `seq` (more than n_ubatch, at most the plan's group_tokens) as one
     /// layer-major group of n_ubatch blocks (runtime/forward.h forward_blocks, docs/hybrid.md
-    /// "Layer-major groups"). Logits of every row (all_logits) or of the last row when `last`, to
-    /// logits_out (host).
-    void run_group(std::span<const int32_t> tokens, bool all_logits, bool last, float* logits_out);
+    /// "Layer-major groups"). Logits (All, Last or None) to logits_out (host).
+    void run_group(int seq, std::span<const int32_t> tokens, ChunkArgs::Logits logits, float* logits_out);
+    /// The rows of eval (checked by the caller) for sequence `seq`: groups while more than a block
+    /// is left and groups are planned, else n_ubatch chunks. Logits: every row's [n, n_vocab]
+    /// (all_logits), the last row's (last_logits), or none, to `out` (host).
+    void eval_rows(int seq, std::span<const int32_t> tokens, bool all_logits, bool last_logits, float* out);
     /// Hybrid decode step: the CPU's experts of every layer, as the GPU's router results arrive.
     void cpu_decode_step();
     /// Counters, GPU timestamps and route events of the decode step that just finished (sequence

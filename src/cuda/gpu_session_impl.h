@@ -242,6 +242,7 @@ struct GpuSession::Impl {
     };
     std::vector<Block> blocks;  ///< the group being run (empty: none)
     size_t cur_block = 0;
+    int group_seq = 0;              ///< the sequence of the group
     float* group_logits = nullptr;  ///< host destination of the group's logits (all rows, or the last)
     bool group_all_logits = false;
     /// The ub-sized activation pointers a group replaces while it runs (restored after it).
@@ -276,12 +277,12 @@ struct GpuSession::Impl {
         h_partial = grp.h_partial + b.off * E;
         d_tok = grp.tok + b.off;
         d_pos = grp.pos + i;
-        groups.assign(1, Group{0, 0, b.n, b.pos0});
-        row_seq.assign(static_cast<size_t>(b.n), 0);
+        groups.assign(1, Group{group_seq, 0, b.n, b.pos0});
+        row_seq.assign(static_cast<size_t>(b.n), group_seq);
         row_pos.resize(static_cast<size_t>(b.n));
         for (int64_t r = 0; r < b.n; ++r) row_pos[static_cast<size_t>(r)] = b.pos0 + r;
         row_prefill.assign(static_cast<size_t>(b.n), 1);
-        logits_dst = group_logits + (group_all_logits ? b.off * V : 0);
+        logits_dst = group_logits && group_all_logits ? group_logits + b.off * V : group_logits;
     }
     /// Layer il's routed experts for every block of the group at once (at its last block): the
     /// ops pointed at the whole group, moe_prompt, then back to the block.

@@ -100,6 +100,10 @@ struct ExpertCounters {
     std::vector<ExpertLayerCounters> layers;
     uint64_t decode_steps = 0;    ///< single-token steps
     uint64_t prefill_tokens = 0;  ///< tokens evaluated in multi-token chunks
+    /// Layer-major prompt groups run (docs/hybrid.md "Layer-major groups") and their tokens (also
+    /// in prefill_tokens).
+    uint64_t prompt_groups = 0;
+    uint64_t prompt_group_tokens = 0;
     ExpertLayerCounters total() const;
 };
 
@@ -146,6 +150,12 @@ public:
     /// forward chunk, (token, expert) rows, weight bytes); null when the engine does not count it
     /// (the GPU engines).
     virtual const MoeWork* moe_work() const { return nullptr; }
+    /// Tokens eval_batch runs as one layer-major group (docs/hybrid.md "Layer-major groups") when
+    /// a batch is rows of one sequence only and longer than n_ubatch: each off-GPU expert then
+    /// crosses PCIe once per layer for the whole group instead of once per n_ubatch block. 0: no
+    /// groups (every batch runs in n_ubatch chunks). The server's scheduler hands a lone prompt to
+    /// the engine in batches of this size.
+    virtual int64_t prompt_group_tokens() const { return 0; }
 };
 
 using GpuEngineFactory =

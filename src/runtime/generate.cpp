@@ -209,6 +209,8 @@ nlohmann::json expert_counters_json(const ExpertCounters& c) {
     nlohmann::json j = layer_json(c.total());
     j["decode_steps"] = c.decode_steps;
     j["prefill_tokens"] = c.prefill_tokens;
+    j["prompt_groups"] = c.prompt_groups;
+    j["prompt_group_tokens"] = c.prompt_group_tokens;
     j["layers"] = layers;
     return j;
 }
@@ -233,6 +235,9 @@ std::string expert_counters_line(const ExpertCounters& c) {
                          t.prompt_resident_experts, t.staged_experts, t.staged_bytes / 1e9, t.stage_ms,
                          t.stage_ms > 0 ? t.staged_bytes / (t.stage_ms * 1e6) : 0.0, t.prompt_cpu_experts, t.prompt_cpu_ms,
                          t.prompt_idle_ms);
+    if (c.prompt_groups > 0)
+        s += fmt::format("; {} of {} prompt tokens in {} layer-major group{}", c.prompt_group_tokens, c.prefill_tokens,
+                         c.prompt_groups, c.prompt_groups == 1 ? "" : "s");
     const CacheCounters& k = t.cache;
     if (k.hits + k.misses > 0) {
         const double tokens = static_cast<double>(c.decode_steps + c.prefill_tokens);

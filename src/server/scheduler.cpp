@@ -131,6 +131,10 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
                            "# TYPE nitro_batch_rows_total counter\nnitro_batch_rows_total{{kind=\"decode\"}} {}\n"
                            "nitro_batch_rows_total{{kind=\"prompt\"}} {}\n",
                            decode_rows_.load(), prompt_rows_.load());
+        out += fmt::format("# HELP nitro_batch_prompt_group_steps_total Steps that handed a lone prompt to the engine as one "
+                           "layer-major group of more than n_ubatch rows.\n"
+                           "# TYPE nitro_batch_prompt_group_steps_total counter\nnitro_batch_prompt_group_steps_total {}\n",
+                           group_steps_.load());
         if (!session_->moe_work()) return;  // the GPU engines do not count it
         out += fmt::format("# HELP nitro_moe_experts_total Distinct routed experts computed, summed over layers and steps (each expert's "
                            "weights read once per layer per step, for every row routed to it).\n"
@@ -164,6 +168,11 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
             out += fmt::format("nitro_expert_selections_total{{layer=\"{}\",device=\"cpu\"}} {}\n", il, experts_.layers[il].cpu_pairs);
             out += fmt::format("nitro_expert_selections_total{{layer=\"{}\",device=\"staged\"}} {}\n", il, experts_.layers[il].staged_pairs);
         }
+        out += fmt::format("# HELP nitro_prompt_groups_total Layer-major prompt groups the engine ran.\n"
+                           "# TYPE nitro_prompt_groups_total counter\nnitro_prompt_groups_total {}\n"
+                           "# HELP nitro_prompt_group_tokens_total Prompt tokens evaluated in layer-major groups.\n"
+                           "# TYPE nitro_prompt_group_tokens_total counter\nnitro_prompt_group_tokens_total {}\n",
+                           experts_.prompt_groups, experts_.prompt_group_tokens);
         family("nitro_prompt_staged_experts_total", "Experts staged to a GPU scratch slot for prompt chunks.",
                [](const ExpertLayerCounters& L) { return L.staged_experts; });
         family("nitro_prompt_staged_bytes_total", "Bytes staged host-to-device for prompt chunks.",
@@ -429,6 +438,12 @@ void Scheduler::step() {
     std::vector<Slot*> prefilling;
     for (auto& sp : slots_)
         if (sp->job && !sp->prefill_done) prefilling.push_back(sp.get());
+    // A lone prompt (no other slot prefilling or decoding): up to the engine's layer-major group
+    // in one batch (docs/hybrid.md "Layer-major groups"), so each off-GPU expert crosses PCIe once
+    // per layer per group instead of once per n_ubatch block. With other slots decoding, prompts
+    // go in n_ubatch blocks between their steps so that their tokens keep coming.
+    const size_t group = static_cast<size_t>(std::max<int64_t>(0, session_->prompt_group_tokens()));
+    if (n_decode == 0 && prefilling.size() == 1 && group > n_ubatch) room = group;
     std::sort(prefilling.begin(), prefilling.end(), [](const Slot* a, const Slot* b) { return a->job->id < b->job->id; });
     for (Slot* sl : prefilling) {
         if (room == 0) break;
@@ -456,6 +471,7 @@ void Scheduler::step() {
         return;
     }
     steps_++;
+    if (batch_tokens_.size() - n_decode > n_ubatch) group_steps_++;
     decode_rows_ += n_decode;
     prompt_rows_ += batch_tokens_.size() - n_decode;
     if (const MoeWork* w = session_->moe_work()) {

@@ -9,7 +9,9 @@
 // sampled token) plus prompt chunks of prefilling slots, oldest first, at most n_ubatch rows in
 // all (a long prompt is prefilled in chunks between decode steps). Rows are independent in the
 // forward pass, so a job's tokens equal what it would get alone (tested). With one slot this is
-// exactly the single-sequence loop: one prompt chunk or one token per step.
+// exactly the single-sequence loop: one prompt chunk or one token per step. A lone prompt (no
+// other slot prefilling or decoding) goes to the engine in batches of its layer-major group
+// (Engine::prompt_group_tokens, docs/hybrid.md "Layer-major groups") when it has one.
 //
 // Prefix reuse, per slot: a slot remembers the tokens whose K/V are in its sequence. A new job
 // goes to the free slot that holds the longest reusable prefix of its prompt (ties: the slot
@@ -171,6 +173,7 @@ private:
     std::vector<std::unique_ptr<Slot>> slots_;  ///< slot i uses engine sequence i
     uint64_t admissions_ = 0;          ///< jobs admitted so far (orders slots by last use)
     std::atomic<uint64_t> steps_{0}, decode_rows_{0}, prompt_rows_{0};  ///< batched forwards and their rows
+    std::atomic<uint64_t> group_steps_{0};  ///< steps with more than n_ubatch prompt rows (a lone prompt's group)
     /// Routed-expert work (Engine::moe_work, copied after each step for /metrics); decode-only steps.
     std::atomic<uint64_t> moe_experts_{0}, moe_rows_{0}, moe_bytes_{0}, decode_steps_{0}, decode_step_experts_{0};
     // The current batch (reused between steps).

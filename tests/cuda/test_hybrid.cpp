@@ -433,3 +433,48 @@ TEST(CudaHybrid, LayerMajorGroupsEqualGpuAllBitForBit) {
         std::filesystem::remove(path);
     }
 }
+
+// The server's path into layer-major groups (Engine::prompt_group_tokens, server/scheduler.h): a
+// batch of rows of one sequence, longer than a block, runs as groups through eval_batch, for any
+// sequence of the engine. Sequence 1 of a two-sequence engine, the 110-token prompt of the test
+// above in blocks of 16 and groups of 64, every expert staged: every row's logits (all flags set)
+// equal GPU-all's bit for bit; with only the last row's flag, that row's logits; and the engine
+// counts the groups it ran (two per prompt: 64 tokens, then 46).
+TEST(CudaHybrid, GroupsServeABatchOfOneSequence) {
+    cuda::test::require_gpu();
+    const std::pair<const char*, GgmlType> models[] = {{"gpt-oss", GgmlType::MXFP4}, {"qwen3next", GgmlType::Q8_0}};
+    for (const auto& [arch, type] : models) {
+        SCOPED_TRACE(arch);
+        const std::string path = synth_tiny(arch, type);
+        Model model(path);
+        const std::vector<int32_t> prompt = random_tokens(model, 110);
+        SessionOptions so;
+        so.n_threads = 2;
+        so.n_ubatch = 16;
+        const std::vector<float> ref = gpu_all_logits(model, so, prompt);
+        const size_t V = static_cast<size_t>(model.n_vocab());
+        so.n_seq = 2;
+        GpuOptions go = all_staged_options();
+        go.prefill_group = 64;
+        cuda::GpuSession gpu(model, so, go);
+        EXPECT_EQ(gpu.prompt_group_tokens(), 64);
+        const std::vector<int32_t> seq(prompt.size(), 1);
+        std::vector<uint8_t> flags(prompt.size(), 1);
+        std::vector<float> l;
+        gpu.eval_batch(SeqBatch{prompt, seq, flags}, l);
+        ASSERT_EQ(l.size(), ref.size());
+        EXPECT_EQ(std::memcmp(l.data(), ref.data(), l.size() * 4), 0) << "every row's logits";
+        EXPECT_EQ(gpu.seq_n_past(1), static_cast<int64_t>(prompt.size()));
+        EXPECT_EQ(gpu.seq_n_past(0), 0);
+        EXPECT_EQ(gpu.expert_counters()->prompt_groups, 2u);
+        EXPECT_EQ(gpu.expert_counters()->prompt_group_tokens, prompt.size());
+        gpu.seq_truncate(1, 0);
+        std::fill(flags.begin(), flags.end(), 0);
+        flags.back() = 1;
+        gpu.eval_batch(SeqBatch{prompt, seq, flags}, l);
+        ASSERT_EQ(l.size(), V);
+        EXPECT_EQ(std::memcmp(l.data(), ref.data() + (prompt.size() - 1) * V, V * 4), 0) << "the last row's logits";
+        EXPECT_EQ(gpu.expert_counters()->prompt_groups, 4u);
+        std::filesystem::remove(path);
+    }
+}

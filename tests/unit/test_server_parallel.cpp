@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <future>
+#include <set>
 
 namespace nitro::server {
 namespace {
@@ -401,6 +402,98 @@ TEST(ServerScheduler, PrefixReuseRestoresTheRecurrentState) {
     ref.done.wait();
     EXPECT_EQ(ref.sink->reused, 0);
     EXPECT_EQ(second.sink->ids, ref.sink->ids) << "the reused prefix must give the tokens of a fresh run";
+}
+
+}  // namespace nitro::server
+
+namespace nitro::server {
+namespace {
+
+/// The CPU engine, reporting a layer-major prompt group of `group` tokens (as the hybrid GPU
+/// engine does, Engine::prompt_group_tokens) and recording every batch the scheduler hands it.
+class GroupingEngine final : public Engine {
+public:
+    struct Batch {
+        size_t rows = 0;
+        std::set<int32_t> seqs;
+    };
+    GroupingEngine(std::unique_ptr<Engine> inner, int64_t group, std::vector<Batch>& log)
+        : inner_(std::move(inner)), group_(group), log_(log) {}
+    void eval(std::span<const int32_t> t, bool all, std::vector<float>& l) override { inner_->eval(t, all, l); }
+    int64_t n_past() const override { return inner_->n_past(); }
+    int64_t n_ctx() const override { return inner_->n_ctx(); }
+    void truncate(int64_t n) override { inner_->truncate(n); }
+    int n_seq() const override { return inner_->n_seq(); }
+    void eval_batch(const SeqBatch& b, std::vector<float>& l) override {
+        log_.push_back({b.tokens.size(), std::set<int32_t>(b.seq.begin(), b.seq.end())});
+        inner_->eval_batch(b, l);
+    }
+    int64_t seq_n_past(int seq) const override { return inner_->seq_n_past(seq); }
+    void seq_truncate(int seq, int64_t n) override { inner_->seq_truncate(seq, n); }
+    std::string describe() const override { return "hybrid (test, groups of " + std::to_string(group_) + ")"; }
+    int64_t prompt_group_tokens() const override { return group_; }
+
+private:
+    std::unique_ptr<Engine> inner_;
+    int64_t group_;
+    std::vector<Batch>& log_;
+};
+
+}  // namespace
+
+TEST(ServerScheduler, ALonePromptGoesToTheEngineInLayerMajorGroups) {
+    // A prompt with no other slot busy goes to the engine in batches of its prompt group (32 rows
+    // here, n_ubatch 8), so the hybrid engine can run it layer-major; while another slot decodes,
+    // prompts go in n_ubatch blocks between its steps. Tokens equal each job's alone either way.
+    ASSERT_FALSE(gpu_engine_available()) << "this test installs its own GPU engine factory";
+    Model model(test::fixture_for("gpt-oss"));
+    const Tokenizer& tok = tokenizer_for("gpt-oss");
+    const auto ps = prompts(tok);
+    const std::vector<int32_t>& longp = ps[3];  // ~50 tokens: a group of 32, then the rest
+    ASSERT_GT(longp.size(), 40u);
+    const int64_t n = 10;
+    const auto ref = sequential(model, tok, {longp, ps[0]}, n, std::vector<SamplerParams>(2), nullptr);
+    std::vector<GroupingEngine::Batch> log;
+    FactoryGuard guard([&](const Model& md, const SessionOptions& so, const GpuOptions& go) -> std::unique_ptr<Engine> {
+        return std::make_unique<GroupingEngine>(make_engine(EngineMode::Cpu, md, so, go), 32, log);
+    });
+    Metrics m;
+    SchedulerOptions so = options(model, tok, 2);
+    so.mode = EngineMode::Hybrid;
+    Scheduler s(model, so, m);
+    // Alone: the prompt in two batches (32 rows, then the rest), then one row per step.
+    {
+        JobRun r = make_run(longp, n);
+        s.submit(r.job);
+        r.done.wait();
+        EXPECT_EQ(r.sink->ids, ref[0]);
+        ASSERT_GE(log.size(), 2u);
+        EXPECT_EQ(log[0].rows, 32u);
+        EXPECT_EQ(log[1].rows, longp.size() - 32);
+        EXPECT_EQ(metric(m, "nitro_batch_prompt_group_steps_total"), 2);
+    }
+    // Beside a decoding slot: every batch with rows of both sequences has at most n_ubatch rows.
+    log.clear();
+    JobRun dec = make_run(ps[0], 40);
+    std::promise<void> decoding;
+    dec.sink->after_token = [&](size_t k) {
+        if (k == 2) decoding.set_value();
+    };
+    s.submit(dec.job);
+    decoding.get_future().wait();
+    JobRun r = make_run(longp, n);
+    s.submit(r.job);
+    r.done.wait();
+    dec.done.wait();
+    EXPECT_EQ(r.sink->ids, ref[0]) << "the prompt beside a decoding slot";
+    EXPECT_EQ(std::vector<int32_t>(dec.sink->ids.begin(), dec.sink->ids.begin() + n), ref[1]);
+    size_t mixed = 0;
+    for (const auto& b : log) {
+        if (b.seqs.size() < 2) continue;
+        ++mixed;
+        EXPECT_LE(b.rows, 8u) << "a prompt group beside a decoding slot";
+    }
+    EXPECT_GT(mixed, 0u) << "the two jobs never shared a step";
 }
 
 }  // namespace nitro::server
