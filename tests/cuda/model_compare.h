@@ -77,6 +77,67 @@ struct Stats {
     double max_dp = 0;
 };
 
+/// The routing an engine reported for every (position, layer) of one evaluation (RouteEvent).
+struct RouteRecord {
+    std::vector<float> min_margin;                       ///< [pos] smallest router margin over layers
+    std::vector<std::vector<std::vector<int32_t>>> sets;  ///< [pos][layer] selected experts, sorted
+    std::vector<std::vector<float>> margins;             ///< [pos][layer] router margin
+    explicit RouteRecord(size_t n) : min_margin(n, INFINITY), sets(n), margins(n) {}
+    void add(const RouteEvent& e) {
+        const size_t p = static_cast<size_t>(e.pos), l = static_cast<size_t>(e.layer);
+        min_margin[p] = std::min(min_margin[p], e.margin);
+        if (sets[p].size() <= l) sets[p].resize(l + 1);
+        sets[p][l].assign(e.experts.begin(), e.experts.end());
+        std::sort(sets[p][l].begin(), sets[p][l].end());
+        if (margins[p].size() <= l) margins[p].resize(l + 1, INFINITY);
+        margins[p][l] = e.margin;
+    }
+};
+
+/// Teacher-forced check of a GPU engine's logits `lg` against the CPU's `lc` ([n, V] each, every
+/// position of one evaluation) at positions from `from` on, with the bounds above: where the GPU
+/// picked other experts than the CPU in some layer (gpu routes given), the first such layer must
+/// be a close call on the CPU side, and that position counts as a router near-tie.
+inline void check_teacher_forced(int64_t V, size_t from, const std::vector<float>& lc, const RouteRecord& cpu_routes,
+                                 const std::vector<float>& lg, const RouteRecord* gpu_routes, Stats& st,
+                                 const CompareBounds& bounds = CompareBounds{}) {
+    ASSERT_EQ(lc.size(), lg.size());
+    const size_t n = lc.size() / static_cast<size_t>(V);
+    std::vector<bool> diverged(n, false);
+    if (gpu_routes) {
+        for (size_t p = 0; p < n; ++p) {
+            const auto& cs = cpu_routes.sets[p];
+            const auto& gs = gpu_routes->sets[p];
+            for (size_t l = 0; l < cs.size() && l < gs.size(); ++l) {
+                if (cs[l] == gs[l]) continue;
+                diverged[p] = true;
+                ++st.router_divergences;
+                EXPECT_LT(cpu_routes.margins[p][l], bounds.router_diverge_max)
+                    << "position " << p << " layer " << l << ": the GPU chose other experts than the CPU at a clear router margin";
+                break;
+            }
+        }
+    }
+    for (size_t p = from; p < n; ++p) {
+        const Top c = top_of(&lc[p * V], V);
+        const Top g = top_of(&lg[p * V], V);
+        const bool tie = cpu_routes.min_margin[p] < kRouterTie || diverged[p];
+        ++st.steps;
+        st.agree += c.best == g.best;
+        st.router_ties += tie;
+        if (c.margin >= kMargin && !tie) {
+            ++st.checked;
+            EXPECT_EQ(g.best, c.best) << "position " << p << " cpu margin " << c.margin;
+        }
+        for (auto [id, pc] : c.top5) {
+            const double pg = prob_of(&lg[p * V], V, id);
+            if (!tie) st.max_dp = std::max(st.max_dp, std::abs(pg - pc));
+            EXPECT_NEAR(pg, pc, tie ? kProbTolTie : bounds.prob_tol)
+                << "position " << p << " token " << id << " router margin " << cpu_routes.min_margin[p];
+        }
+    }
+}
+
 /// Teacher-forced comparison on `seq` (logits at every position from `from`), then free-running
 /// greedy for n_greedy steps from seq[0..prompt_len).
 inline void compare(const Model& model, const std::vector<int32_t>& seq, size_t prompt_len, int n_greedy, int64_t ubatch, Stats& st,
@@ -91,62 +152,16 @@ inline void compare(const Model& model, const std::vector<int32_t>& seq, size_t 
     cuda::GpuSession gpu(model, so, go);
     const int64_t V = model.n_vocab();
     std::vector<float> lc, lg;
-    // The CPU's smallest router margin per position: where an expert choice is that close, the two
-    // engines' rounding may swap it (tests/peer/cross_check.test.mjs, docs/peer.md).
-    std::vector<float> router_margin(seq.size(), INFINITY);
-    // Each engine's expert set per (position, layer), sorted: where they differ the engines
-    // computed different experts.
-    std::vector<std::vector<std::vector<int32_t>>> cpu_sets(seq.size()), gpu_sets(seq.size());
-    std::vector<std::vector<float>> cpu_margins(seq.size());
-    const auto record = [](std::vector<std::vector<std::vector<int32_t>>>& sets, const RouteEvent& e) {
-        auto& per_layer = sets[static_cast<size_t>(e.pos)];
-        if (per_layer.size() <= static_cast<size_t>(e.layer)) per_layer.resize(static_cast<size_t>(e.layer) + 1);
-        per_layer[static_cast<size_t>(e.layer)].assign(e.experts.begin(), e.experts.end());
-        std::sort(per_layer[static_cast<size_t>(e.layer)].begin(), per_layer[static_cast<size_t>(e.layer)].end());
-    };
-    cpu.on_route = [&](const RouteEvent& e) {
-        router_margin[static_cast<size_t>(e.pos)] = std::min(router_margin[static_cast<size_t>(e.pos)], e.margin);
-        record(cpu_sets, e);
-        auto& m = cpu_margins[static_cast<size_t>(e.pos)];
-        if (m.size() <= static_cast<size_t>(e.layer)) m.resize(static_cast<size_t>(e.layer) + 1, INFINITY);
-        m[static_cast<size_t>(e.layer)] = e.margin;
-    };
+    // The CPU's router margins (where an expert choice is that close, the two engines' rounding may
+    // swap it: tests/peer/cross_check.test.mjs, docs/peer.md) and each engine's expert sets.
+    RouteRecord cpu_routes(seq.size()), gpu_routes(seq.size());
+    cpu.on_route = [&](const RouteEvent& e) { cpu_routes.add(e); };
     cpu.eval(seq, true, lc);
     cpu.on_route = nullptr;
-    const bool gpu_routes = gpu.set_route_callback([&](const RouteEvent& e) { record(gpu_sets, e); });
+    const bool gpu_routes_on = gpu.set_route_callback([&](const RouteEvent& e) { gpu_routes.add(e); });
     gpu.eval(seq, true, lg);
     gpu.set_route_callback(nullptr);
-    ASSERT_EQ(lc.size(), lg.size());
-    std::vector<bool> diverged(seq.size(), false);
-    if (gpu_routes) {
-        for (size_t p = 0; p < seq.size(); ++p) {
-            for (size_t l = 0; l < cpu_sets[p].size() && l < gpu_sets[p].size(); ++l) {
-                if (cpu_sets[p][l] == gpu_sets[p][l]) continue;
-                diverged[p] = true;
-                ++st.router_divergences;
-                EXPECT_LT(cpu_margins[p][l], bounds.router_diverge_max)
-                    << "position " << p << " layer " << l << ": the GPU chose other experts than the CPU at a clear router margin";
-                break;
-            }
-        }
-    }
-    for (size_t p = prompt_len - 1; p < seq.size(); ++p) {
-        const Top c = top_of(&lc[p * V], V);
-        const Top g = top_of(&lg[p * V], V);
-        const bool tie = router_margin[p] < kRouterTie || diverged[p];
-        ++st.steps;
-        st.agree += c.best == g.best;
-        st.router_ties += tie;
-        if (c.margin >= kMargin && !tie) {
-            ++st.checked;
-            EXPECT_EQ(g.best, c.best) << "position " << p << " cpu margin " << c.margin;
-        }
-        for (auto [id, pc] : c.top5) {
-            const double pg = prob_of(&lg[p * V], V, id);
-            if (!tie) st.max_dp = std::max(st.max_dp, std::abs(pg - pc));
-            EXPECT_NEAR(pg, pc, tie ? kProbTolTie : bounds.prob_tol) << "position " << p << " token " << id << " router margin " << router_margin[p];
-        }
-    }
+    check_teacher_forced(V, prompt_len - 1, lc, cpu_routes, lg, gpu_routes_on ? &gpu_routes : nullptr, st, bounds);
     // free-running greedy (decode steps: CUDA graphs on the GPU side)
     Session c2(model, so);
     cuda::GpuSession g2(model, so, go);

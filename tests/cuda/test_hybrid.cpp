@@ -478,3 +478,117 @@ TEST(CudaHybrid, GroupsServeABatchOfOneSequence) {
         std::filesystem::remove(path);
     }
 }
+
+// Long prompts in every placement (issue 14's correctness list): prompts of 1, 100, 4,096 and
+// 13,000 tokens (prefixes of one random sequence), GPU-all and two hybrid placements (every expert
+// off the GPU; the first half of the layers' experts off the GPU: --n-cpu-moe 2 of 4), each at
+// -u 512 and -u 4096, the hybrid ones with the cost model's choices and layer-major groups of 4
+// and 2 blocks (2,048 / 8,192 tokens). Every prompt position's logits, and the logits of 4 decode
+// steps after the prompt (which read the K/V cache and recurrent state the prompt left), agree
+// with the CPU engine within model_compare.h's teacher-forced bounds; -u 512 and -u 4096 agree
+// with each other within the same bounds; and at 13,000 tokens every expert staged in groups
+// gives GPU-all's logits bit for bit (same -u). The groups engage (counters).
+TEST(CudaHybrid, LongPromptsAgreeAcrossPlacementsAndUbatch) {
+    cuda::test::require_gpu();
+    const std::pair<const char*, GgmlType> models[] = {{"gpt-oss", GgmlType::MXFP4}, {"qwen3next", GgmlType::Q8_0}};
+    const size_t lengths[] = {1, 100, 4096, 13000};
+    const size_t n_decode = 4;
+    for (const auto& [arch, type] : models) {
+        const std::string path = synth_tiny(arch, type);
+        Model model(path);
+        const int64_t V = model.n_vocab();
+        const std::vector<int32_t> seq = random_tokens(model, static_cast<int>(lengths[3] + n_decode));
+        SessionOptions so;
+        so.n_threads = 8;
+        so.n_ctx = static_cast<int64_t>(seq.size());
+        so.n_ubatch = 512;
+        // The CPU reference: every position of the whole sequence (rows are independent in the CPU
+        // engine, so position p's logits are those of any prefix longer than p).
+        std::vector<float> lc;
+        RouteRecord cpu_routes(seq.size());
+        {
+            Session cpu(model, so);
+            cpu.on_route = [&](const RouteEvent& e) { cpu_routes.add(e); };
+            cpu.eval(seq, true, lc);
+        }
+        struct Placement {
+            const char* what;
+            EngineMode mode;
+            bool cpu_moe;
+            int n_cpu_moe;
+        };
+        const Placement placements[] = {{"gpu-all", EngineMode::Gpu, false, 0},
+                                        {"hybrid, every expert off the GPU", EngineMode::Hybrid, true, 0},
+                                        {"hybrid, --n-cpu-moe 2", EngineMode::Hybrid, false, 2}};
+        for (const size_t L : lengths) {
+            const std::vector<int32_t> prompt(seq.begin(), seq.begin() + static_cast<long>(L));
+            const std::vector<float> want(lc.begin(), lc.begin() + static_cast<long>((L + n_decode) * static_cast<size_t>(V)));
+            RouteRecord want_routes(L + n_decode);
+            for (size_t p = 0; p < L + n_decode; ++p) {
+                want_routes.min_margin[p] = cpu_routes.min_margin[p];
+                want_routes.sets[p] = cpu_routes.sets[p];
+                want_routes.margins[p] = cpu_routes.margins[p];
+            }
+            std::map<int64_t, std::vector<float>> gpu_all;  // by -u
+            std::map<int64_t, RouteRecord> gpu_all_routes;
+            for (const Placement& pl : placements) {
+                for (const int64_t ub : {int64_t{512}, int64_t{4096}}) {
+                    SCOPED_TRACE(std::string(arch) + ", " + std::to_string(L) + " tokens, " + pl.what + ", -u " + std::to_string(ub));
+                    SessionOptions s2 = so;
+                    s2.n_ubatch = ub;
+                    GpuOptions go;
+                    go.progress = false;
+                    go.mode = pl.mode;
+                    go.vram_budget_gib = 2;
+                    go.cpu_moe = pl.cpu_moe;
+                    go.n_cpu_moe = pl.n_cpu_moe;
+                    if (pl.mode == EngineMode::Hybrid) go.prefill_group = ub == 512 ? 2048 : 8192;
+                    cuda::GpuSession gpu(model, s2, go);
+                    RouteRecord routes(L + n_decode);
+                    ASSERT_TRUE(gpu.set_route_callback([&](const RouteEvent& e) { routes.add(e); }));
+                    std::vector<float> lg, l;
+                    gpu.eval(prompt, true, lg);
+                    for (size_t t = L; t < L + n_decode; ++t) {  // decode steps over the prompt's K/V and state
+                        gpu.eval(std::span<const int32_t>(&seq[t], 1), false, l);
+                        lg.insert(lg.end(), l.begin(), l.end());
+                    }
+                    Stats st;
+                    check_teacher_forced(V, 0, want, want_routes, lg, &routes, st);
+                    EXPECT_GT(st.checked, st.steps / 2);
+                    const ExpertCounters& c = *gpu.expert_counters();
+                    if (pl.mode == EngineMode::Hybrid && static_cast<int64_t>(L) > ub)
+                        EXPECT_GT(c.prompt_groups, 0u) << "a prompt of several blocks ran without groups";
+                    std::printf("  %s %zu tokens %s -u %lld: argmax agrees at %d/%d (%d checked), max top-5 |dp| %.5f, router "
+                                "divergences %d; %llu groups, %llu staged, %llu CPU experts\n",
+                                arch, L, pl.what, static_cast<long long>(ub), st.agree, st.steps, st.checked, st.max_dp,
+                                st.router_divergences, static_cast<unsigned long long>(c.prompt_groups),
+                                static_cast<unsigned long long>(c.total().staged_experts),
+                                static_cast<unsigned long long>(c.total().prompt_cpu_experts));
+                    if (pl.mode == EngineMode::Gpu) {
+                        gpu_all[ub] = std::move(lg);
+                        gpu_all_routes.emplace(ub, std::move(routes));
+                    }
+                }
+            }
+            // -u 512 and -u 4096 against each other (GPU-all), the same bounds.
+            Stats st;
+            check_teacher_forced(V, 0, gpu_all.at(512), gpu_all_routes.at(512), gpu_all.at(4096), &gpu_all_routes.at(4096), st);
+            std::printf("  %s %zu tokens, gpu-all -u 512 vs -u 4096: argmax agrees at %d/%d, max top-5 |dp| %.5f\n", arch, L,
+                        st.agree, st.steps, st.max_dp);
+            if (L == lengths[3]) {  // every expert staged, in groups: GPU-all's prompt logits bit for bit
+                SessionOptions s2 = so;
+                s2.n_ubatch = 4096;
+                GpuOptions go = all_staged_options();
+                go.prefill_group = 8192;
+                cuda::GpuSession gpu(model, s2, go);
+                std::vector<float> lg;
+                gpu.eval(prompt, true, lg);
+                ASSERT_EQ(lg.size(), L * static_cast<size_t>(V));
+                EXPECT_EQ(std::memcmp(lg.data(), gpu_all.at(4096).data(), lg.size() * 4), 0)
+                    << arch << ": 13,000 tokens staged in groups differ from GPU-all";
+                EXPECT_EQ(gpu.expert_counters()->prompt_groups, 2u);  // 8,192 tokens, then 4,808
+            }
+        }
+        std::filesystem::remove(path);
+    }
+}
