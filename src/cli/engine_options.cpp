@@ -66,6 +66,15 @@ void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode) {
         ->check(CLI::Range(int64_t{-1}, int64_t{1} << 24))
         ->envname("NITRO_PREFILL_GROUP")
         ->group(g);
+    sub->add_option("--prefill-pin", o.gpu.prefill_pin_gib,
+                    "GiB of the off-GPU experts' pages in the model file to page-lock in place (CUDA host registration) "
+                    "at start-up, so prompts copy those experts straight from the file over PCIe instead of through the "
+                    "CPU-filled pinned buffers (a third of the DRAM traffic); that much RAM cannot be swapped or trimmed "
+                    "while nitro runs; 0 = none. If the driver refuses, a warning and the buffers for the rest")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1e6))
+        ->envname("NITRO_PREFILL_PIN")
+        ->group(g);
     sub->add_option("--prefill-stage-threads", o.gpu.prefill_stage_threads,
                     "Threads that copy staged experts from the model file into the pinned buffers (0 = the engine's "
                     "threads, -t); in a layer that also leaves experts to the CPU, half of them fill and the CPU share "

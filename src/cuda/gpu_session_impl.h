@@ -259,6 +259,9 @@ struct GpuSession::Impl {
     }
     /// Allocates the group buffers of plan.group_tokens tokens (gpu_session_prompt.cpp).
     void setup_prompt_groups(DeviceContext& ctx);
+    /// --prefill-pin: registers up to `gib` GiB of the off-GPU experts' file pages with the stager
+    /// (PrefillStager::pin_in_place) and says how many experts that covers (gpu_session_prompt.cpp).
+    void pin_in_place(double gib);
     /// The ops of forward_blocks on block i of the group: its rows of the group's buffers, its
     /// position, its route-event rows and logits destination.
     void select_block(size_t i) {

@@ -149,6 +149,7 @@ void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions
         stager->take_gpu_wait_ms();
         stager->reset_stats();
     }
+    pin_in_place(go.prefill_pin_gib);
     rates_measured = rates.pcie_gb_s > 0 && rates.fill_gb_s > 0 && rates.fill_alone_gb_s > 0 && rates.dram_gb_s > 0 &&
                      rates.cpu_gflop_s > 0 && rates.gpu_gflop_s > 0;
     if (verbose || !rates_measured)
@@ -161,6 +162,52 @@ void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions
                      prefill_cost_mode_name(prefill_mode), rates.pcie_gb_s, rates.fill_alone_gb_s, rates.fill_gb_s,
                      rates.dram_gb_s, rates.cpu_gflop_s, rates.gpu_gflop_s,
                      rates_measured ? "" : " (a rate could not be measured: prompts use the CPU for off-GPU experts)");
+}
+
+void GpuSession::Impl::pin_in_place(double gib) {
+    if (gib <= 0 || !stager) return;
+    // Layer by layer, the off-GPU experts in id order while the budget holds all three of their
+    // parts; in each of the gate, up and down tensors every run of consecutive such experts is one
+    // registration of its whole pages (an expert at a run's edge whose part shares a page with a
+    // neighbour outside the run keeps the ring).
+    const auto t0 = Clock::now();
+    const uint64_t budget = static_cast<uint64_t>(gib * 1073741824.0);
+    uint64_t used = 0;
+    for (size_t il = 0; il < layers.size() && !stager->pin_refused(); ++il) {
+        const Layer& D = layers[il];
+        if (!D.cpu_part) continue;
+        const cpu::ExpertWeights& W = experts[il];
+        std::vector<uint8_t> pin(static_cast<size_t>(X), 0);
+        for (int64_t e = 0; e < X; ++e) {
+            if (D.h_slot_of[static_cast<size_t>(e)] >= 0) continue;
+            if (used + W.expert_bytes() > budget) break;
+            pin[static_cast<size_t>(e)] = 1;
+            used += W.expert_bytes();
+        }
+        for (const GgufTensorInfo* t : {W.gate, W.up, W.down}) {
+            const size_t per = row_size(t->type, t->ne[0]) * static_cast<size_t>(t->ne[1]);  // one expert's part
+            for (int64_t e = 0; e < X && !stager->pin_refused();) {
+                if (!pin[static_cast<size_t>(e)]) {
+                    ++e;
+                    continue;
+                }
+                int64_t end = e;
+                while (end < X && pin[static_cast<size_t>(end)]) ++end;
+                stager->pin_in_place(t->data + static_cast<size_t>(e) * per, static_cast<size_t>(end - e) * per);
+                e = end;
+            }
+        }
+    }
+    int64_t n_in_place = 0;
+    for (size_t il = 0; il < layers.size(); ++il)
+        if (layers[il].cpu_part)
+            for (int64_t e = 0; e < X; ++e)
+                n_in_place += layers[il].h_slot_of[static_cast<size_t>(e)] < 0 &&
+                              stager->in_place(expert_parts(experts[il], static_cast<int32_t>(e)));
+    std::fprintf(stderr,
+                 "prompt staging: %.2f GiB of the model file pinned in place (--prefill-pin %.2f): %lld off-GPU experts copy "
+                 "straight from the file, in %.1f s\n",
+                 stager->pinned_in_place_bytes() / 1073741824.0, gib, static_cast<long long>(n_in_place), ms_since(t0) / 1e3);
 }
 
 void GpuSession::Impl::setup_prompt_groups(DeviceContext& ctx) {
@@ -293,6 +340,7 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c, MoeScratch& sc) {
         });
     const auto t0 = Clock::now();
     const uint64_t staged_bytes0 = stager ? stager->stats().bytes : 0;
+    const uint64_t in_place0 = stager ? stager->stats().in_place_experts : 0;
     try {
         for (int32_t e : pp.staged) {
             const auto parts = expert_parts(W, e);
@@ -323,6 +371,7 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c, MoeScratch& sc) {
     L.staged_experts += pp.staged.size();
     L.staged_pairs += static_cast<uint64_t>(pp.staged_rows);
     L.staged_bytes += stager ? stager->stats().bytes - staged_bytes0 : 0;
+    L.staged_in_place += stager ? stager->stats().in_place_experts - in_place0 : 0;
     L.stage_ms += pp.staged.empty() ? 0.0 : stage_ms;
     L.gpu_pairs += static_cast<uint64_t>(R - pp.cpu_rows - pp.staged_rows);
     L.cpu_pairs += static_cast<uint64_t>(st.rows);

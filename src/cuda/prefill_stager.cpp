@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <unistd.h>
+
 namespace nitro::cuda {
 
 namespace {
@@ -70,6 +72,7 @@ PrefillStager::PrefillStager(DeviceAllocator& alloc, size_t slot_bytes, int n_sl
 
 PrefillStager::~PrefillStager() {
     if (stream_) cudaStreamSynchronize(stream_);  // copies in flight read the buffers
+    for (const auto& [b, e] : in_place_) cudaHostUnregister(reinterpret_cast<void*>(b));
     for (auto* v : {&buf_free_, &slot_free_, &ev_reach_, &ev_ready_})
         for (cudaEvent_t e : *v) cudaEventDestroy(e);
     for (size_t i = 0; i < bufs_.size(); ++i) {
@@ -100,21 +103,66 @@ void PrefillStager::fill(uint8_t* dst, std::span<const Part> parts, uint8_t* als
     }, threads);
 }
 
+size_t PrefillStager::pin_in_place(const uint8_t* begin, size_t bytes) {
+    if (pin_refused_) return 0;
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t b = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+    const uintptr_t e = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+    if (e <= b) return 0;
+    // Read-only: the file is mapped without write access (core/mapped_file.h).
+    const cudaError_t err = cudaHostRegister(reinterpret_cast<void*>(b), e - b, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+    if (err != cudaSuccess) {
+        cudaGetLastError();  // clear the error of the refused registration
+        pin_refused_ = true;
+        std::fprintf(stderr,
+                     "warning: --prefill-pin: the driver refused to pin %.1f MiB of the model file in place (%s); %.2f GiB stay "
+                     "pinned, every other staged expert is filled into the pinned ring as without --prefill-pin\n",
+                     static_cast<double>(e - b) / 1048576.0, cudaGetErrorString(err), pinned_in_place_ / 1073741824.0);
+        return 0;
+    }
+    in_place_.insert(std::upper_bound(in_place_.begin(), in_place_.end(), std::pair{b, e}), {b, e});
+    pinned_in_place_ += e - b;
+    return e - b;
+}
+
+bool PrefillStager::in_place(std::span<const Part> parts) const {
+    if (in_place_.empty()) return false;
+    for (const Part& p : parts) {
+        const uintptr_t b = reinterpret_cast<uintptr_t>(p.src), e = b + p.bytes;
+        // the last registered range starting at or before b must reach e
+        auto it = std::upper_bound(in_place_.begin(), in_place_.end(), std::pair{b, ~uintptr_t{0}});
+        if (it == in_place_.begin() || std::prev(it)->second < e) return false;
+    }
+    return true;
+}
+
 const uint8_t* PrefillStager::stage(std::span<const Part> parts, uint8_t* also_to, cudaStream_t compute, int fill_threads) {
     const size_t need = part_offset(parts, parts.size());
     if (need > slot_bytes_) fail("prompt staging: an expert of {} bytes does not fit a {}-byte slot", need, slot_bytes_);
-    const size_t b = next_ % bufs_.size(), p = next_ % slots_.size();
-    ++next_;
-    auto t0 = Clock::now();
-    if (buf_used_[b]) NITRO_CUDA_CHECK(cudaEventSynchronize(buf_free_[b]));  // its previous copy has read it
-    stats_.buffer_wait_ms += ms_since(t0);
-    t0 = Clock::now();
-    fill(bufs_[b], parts, also_to, fill_threads);
-    stats_.fill_ms += ms_since(t0);
-    if (slot_used_[p]) NITRO_CUDA_CHECK(cudaStreamWaitEvent(stream_, slot_free_[p], 0));  // its previous GEMMs ran
-    NITRO_CUDA_CHECK(cudaMemcpyAsync(slots_[p], bufs_[b], need, cudaMemcpyHostToDevice, stream_));
-    NITRO_CUDA_CHECK(cudaEventRecord(buf_free_[b], stream_));
-    buf_used_[b] = true;
+    const size_t p = next_ % slots_.size();
+    if (!also_to && in_place(parts)) {
+        // Straight from the registered file pages into the slot: no buffer, no fill.
+        ++next_;
+        if (slot_used_[p]) NITRO_CUDA_CHECK(cudaStreamWaitEvent(stream_, slot_free_[p], 0));  // its previous GEMMs ran
+        for (size_t k = 0; k < parts.size(); ++k)
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(slots_[p] + part_offset(parts, k), parts[k].src, parts[k].bytes, cudaMemcpyHostToDevice,
+                                             stream_));
+        ++stats_.in_place_experts;
+        for (const Part& q : parts) stats_.in_place_bytes += q.bytes;
+    } else {
+        const size_t b = next_ % bufs_.size();
+        ++next_;
+        auto t0 = Clock::now();
+        if (buf_used_[b]) NITRO_CUDA_CHECK(cudaEventSynchronize(buf_free_[b]));  // its previous copy has read it
+        stats_.buffer_wait_ms += ms_since(t0);
+        t0 = Clock::now();
+        fill(bufs_[b], parts, also_to, fill_threads);
+        stats_.fill_ms += ms_since(t0);
+        if (slot_used_[p]) NITRO_CUDA_CHECK(cudaStreamWaitEvent(stream_, slot_free_[p], 0));  // its previous GEMMs ran
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(slots_[p], bufs_[b], need, cudaMemcpyHostToDevice, stream_));
+        NITRO_CUDA_CHECK(cudaEventRecord(buf_free_[b], stream_));
+        buf_used_[b] = true;
+    }
     if (n_timed_ == ev_ready_.size()) {
         cudaEvent_t a = nullptr, r = nullptr;
         NITRO_CUDA_CHECK(cudaEventCreate(&a));

@@ -151,6 +151,7 @@ void ExpertLayerCounters::add(const ExpertLayerCounters& o) {
     staged_experts += o.staged_experts;
     staged_pairs += o.staged_pairs;
     staged_bytes += o.staged_bytes;
+    staged_in_place += o.staged_in_place;
     stage_ms += o.stage_ms;
     prompt_cpu_ms += o.prompt_cpu_ms;
     prompt_idle_ms += o.prompt_idle_ms;

@@ -63,6 +63,11 @@ struct GpuOptions {
     /// --prefill-group: tokens of a layer-major prompt group (PlacementOptions::prefill_group;
     /// -1 auto, 0 off)
     int64_t prefill_group = -1;
+    /// --prefill-pin: GiB of the off-GPU experts' pages in the mapped model file registered with
+    /// CUDA in place (page-locked, read-only), so prompts copy those experts by DMA straight from
+    /// the file instead of through the CPU-filled ring (cuda/prefill_stager.h); bounded, never
+    /// the whole model unless asked. 0 = none (default).
+    double prefill_pin_gib = 0;
     int test_max_pinned_stage_buffers = -1;  ///< fault injection (no flag): pinned staging buffers at most
 };
 
@@ -90,6 +95,7 @@ struct ExpertLayerCounters {
     uint64_t staged_experts = 0;  ///< experts staged to a GPU scratch slot for a prompt chunk
     uint64_t staged_pairs = 0;    ///< selections computed by the GPU from a staging slot (not in gpu_pairs)
     uint64_t staged_bytes = 0;    ///< bytes those experts sent host -> device
+    uint64_t staged_in_place = 0; ///< of the staged experts, those copied straight from pinned file pages (--prefill-pin)
     double stage_ms = 0;          ///< host time staging them (filling pinned buffers, enqueueing copies)
     double prompt_cpu_ms = 0;     ///< the part of cpu_ms spent in prompt chunks
     double prompt_idle_ms = 0;    ///< prompt chunks: GPU time waiting for staged copies and for the CPU's partial sum

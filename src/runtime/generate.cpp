@@ -188,7 +188,8 @@ nlohmann::json layer_json(const ExpertLayerCounters& L) {
             {"gpu_share", pairs ? static_cast<double>(L.gpu_pairs) / static_cast<double>(pairs) : 0.0},
             {"cpu_gb_s", L.cpu_ms > 0 ? static_cast<double>(L.cpu_bytes) / (L.cpu_ms * 1e6) : 0.0},
             {"prompt", {{"resident_experts", L.prompt_resident_experts}, {"cpu_experts", L.prompt_cpu_experts},
-                        {"staged_experts", L.staged_experts}, {"staged_pairs", L.staged_pairs}, {"staged_bytes", L.staged_bytes},
+                        {"staged_experts", L.staged_experts}, {"staged_in_place", L.staged_in_place},
+                        {"staged_pairs", L.staged_pairs}, {"staged_bytes", L.staged_bytes},
                         {"stage_ms", L.stage_ms}, {"cpu_ms", L.prompt_cpu_ms}, {"gpu_idle_ms", L.prompt_idle_ms},
                         {"staged_gb_s", L.stage_ms > 0 ? static_cast<double>(L.staged_bytes) / (L.stage_ms * 1e6) : 0.0}}},
             {"cache", cache_counters_json(c)}};
@@ -235,6 +236,7 @@ std::string expert_counters_line(const ExpertCounters& c) {
                          t.prompt_resident_experts, t.staged_experts, t.staged_bytes / 1e9, t.stage_ms,
                          t.stage_ms > 0 ? t.staged_bytes / (t.stage_ms * 1e6) : 0.0, t.prompt_cpu_experts, t.prompt_cpu_ms,
                          t.prompt_idle_ms);
+    if (t.staged_in_place > 0) s += fmt::format("; {} of the staged experts copied straight from pinned file pages", t.staged_in_place);
     if (c.prompt_groups > 0)
         s += fmt::format("; {} of {} prompt tokens in {} layer-major group{}", c.prompt_group_tokens, c.prefill_tokens,
                          c.prompt_groups, c.prompt_groups == 1 ? "" : "s");

@@ -312,6 +312,47 @@ double fill_rate(const std::vector<ExpertRange>& ex, uint8_t* buf, int threads, 
     return static_cast<double>(bytes) / (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e9);
 }
 
+/// GB/s of the staging pipeline as cuda/prefill_stager.h runs it: each expert filled by the team
+/// into one of `bufs` (round robin, after that buffer's previous copy finished) while the DMA
+/// copies the previous ones into `dev` on stream s. Fill and copy share the DRAM here.
+double pipeline_rate(const std::vector<ExpertRange>& ex, const std::vector<uint8_t*>& bufs, uint8_t* dev, cudaStream_t s,
+                     int threads, bool nt) {
+    std::vector<cudaEvent_t> done(bufs.size());
+    for (auto& e : done) NITRO_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    std::vector<bool> used(bufs.size(), false);
+    cpu::ThreadPool team(threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    size_t bytes = 0;
+    for (size_t i = 0; i < ex.size(); ++i) {
+        const ExpertRange& r = ex[i];
+        const size_t b = i % bufs.size();
+        if (used[b]) NITRO_CUDA_CHECK(cudaEventSynchronize(done[b]));
+        team.parallel_for(threads, 1, [&](int64_t tb, int64_t te, int) {
+            for (int64_t t = tb; t < te; ++t) {
+                size_t off = 0;
+                for (int k = 0; k < 3; ++k) {
+                    const size_t per = (r.bytes[k] / static_cast<size_t>(threads) + 4095) / 4096 * 4096;
+                    const size_t lo = std::min(r.bytes[k], per * static_cast<size_t>(t));
+                    const size_t hi = std::min(r.bytes[k], lo + per);
+                    if (hi > lo) {
+                        if (nt) stream_copy(bufs[b] + off + lo, r.part[k] + lo, hi - lo);
+                        else std::memcpy(bufs[b] + off + lo, r.part[k] + lo, hi - lo);
+                    }
+                    off += r.bytes[k];
+                }
+            }
+        });
+        NITRO_CUDA_CHECK(cudaMemcpyAsync(dev, bufs[b], r.total(), cudaMemcpyHostToDevice, s));
+        NITRO_CUDA_CHECK(cudaEventRecord(done[b], s));
+        used[b] = true;
+        bytes += r.total();
+    }
+    NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (auto& e : done) cudaEventDestroy(e);
+    return static_cast<double>(bytes) / (sec * 1e9);
+}
+
 int staging_figures(const Model& model, const std::vector<int>& threads) {
     // Distinct experts across layers, round robin, so no fill reads what an earlier one cached.
     std::vector<ExpertRange> all;
@@ -350,6 +391,23 @@ int staging_figures(const Model& model, const std::vector<int>& threads) {
     for (const auto& [name, buf] : {std::pair<const char*, uint8_t*>{"write-combined", wc}, {"cached", cached}}) {
         const double ms = time_ms(s, 5, [&] { NITRO_CUDA_CHECK(cudaMemcpyAsync(dev, buf, slot, cudaMemcpyHostToDevice, s)); });
         std::printf("MEASURED host-to-device from %-14s pinned: %6.1f GB/s\n", name, slot / (ms * 1e6));
+    }
+    // The pipeline (fill beside the DMA, 6 cached pinned buffers as the stager's default): does a
+    // fill without reads for ownership (non-temporal stores) help once the copies share the DRAM?
+    {
+        auto take4 = [&] {  // 192 experts (~2.5 GB for gpt-oss-120b)
+            std::vector<ExpertRange> v;
+            for (int i = 0; i < 4; ++i)
+                for (const ExpertRange& r : take()) v.push_back(r);
+            return v;
+        };
+        std::vector<uint8_t*> bufs(6);
+        for (auto& b : bufs) NITRO_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&b), slot, cudaHostAllocPortable));
+        for (int t : threads)
+            for (bool nt : {false, true})
+                std::printf("MEASURED pipeline fill + copy, 6 cached buffers, %-10s %2d threads: %6.1f GB/s\n",
+                            nt ? "nt-stores" : "memcpy", t, pipeline_rate(take4(), bufs, dev, s, t, nt));
+        for (uint8_t* b : bufs) cudaFreeHost(b);
     }
     // Registering an expert's pages in place (read-only) and copying from them: no CPU copy.
     {

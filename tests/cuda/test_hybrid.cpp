@@ -346,7 +346,9 @@ TEST(CudaHybrid, PromptPathsMatchCpu) {
 
 // A staged expert runs the resident path's arithmetic (cuda/ops.h moe_prefill_expert): with every
 // expert off the GPU and every one staged, a prompt's logits equal GPU-all's bit for bit, with
-// pinned or pageable staging buffers, with 1 or 4 fill threads, and with 1 or 4 scratch slots.
+// pinned or pageable staging buffers, with 1 or 4 fill threads, with 1 or 4 scratch slots, and
+// with experts copied straight from file pages pinned in place (--prefill-pin: all of them, or a
+// few beside the buffers; the counters show which path ran).
 TEST(CudaHybrid, StagedPromptEqualsGpuAllBitForBit) {
     cuda::test::require_gpu();
     const std::pair<const char*, GgmlType> models[] = {
@@ -361,18 +363,32 @@ TEST(CudaHybrid, StagedPromptEqualsGpuAllBitForBit) {
         struct Variant {
             const char* what;
             int max_pinned, threads, slots;
+            double pin_gib = 0;  // --prefill-pin
         };
         for (const Variant v : {Variant{"pinned, 4 threads, 4 slots", -1, 4, 4}, Variant{"pageable buffers", 0, 4, 4},
-                                Variant{"1 fill thread", -1, 1, 4}, Variant{"1 slot", -1, 4, 1}}) {
+                                Variant{"1 fill thread", -1, 1, 4}, Variant{"1 slot", -1, 4, 1},
+                                Variant{"every expert pinned in place", -1, 4, 4, 1.0},
+                                Variant{"a few experts pinned in place, the rest through the buffers", -1, 4, 4, 0.0005}}) {
             SCOPED_TRACE(std::string(arch) + ": " + v.what);
             GpuOptions go = all_staged_options();
             go.test_max_pinned_stage_buffers = v.max_pinned;
             go.prefill_stage_threads = v.threads;
             go.prefill_stage_slots = v.slots;
+            go.prefill_pin_gib = v.pin_gib;
             cuda::GpuSession gpu(model, so, go);
             EXPECT_EQ(gpu.plan().n_resident(), 0);
             EXPECT_EQ(gpu.plan().stage_slots, v.slots);
-            expect_all_staged_and_equal(gpu, model, prompt, ref);
+            const ExpertLayerCounters t = expect_all_staged_and_equal(gpu, model, prompt, ref);
+            if (v.pin_gib == 0) EXPECT_EQ(t.staged_in_place, 0u);
+            // All 16 experts of a tensor are one run: only the two at its ends can share a page
+            // with a neighbouring tensor, so at least 14 of 16 copy in place.
+            if (v.pin_gib >= 1.0) EXPECT_GE(t.staged_in_place * 16, t.staged_experts * 14);
+            if (v.pin_gib > 0 && v.pin_gib < 1.0) {
+                EXPECT_GT(t.staged_in_place, 0u);
+                EXPECT_LT(t.staged_in_place, t.staged_experts / 2);
+            }
+            std::printf("  %s, %s: %llu of %llu staged experts copied in place\n", arch, v.what,
+                        static_cast<unsigned long long>(t.staged_in_place), static_cast<unsigned long long>(t.staged_experts));
         }
         std::filesystem::remove(path);
     }
