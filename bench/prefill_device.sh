@@ -14,7 +14,9 @@
 # Inputs from .carry/ (bench/make_carry.sh --llama): bin.tar.xz, llama-src.tar.xz.
 # Environment: BUDGET (GiB, 12), NCMOE (31), PROMPTS (512,4096,13000), UB (nitro --ubatch, 4096),
 # PRESET (gpt-oss-120b), VARIANTS (sweep), FILTER (gtest filter of prepare's tests), MIRROR (1: the B half too),
-# CPU_BASELINE (1: also --prefill-cost-model cpu on 4,096 tokens).
+# CPU_BASELINE (1: also --prefill-cost-model cpu on 4,096 tokens), MODEL (/dev/shm/bench.gguf: another
+# file for bench/sweep), NITRO_OPTS (extra nitro options of every run), LLAMA_UB (llama-bench's ubatch
+# list above 512 tokens, 2048,4096).
 set -uo pipefail
 PHASE=${1:?phase}; RESULTS=${2:?out dir}
 OUTD=/tmp/nitro-out/$PHASE; rm -rf "$OUTD"; mkdir -p "$OUTD"
@@ -23,7 +25,7 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 W=/tmp/nitro-dev; mkdir -p "$W"
 [ -f "$HERE/.carry/bin.tar.xz" ] && { rm -rf "$W/bin"; tar xJf "$HERE/.carry/bin.tar.xz" -C "$W"; }
 export LD_LIBRARY_PATH="$W/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-N="$W/bin/nitro"; M=/dev/shm/bench.gguf
+N="$W/bin/nitro"; M=${MODEL:-/dev/shm/bench.gguf}
 export NITRO_SOURCE_DIR="$HERE"  # tests/data (the qwen3next fixture) of this checkout
 BUDGET=${BUDGET:-12}; NCMOE=${NCMOE:-31}; PROMPTS=${PROMPTS:-512,4096,13000}; UB=${UB:-4096}; PRESET=${PRESET:-gpt-oss-120b}
 L=/tmp/llama; LB="$L/b/bin/llama-bench"
@@ -35,7 +37,7 @@ log() { echo "[$(date -u +%H:%M:%S)] $*"; }
 bench_one() {  # $1 tag, $2 prompt tokens, $3.. extra options; env THREADS_RUN (16), UB_RUN ($UB)
     local tag=$1 np=$2; shift 2
     timeout 300 "$N" run -m "$M" --prompt-ids "$(seq -s, 1000 $((1000 + np - 1)))" -n 1 --ignore-eos -t "${THREADS_RUN:-16}" --mode hybrid \
-        --vram-budget "$BUDGET" -u "${UB_RUN:-$UB}" -c $((${maxp:-$np} + 256)) --json -v "$@" > "$OUTD/nitro_$tag.json" 2> "$OUTD/nitro_$tag.err"
+        --vram-budget "$BUDGET" -u "${UB_RUN:-$UB}" -c $((${maxp:-$np} + 256)) --json -v ${NITRO_OPTS:-} "$@" > "$OUTD/nitro_$tag.json" 2> "$OUTD/nitro_$tag.err"
     python3 - "$OUTD/nitro_$tag.json" "$tag" "$np" <<'PY' | tee -a "$RESULTS/summary.txt"
 import json, sys
 try:
@@ -43,12 +45,12 @@ try:
 except Exception as e:
     print("nitro %s: no result (%s)" % (sys.argv[2], e)); sys.exit(0)
 t = d["timings"]; e = d.get("experts", {}); p = e.get("prompt", {})
-print("MEASURED nitro %-14s pp%-6s %8.1f tok/s  TTFT %7.0f ms | staged %5d experts %6.2f GB in %6.0f ms (%.1f GB/s), CPU %5d experts %6.0f ms, resident %5d, GPU idle %5.0f ms"
-      % (sys.argv[2], sys.argv[3], t["prompt_tok_s"], t.get("ttft_ms", 0), p.get("staged_experts", 0), p.get("staged_bytes", 0) / 1e9,
-         p.get("stage_ms", 0), p.get("staged_gb_s", 0), p.get("cpu_experts", 0), p.get("cpu_ms", 0), p.get("resident_experts", 0),
-         p.get("gpu_idle_ms", 0)))
+print("MEASURED nitro %-14s pp%-6s %8.1f tok/s  TTFT %7.0f ms | staged %5d experts (%d in place) %6.2f GB in %6.0f ms (%.1f GB/s), CPU %5d experts %6.0f ms, resident %5d, GPU idle %5.0f ms, groups %d"
+      % (sys.argv[2], sys.argv[3], t["prompt_tok_s"], t.get("ttft_ms", 0), p.get("staged_experts", 0), p.get("staged_in_place", 0),
+         p.get("staged_bytes", 0) / 1e9, p.get("stage_ms", 0), p.get("staged_gb_s", 0), p.get("cpu_experts", 0), p.get("cpu_ms", 0),
+         p.get("resident_experts", 0), p.get("gpu_idle_ms", 0), e.get("prompt_groups", 0)))
 PY
-    grep -m1 "prompt staging:" "$OUTD/nitro_$tag.err" | tee -a "$RESULTS/summary.txt"
+    grep "prompt staging:\|pinned in place\|prefill-pin" "$OUTD/nitro_$tag.err" | head -3 | tee -a "$RESULTS/summary.txt"
 }
 
 case "$PHASE" in
@@ -94,7 +96,7 @@ PY
     }
     # llama.cpp's ubatch per prompt: 512 for 512 tokens; 2048 and 4096 above (512 runs a 4,096-token
     # prompt at ~71 tok/s on this machine, ../shared/PEERS.md: minutes for nothing).
-    llama_all() { for p in "${PS[@]}"; do if [ "$p" -le 512 ]; then run_llama "$1" "$p" 512; else run_llama "$1" "$p" 2048,4096; fi; done; }
+    llama_all() { for p in "${PS[@]}"; do if [ "$p" -le 512 ]; then run_llama "$1" "$p" 512; else run_llama "$1" "$p" "${LLAMA_UB:-2048,4096}"; fi; done; }
     log "nitro bench -p 4 -n 2 (read probe)"; "$N" bench -m "$M" -p 4 -n 2 -t 16 --kernels none > "$OUTD/nitro_bench.txt" 2>&1
     grep -iE "memory read" "$OUTD/nitro_bench.txt" | head -2 | tee -a "$S"
     log "timed runs: $PRESET, budget $BUDGET GiB, nitro -u $UB; llama.cpp -ncmoe $NCMOE; mirrored" | tee -a "$S"
