@@ -115,7 +115,7 @@ sweep)
     # (e.g. the cost model's modes, fill threads), to choose between pipeline designs; no peer.
     [ -f "$M" ] || { echo "no model (run prepare first)"; exit 1; }
     S="$RESULTS/summary.txt"
-    maxp=13000
+    maxp=${MAXP:-13000}
     IFS=';' read -ra VS <<< "${VARIANTS:?VARIANTS}"
     for v in "${VS[@]}"; do
         IFS='|' read -r tag np thr ub opts <<< "$v"

@@ -368,7 +368,7 @@ TEST(CudaHybrid, StagedPromptEqualsGpuAllBitForBit) {
         for (const Variant v : {Variant{"pinned, 4 threads, 4 slots", -1, 4, 4}, Variant{"pageable buffers", 0, 4, 4},
                                 Variant{"1 fill thread", -1, 1, 4}, Variant{"1 slot", -1, 4, 1},
                                 Variant{"every expert pinned in place", -1, 4, 4, 1.0},
-                                Variant{"a few experts pinned in place, the rest through the buffers", -1, 4, 4, 0.0005}}) {
+                                Variant{"a few experts pinned in place, the rest through the buffers", -1, 4, 4, 0.002}}) {
             SCOPED_TRACE(std::string(arch) + ": " + v.what);
             GpuOptions go = all_staged_options();
             go.test_max_pinned_stage_buffers = v.max_pinned;
@@ -380,9 +380,10 @@ TEST(CudaHybrid, StagedPromptEqualsGpuAllBitForBit) {
             EXPECT_EQ(gpu.plan().stage_slots, v.slots);
             const ExpertLayerCounters t = expect_all_staged_and_equal(gpu, model, prompt, ref);
             if (v.pin_gib == 0) EXPECT_EQ(t.staged_in_place, 0u);
-            // All 16 experts of a tensor are one run: only the two at its ends can share a page
-            // with a neighbouring tensor, so at least 14 of 16 copy in place.
-            if (v.pin_gib >= 1.0) EXPECT_GE(t.staged_in_place * 16, t.staged_experts * 14);
+            // All 16 experts of a tensor are one run, registered as its whole pages: only the two at
+            // its ends (experts 0 and 15, whose parts share a page with a neighbouring tensor) keep
+            // the buffers, so at most 2 per layer per chunk (one chunk here) are not in place.
+            if (v.pin_gib >= 1.0) EXPECT_GE(t.staged_in_place + 2 * static_cast<uint64_t>(model.hp().n_layer), t.staged_experts);
             if (v.pin_gib > 0 && v.pin_gib < 1.0) {
                 EXPECT_GT(t.staged_in_place, 0u);
                 EXPECT_LT(t.staged_in_place, t.staged_experts / 2);
@@ -454,7 +455,8 @@ TEST(CudaHybrid, LayerMajorGroupsEqualGpuAllBitForBit) {
 // batch of rows of one sequence, longer than a block, runs as groups through eval_batch, for any
 // sequence of the engine. Sequence 1 of a two-sequence engine, the 110-token prompt of the test
 // above in blocks of 16 and groups of 64, every expert staged: every row's logits (all flags set)
-// equal GPU-all's bit for bit; with only the last row's flag, that row's logits; and the engine
+// equal GPU-all's bit for bit; with only the last row's flag, that row's logits (GPU-all's prompt
+// evaluated for the last row only: a one-row LM head takes the GEMV path); and the engine
 // counts the groups it ran (two per prompt: 64 tokens, then 46).
 TEST(CudaHybrid, GroupsServeABatchOfOneSequence) {
     cuda::test::require_gpu();
@@ -469,6 +471,15 @@ TEST(CudaHybrid, GroupsServeABatchOfOneSequence) {
         so.n_ubatch = 16;
         const std::vector<float> ref = gpu_all_logits(model, so, prompt);
         const size_t V = static_cast<size_t>(model.n_vocab());
+        // The last row alone: the LM head of one row takes the GEMV path, not the GEMM of all rows.
+        std::vector<float> ref_last;
+        {
+            GpuOptions all;
+            all.progress = false;
+            all.mode = EngineMode::Gpu;
+            all.vram_budget_gib = 2;
+            cuda::GpuSession(model, so, all).eval(prompt, false, ref_last);
+        }
         so.n_seq = 2;
         GpuOptions go = all_staged_options();
         go.prefill_group = 64;
@@ -489,7 +500,8 @@ TEST(CudaHybrid, GroupsServeABatchOfOneSequence) {
         flags.back() = 1;
         gpu.eval_batch(SeqBatch{prompt, seq, flags}, l);
         ASSERT_EQ(l.size(), V);
-        EXPECT_EQ(std::memcmp(l.data(), ref.data() + (prompt.size() - 1) * V, V * 4), 0) << "the last row's logits";
+        ASSERT_EQ(ref_last.size(), V);
+        EXPECT_EQ(std::memcmp(l.data(), ref_last.data(), V * 4), 0) << "the last row's logits";
         EXPECT_EQ(gpu.expert_counters()->prompt_groups, 4u);
         std::filesystem::remove(path);
     }
