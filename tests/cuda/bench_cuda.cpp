@@ -285,6 +285,25 @@ void stream_copy(uint8_t* dst, const uint8_t* src, size_t n) {
     _mm_sfence();
 }
 
+/// Copies expert r's parts back to back into buf, each thread of the team its share of every part.
+void fill_expert(cpu::ThreadPool& team, const ExpertRange& r, uint8_t* buf, int threads, bool nt) {
+    team.parallel_for(threads, 1, [&](int64_t tb, int64_t te, int) {
+        for (int64_t t = tb; t < te; ++t) {
+            size_t off = 0;
+            for (int k = 0; k < 3; ++k) {
+                const size_t per = (r.bytes[k] / static_cast<size_t>(threads) + 4095) / 4096 * 4096;
+                const size_t b = std::min(r.bytes[k], per * static_cast<size_t>(t));
+                const size_t e = std::min(r.bytes[k], b + per);
+                if (e > b) {
+                    if (nt) stream_copy(buf + off + b, r.part[k] + b, e - b);
+                    else std::memcpy(buf + off + b, r.part[k] + b, e - b);
+                }
+                off += r.bytes[k];
+            }
+        }
+    });
+}
+
 /// GB/s of filling `buf` with each expert in turn (parts back to back) by a team of `threads`
 /// (a persistent cpu::ThreadPool, as the stager's), each thread copying its share of every part.
 double fill_rate(const std::vector<ExpertRange>& ex, uint8_t* buf, int threads, bool nt) {
@@ -292,21 +311,7 @@ double fill_rate(const std::vector<ExpertRange>& ex, uint8_t* buf, int threads, 
     const auto t0 = std::chrono::steady_clock::now();
     size_t bytes = 0;
     for (const ExpertRange& r : ex) {
-        team.parallel_for(threads, 1, [&](int64_t tb, int64_t te, int) {
-            for (int64_t t = tb; t < te; ++t) {
-                size_t off = 0;
-                for (int k = 0; k < 3; ++k) {
-                    const size_t per = (r.bytes[k] / static_cast<size_t>(threads) + 4095) / 4096 * 4096;
-                    const size_t b = std::min(r.bytes[k], per * static_cast<size_t>(t));
-                    const size_t e = std::min(r.bytes[k], b + per);
-                    if (e > b) {
-                        if (nt) stream_copy(buf + off + b, r.part[k] + b, e - b);
-                        else std::memcpy(buf + off + b, r.part[k] + b, e - b);
-                    }
-                    off += r.bytes[k];
-                }
-            }
-        });
+        fill_expert(team, r, buf, threads, nt);
         bytes += r.total();
     }
     return static_cast<double>(bytes) / (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e9);
@@ -327,21 +332,7 @@ double pipeline_rate(const std::vector<ExpertRange>& ex, const std::vector<uint8
         const ExpertRange& r = ex[i];
         const size_t b = i % bufs.size();
         if (used[b]) NITRO_CUDA_CHECK(cudaEventSynchronize(done[b]));
-        team.parallel_for(threads, 1, [&](int64_t tb, int64_t te, int) {
-            for (int64_t t = tb; t < te; ++t) {
-                size_t off = 0;
-                for (int k = 0; k < 3; ++k) {
-                    const size_t per = (r.bytes[k] / static_cast<size_t>(threads) + 4095) / 4096 * 4096;
-                    const size_t lo = std::min(r.bytes[k], per * static_cast<size_t>(t));
-                    const size_t hi = std::min(r.bytes[k], lo + per);
-                    if (hi > lo) {
-                        if (nt) stream_copy(bufs[b] + off + lo, r.part[k] + lo, hi - lo);
-                        else std::memcpy(bufs[b] + off + lo, r.part[k] + lo, hi - lo);
-                    }
-                    off += r.bytes[k];
-                }
-            }
-        });
+        fill_expert(team, r, bufs[b], threads, nt);
         NITRO_CUDA_CHECK(cudaMemcpyAsync(dev, bufs[b], r.total(), cudaMemcpyHostToDevice, s));
         NITRO_CUDA_CHECK(cudaEventRecord(done[b], s));
         used[b] = true;
