@@ -349,6 +349,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     m.d_pos = ctx.alloc_n<int32_t>(static_cast<size_t>(z.pos), "positions");
     m.d_step = ctx.alloc_n<uint32_t>(1, "step counter");
     m.moe_sc.act = A(z.moe_act, "expert activations");
+    m.moe_sc.act_bytes = static_cast<size_t>(z.moe_act) * sizeof(float);
     m.moe_sc.down = A(z.moe_down, "expert outputs");
     m.partial = A(z.partial, "CPU experts' partial sums");
     m.qg = A(z.qg, "q and output gate");

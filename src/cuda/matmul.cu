@@ -698,8 +698,7 @@ void moe_prefill_piece(cudaStream_t s, const ExpertSlots& ex, const MoePrefillGr
         moe_glu_kernel<<<ceil_div(pn * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp + p0, slot_of, ex.gate_b, ex.up_b,
                                                             ex.oai_act ? 1 : 0, 0, pn, F, nullptr, sc.gate);
         NITRO_CUDA_LAUNCH_CHECK();
-        const Q8Acts aq = quantize_q8_part(s, ex.down.type, sc.gate, F, 0, pn, pn, F, sc.act,
-                                           static_cast<size_t>(pn * F) * sizeof(float));
+        const Q8Acts aq = quantize_q8_part(s, ex.down.type, sc.gate, F, 0, pn, pn, F, sc.act, sc.act_bytes);
         moe_mmq(s, ex.down, down, aq, nullptr, down_out, E);
         return;
     }
@@ -799,7 +798,7 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
         moe_glu_kernel<<<ceil_div(R * F, 256), 256, 0, s>>>(sc.gate, sc.up, sc.group_exp, ex.slot_of, ex.gate_b, ex.up_b,
                                                            ex.oai_act ? 1 : 0, 0, R, F, nullptr, sc.gate);
         NITRO_CUDA_LAUNCH_CHECK();
-        const Q8Acts aq = quantize_q8(s, ex.down.type, sc.gate, F, R, F, sc.act, static_cast<size_t>(R * F) * sizeof(float));
+        const Q8Acts aq = quantize_q8(s, ex.down.type, sc.gate, F, R, F, sc.act, sc.act_bytes);
         moe_mmq_slots(s, ex.down, ex.down_stride, ex.slot_of, ex.n_expert, off, R, aq, nullptr, sc.down, E);
         return;
     }

@@ -189,6 +189,10 @@ struct ExpertSlots {
 /// Work buffers of moe_ffn for up to n_max tokens.
 struct MoeScratch {
     float* act = nullptr;       ///< [n*K, F] f32 (decode) / f16 (prefill, as uint16)
+    /// Bytes act holds: at least n*K*F floats and q8_act_bytes(n*K, F) (the integer prefill path
+    /// quantizes the GLU output of n*K rows into it; for a few short rows the layout's 256-byte
+    /// alignment is larger than the rows' floats).
+    size_t act_bytes = 0;
     float* gate = nullptr;      ///< [n*K, F] (prefill)
     float* up = nullptr;        ///< [n*K, F] (prefill)
     float* down = nullptr;      ///< [n*K, E]

@@ -157,7 +157,8 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
     z.attn_partial = (z.max_split > 1 ? sp.n_head * z.max_split * (sp.head_dim + 2) : 0) + 1;
     z.tok = ub;
     z.pos = std::max<int64_t>(1, sp.n_seq);
-    z.moe_act = R * F;
+    // (+ room for the 8-bit layout of the GLU output: its 256-byte alignment exceeds a few short rows)
+    z.moe_act = std::max<int64_t>(R * F, static_cast<int64_t>((q8_act_bytes(R, F) + 3) / 4));
     z.moe_down = R * E;
     const int64_t max_ne0 = std::max({E, sp.n_o(), F, sp.ssm.value_dim(), sp.n_ff_shexp});
     // (+ room for the decode MoE's 8-bit activations when the chunk is too small to hold them)

@@ -79,6 +79,7 @@ void moe_decode_figures(DeviceContext& ctx, double copy_gbs) {
     const int64_t nmax = 4, R = nmax * K;
     MoeScratch sc;
     sc.act = ctx.alloc_n<float>(static_cast<size_t>(R * F), "act");
+    sc.act_bytes = static_cast<size_t>(R * F) * sizeof(float);
     sc.down = ctx.alloc_n<float>(static_cast<size_t>(R * E), "down");
     sc.gemm.xr_elems = static_cast<size_t>(std::max<int64_t>(R * std::max(E, F), nmax * E));
     sc.gemm.xr = ctx.alloc_n<float>(sc.gemm.xr_elems, "xr");

@@ -125,7 +125,8 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
             auto x0 = randn(static_cast<size_t>(n * c.E));
             MoeScratch sc;
             const int64_t R = n * c.K;
-            sc.act = ctx->alloc_n<float>(static_cast<size_t>(R * c.F), "act");
+            sc.act_bytes = std::max<size_t>(static_cast<size_t>(R * c.F) * 4, q8_act_bytes(R, c.F));
+            sc.act = static_cast<float*>(static_cast<void*>(ctx->alloc_n<uint8_t>(sc.act_bytes, "act")));
             sc.gate = ctx->alloc_n<float>(static_cast<size_t>(R * c.F), "gate");
             sc.up = ctx->alloc_n<float>(static_cast<size_t>(R * c.F), "up");
             sc.down = ctx->alloc_n<float>(static_cast<size_t>(R * c.E), "down");
@@ -260,6 +261,7 @@ TEST_F(CudaOps, FusedDecodeMoeEqualsTheSeparateOpsBitForBit) {
                     float *x1 = to_dev(*ctx, x0), *x2 = to_dev(*ctx, x0);
                     float *h1 = ctx->alloc_n<float>(static_cast<size_t>(n * c.E), "h1"), *h2 = ctx->alloc_n<float>(static_cast<size_t>(n * c.E), "h2");
                     MoeScratch sc;
+                    sc.act_bytes = static_cast<size_t>(R * c.F) * 4;
                     sc.act = ctx->alloc_n<float>(static_cast<size_t>(R * c.F), "act");
                     sc.down = ctx->alloc_n<float>(static_cast<size_t>(R * c.E), "down");
                     sc.gemm.xr_elems = std::max<size_t>(static_cast<size_t>(n * c.E), (moe_decode_q8_bytes(n, c.E, c.K, c.F) + 3) / 4);
