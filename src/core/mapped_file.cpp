@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <utility>
 
@@ -51,6 +52,17 @@ void read_all(int fd, const std::string& path, uint8_t* dst, size_t size) {
 }
 
 }  // namespace
+
+MemInfo read_meminfo() {
+    MemInfo m;
+    std::ifstream f("/proc/meminfo");
+    for (std::string line; std::getline(f, line);) {
+        const auto kib = [&](const char* key) -> uint64_t { return 1024ull * std::strtoull(line.c_str() + std::strlen(key), nullptr, 10); };
+        if (line.rfind("MemTotal:", 0) == 0) m.total = kib("MemTotal:");
+        else if (line.rfind("MemAvailable:", 0) == 0) m.available = kib("MemAvailable:");
+    }
+    return m;
+}
 
 MapOptions model_map_options() {
     std::lock_guard<std::mutex> lk(g_default_mu);

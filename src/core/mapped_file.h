@@ -35,6 +35,14 @@ struct MapOptions {
 /// any model is opened. Other files (traces, safetensors) are plain mappings.
 MapOptions model_map_options();
 void set_model_map_options(const MapOptions& o);
+/// The host's RAM as /proc/meminfo states it, bytes: MemTotal and MemAvailable (0 where the file
+/// or the line is missing).
+struct MemInfo {
+    uint64_t total = 0;
+    uint64_t available = 0;
+};
+MemInfo read_meminfo();
+
 /// "thp" / "explicit" / "off"; parse_huge_pages throws nitro::Error for anything else.
 const char* huge_pages_name(HugePages h);
 HugePages parse_huge_pages(const std::string& s);

@@ -53,6 +53,9 @@ struct GpuSession::Impl {
         int32_t* d_slot_of = nullptr;    ///< [X] device: this layer's row of d_slot_tables
         std::vector<int32_t> h_slot_of;  ///< [X] slot of each expert in the current step, -1 = on the CPU
         std::vector<uint8_t> on_gpu;     ///< [X] 1 = resident (cpu::moe_ffn skips it; layers without a cache)
+        /// [X] 1 = the expert's pages of the file are page-locked (--prefill-pin): staged by DMA from
+        /// the file, no fill (the cost model's in_place); empty = none
+        std::vector<uint8_t> in_place;
         int64_t n_slots = 0;
         bool cpu_part = false;           ///< some experts of this layer are on the CPU
         uint16_t *kc = nullptr, *vc = nullptr;

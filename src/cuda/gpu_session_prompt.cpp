@@ -6,6 +6,8 @@
 // feeds the staging pipeline; the combine adds both in router order.
 #include "core/error.h"
 #include "cuda/gpu_session_impl.h"
+
+#include "core/mapped_file.h"
 #include "quant/types.h"
 
 #include <fmt/format.h>
@@ -165,7 +167,17 @@ void GpuSession::Impl::setup_prompt_staging(DeviceContext& ctx, const GpuOptions
 }
 
 void GpuSession::Impl::pin_in_place(double gib) {
-    if (gib <= 0 || !stager) return;
+    if (gib == 0 || !stager) return;
+    const bool automatic = gib < 0;
+    if (automatic) {  // -1: a bounded share of RAM (prefill_pin_auto_bytes)
+        uint64_t off_gpu = 0;
+        for (size_t il = 0; il < layers.size(); ++il)
+            if (layers[il].cpu_part)
+                for (int64_t e = 0; e < X; ++e) off_gpu += layers[il].h_slot_of[static_cast<size_t>(e)] < 0 ? experts[il].expert_bytes() : 0;
+        const MemInfo m = read_meminfo();
+        gib = static_cast<double>(prefill_pin_auto_bytes(off_gpu, m.total, m.available)) / 1073741824.0;
+        if (gib <= 0) return;
+    }
     // Layer by layer, the off-GPU experts in id order while the budget holds all three of their
     // parts; in each of the gate, up and down tensors every run of consecutive such experts is one
     // registration of its whole pages (an expert at a run's edge whose part shares a page with a
@@ -199,15 +211,20 @@ void GpuSession::Impl::pin_in_place(double gib) {
         }
     }
     int64_t n_in_place = 0;
-    for (size_t il = 0; il < layers.size(); ++il)
-        if (layers[il].cpu_part)
-            for (int64_t e = 0; e < X; ++e)
-                n_in_place += layers[il].h_slot_of[static_cast<size_t>(e)] < 0 &&
-                              stager->in_place(expert_parts(experts[il], static_cast<int32_t>(e)));
+    for (size_t il = 0; il < layers.size(); ++il) {
+        Layer& D = layers[il];
+        if (!D.cpu_part) continue;
+        D.in_place.assign(static_cast<size_t>(X), 0);
+        for (int64_t e = 0; e < X; ++e) {
+            D.in_place[static_cast<size_t>(e)] = stager->in_place(expert_parts(experts[il], static_cast<int32_t>(e))) ? 1 : 0;
+            n_in_place += D.h_slot_of[static_cast<size_t>(e)] < 0 && D.in_place[static_cast<size_t>(e)];
+        }
+    }
     std::fprintf(stderr,
-                 "prompt staging: %.2f GiB of the model file pinned in place (--prefill-pin %.2f): %lld off-GPU experts copy "
+                 "prompt staging: %.2f GiB of the model file pinned in place (--prefill-pin %.2f%s): %lld off-GPU experts copy "
                  "straight from the file, in %.1f s\n",
-                 stager->pinned_in_place_bytes() / 1073741824.0, gib, static_cast<long long>(n_in_place), ms_since(t0) / 1e3);
+                 stager->pinned_in_place_bytes() / 1073741824.0, gib, automatic ? ", auto: min(off-GPU experts, RAM / 4, available / 2)" : "",
+                 static_cast<long long>(n_in_place), ms_since(t0) / 1e3);
 }
 
 void GpuSession::Impl::setup_prompt_groups(DeviceContext& ctx) {
@@ -291,7 +308,7 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c, MoeScratch& sc) {
     for (int32_t e : ids) ++rows[static_cast<size_t>(e)];
     const PrefillCostMode mode = stager ? (prefill_mode == PrefillCostMode::Auto && !rates_measured ? PrefillCostMode::Cpu : prefill_mode)
                                         : PrefillCostMode::Cpu;
-    const PrefillLayerPlan pp = plan_prefill_layer(mode, rates, rows, resident, W.expert_bytes(), flop_per_row(W));
+    const PrefillLayerPlan pp = plan_prefill_layer(mode, rates, rows, resident, W.expert_bytes(), flop_per_row(W), D.in_place);
     if (verbose) std::fprintf(stderr, "prefill cost model: %s\n", describe_prefill_plan(il, pp, W.expert_bytes()).c_str());
 
     // What the CPU skips (resident or staged), and the GPU's table for the combine.

@@ -66,8 +66,9 @@ struct GpuOptions {
     /// --prefill-pin: GiB of the off-GPU experts' pages in the mapped model file registered with
     /// CUDA in place (page-locked, read-only), so prompts copy those experts by DMA straight from
     /// the file instead of through the CPU-filled ring (cuda/prefill_stager.h); bounded, never
-    /// the whole model unless asked. 0 = none (default).
-    double prefill_pin_gib = 0;
+    /// the whole model unless asked. -1 = auto (default: prefill_pin_auto_bytes, a quarter of RAM at
+    /// most), 0 = none.
+    double prefill_pin_gib = -1;
     int test_max_pinned_stage_buffers = -1;  ///< fault injection (no flag): pinned staging buffers at most
 };
 

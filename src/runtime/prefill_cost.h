@@ -64,19 +64,36 @@ struct PrefillLayerPlan {
 
 /// One layer's decision. rows: [n_expert] (token, expert) pairs per expert in the chunk;
 /// resident: [n_expert] nonzero = computed from a VRAM slot; expert_bytes: one expert's gate, up and
-/// down bytes; flop_per_row: 2 x (gate + up + down) weights (one token through the expert).
+/// down bytes; flop_per_row: 2 x (gate + up + down) weights (one token through the expert);
+/// in_place: [n_expert] or empty, nonzero = the expert's pages of the file are page-locked
+/// (--prefill-pin), so staging it is a DMA straight from the file with no CPU fill.
+/// Staging a set S costs max(CPU of the rest, copy of S, GPU of resident + S) where the copy is
+/// max(bytes of S / pcie, bytes of S's ring experts / fill): the in-place DMAs and the ring share
+/// the link, and only the ring's experts are filled. Among the in-place and among the ring
+/// candidates the ones with most rows are staged first; the best pair of counts is searched.
 /// Ties in rows are broken by lower expert id, so the decision is deterministic. The est_* fields
 /// are 0 unless every rate is positive (the forced modes need none).
 PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r, std::span<const int64_t> rows,
-                                    std::span<const uint8_t> resident, uint64_t expert_bytes, double flop_per_row);
+                                    std::span<const uint8_t> resident, uint64_t expert_bytes, double flop_per_row,
+                                    std::span<const uint8_t> in_place = {});
 
 /// Model of one expert on the CPU: bytes / dram + rows x flop / cpu rate, in ms.
 double prefill_cpu_ms(const PrefillRates& r, uint64_t bytes, int64_t rows, double flop_per_row);
 /// Fill + PCIe of one expert (the two overlap in the ring: the slower sets the pace), in ms; alone:
 /// no CPU share beside it (the whole fill team, fill_alone_gb_s).
 double prefill_copy_ms(const PrefillRates& r, uint64_t bytes, bool alone = false);
+/// Copy time of a staged share, in ms: ring_bytes go through the fill and PCIe, in_place_bytes over
+/// PCIe only; the link carries both and the fill runs beside it: max(all / pcie, ring / fill).
+double prefill_copy_ms(const PrefillRates& r, uint64_t ring_bytes, uint64_t in_place_bytes, bool alone);
 /// GPU GEMM time of rows through one expert, in ms.
 double prefill_gpu_ms(const PrefillRates& r, int64_t rows, double flop_per_row);
+
+/// --prefill-pin auto (-1): bytes of the off-GPU experts to page-lock in place, at most a quarter of
+/// the host's RAM and half of what is available now, never more than the off-GPU experts:
+/// min(off_gpu_bytes, mem_total / 4, mem_available / 2). The bound keeps most of RAM swappable
+/// (pinning 15 GB fails on real machines, ollama #11772: this pins pages the model already maps,
+/// not new buffers, but a locked page is one the OS can no longer trim).
+uint64_t prefill_pin_auto_bytes(uint64_t off_gpu_bytes, uint64_t mem_total, uint64_t mem_available);
 
 /// One line: "layer 3: 12 resident, 90 staged (1.2 GB, 45 ms copy), 26 on the CPU (31 rows, 20 ms)".
 std::string describe_prefill_plan(int layer, const PrefillLayerPlan& p, uint64_t expert_bytes);

@@ -89,6 +89,53 @@ TEST(PrefillCost, FewRowsStageOnlyWhileTheCpuShareIsLonger) {
     EXPECT_EQ(p.path[0], PrefillPath::Cpu);
 }
 
+TEST(PrefillCost, InPlaceExpertsCostOnlyThePcieCopy) {
+    // A share of 25 MB through the ring and 50 MB in place: the link carries 75 MB at 50 GB/s
+    // (1.5 ms), the fill only the ring's 25 MB at 25 GB/s (1 ms): 1.5 ms. In place only: 1 ms.
+    const PrefillRates r = rates();
+    EXPECT_DOUBLE_EQ(prefill_copy_ms(r, kBytes, 2 * kBytes, false), 1.5);
+    EXPECT_DOUBLE_EQ(prefill_copy_ms(r, 0, 2 * kBytes, false), 1.0);
+    EXPECT_DOUBLE_EQ(prefill_copy_ms(r, kBytes, 0, false), prefill_copy_ms(r, kBytes));
+}
+
+TEST(PrefillCost, InPlaceExpertsWithFewRowsAreWorthStaging) {
+    // The rows of AutoStagesTheExpertsWithMostRows (best there: {0, 4}, 2.0 ms), but experts 1 and 5
+    // are pinned in place: 0.5 ms of PCIe each and no fill. CPU times: 0: 2.5, 4: 1.3, 1: 0.8,
+    // 5: 0.6. Staging i of the in-place list (1, 5) and j of the ring list (0, 4) costs
+    // max(CPU of the rest, max((i + j) x 0.5, j x 1.0)), by hand:
+    //   (0,0) 5.2  (0,1) 2.7  (0,2) 2.0  (1,0) 4.4  (1,1) 1.9  (1,2) 2.0  (2,0) 3.8  (2,1) 1.5  (2,2) 2.0.
+    // Best (2,1): experts 0, 1 and 5 staged (most rows first), expert 4 on the CPU, 1.5 ms.
+    const std::vector<int64_t> rows = {20, 3, 0, 10, 8, 1};
+    const std::vector<uint8_t> res = {0, 0, 0, 1, 0, 0};
+    const std::vector<uint8_t> pinned = {0, 1, 0, 0, 0, 1};
+    const PrefillLayerPlan p = plan_prefill_layer(PrefillCostMode::Auto, rates(), rows, res, kBytes, kFlop, pinned);
+    EXPECT_EQ(p.staged, (std::vector<int32_t>{0, 1, 5}));
+    EXPECT_EQ(p.path[4], PrefillPath::Cpu);
+    EXPECT_EQ(p.n_cpu, 1);
+    EXPECT_EQ(p.cpu_rows, 8);
+    EXPECT_NEAR(p.est_cpu_ms, 1.3, 1e-12);
+    EXPECT_NEAR(p.est_copy_ms, 1.5, 1e-12);
+    EXPECT_NEAR(p.est_ms(), 1.5, 1e-12);
+    // Every candidate in place: staging all costs 4 x 0.5 = 2.0 against k = 2's max(1.4, 1.0) = 1.4.
+    const std::vector<uint8_t> all = {1, 1, 1, 1, 1, 1};
+    EXPECT_EQ(plan_prefill_layer(PrefillCostMode::Auto, rates(), rows, res, kBytes, kFlop, all).staged, (std::vector<int32_t>{0, 4}));
+    EXPECT_NEAR(plan_prefill_layer(PrefillCostMode::Auto, rates(), rows, res, kBytes, kFlop, all).est_ms(), 1.4, 1e-12);
+    EXPECT_THROW(plan_prefill_layer(PrefillCostMode::Auto, rates(), rows, res, kBytes, kFlop, std::vector<uint8_t>{1}), Error);
+}
+
+TEST(PrefillCost, AutoPinIsBoundedByRam) {
+    constexpr uint64_t GiB = 1ull << 30;
+    // gpt-oss-120b at 12 GiB on the 128 GiB H200 host: 50 GiB off the GPU, 100 GiB available: RAM / 4.
+    EXPECT_EQ(prefill_pin_auto_bytes(50 * GiB, 128 * GiB, 100 * GiB), 32 * GiB);
+    // The same model on a 64 GiB desktop with 40 GiB available: RAM / 4 = 16 GiB, available / 2 = 20.
+    EXPECT_EQ(prefill_pin_auto_bytes(50 * GiB, 64 * GiB, 40 * GiB), 16 * GiB);
+    // Little available: half of it.
+    EXPECT_EQ(prefill_pin_auto_bytes(50 * GiB, 64 * GiB, 6 * GiB), 3 * GiB);
+    // A small model: its off-GPU experts, no more.
+    EXPECT_EQ(prefill_pin_auto_bytes(5 * GiB, 128 * GiB, 100 * GiB), 5 * GiB);
+    EXPECT_EQ(prefill_pin_auto_bytes(0, 128 * GiB, 100 * GiB), 0u);
+}
+
 TEST(PrefillCost, ForcedModes) {
     const std::vector<int64_t> rows = {5, 0, 2, 9};
     const std::vector<uint8_t> res = {0, 0, 1, 0};
