@@ -70,7 +70,7 @@ void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode) {
                     "GiB of the off-GPU experts' pages in the model file to page-lock in place (CUDA host registration) "
                     "at start-up, so prompts copy those experts straight from the file over PCIe instead of through the "
                     "CPU-filled pinned buffers (a third of the DRAM traffic); that much RAM cannot be swapped or trimmed "
-                    "while nitro runs (start-up registers about 15 GiB/s); -1 = auto (min(off-GPU experts, RAM / 4, "
+                    "while nitro runs (start-up registers 10-16 GiB/s, MEASURED); -1 = auto (min(off-GPU experts, RAM / 4, "
                     "available RAM / 2)), 0 = none. If the driver refuses, a warning and the buffers for the rest")
         ->capture_default_str()
         ->check(CLI::Range(-1.0, 1e6))
