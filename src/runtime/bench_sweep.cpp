@@ -3,6 +3,7 @@
 #include "core/sha256.h"
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "cpu/matmul.h"
 #include "quant/types.h"
 #include "runtime/bench.h"
@@ -223,12 +224,7 @@ nlohmann::json machine_facts() {
                 break;
             }
     }
-    int64_t ram = 0;
-    {
-        std::ifstream f("/proc/meminfo");
-        for (std::string line; std::getline(f, line);)
-            if (line.rfind("MemTotal:", 0) == 0) ram = 1024 * std::atoll(line.c_str() + 9);
-    }
+    const auto ram = static_cast<int64_t>(read_meminfo().total);
     nlohmann::json gpus = nlohmann::json::array();
     std::error_code ec;
     for (const auto& d : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
