@@ -436,6 +436,17 @@ void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int
         mmvq(s, w, q, n_tok, out, ldo, bias, accumulate);
         return;
     }
+    if (!gemv && scratch->xr && scratch->int8_dot && q8_supported(w.type)) {
+        // Prompt product of an 8-bit-block type: the integer GEMM (moe_mmq, one group of every row) on
+        // the activations quantized by the CPU's quantizer, so prompts get the CPU engine's block sums
+        // as decode does (llama.cpp's CUDA backend likewise takes MMQ for quantized weights).
+        const Q8Acts* ready = q8_ready(pre, x, ldx, n_tok, w.type);
+        const Q8Acts q =
+            ready ? *ready : quantize_q8(s, w.type, x, ldx, n_tok, w.ne0, scratch->xr, scratch->xr_elems * sizeof(float));
+        const MoeGemmGroup all{w.data, 0, n_tok};
+        moe_mmq(s, w, {&all, 1}, q, nullptr, out, ldo, bias, accumulate);
+        return;
+    }
     if (scratch && scratch->xr && cpu::vec_dot_type(w.type) != GgmlType::F32) {
         NITRO_CUDA_ASSERT(static_cast<size_t>(n_tok * w.ne0) <= scratch->xr_elems);
         if (gemv || w.type != GgmlType::F16) {

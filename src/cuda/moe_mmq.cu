@@ -24,14 +24,14 @@ void check_shape(const DWeight& shape, const Q8Acts& a) {
 }  // namespace
 
 void moe_mmq(cudaStream_t s, const DWeight& shape, std::span<const MoeGemmGroup> groups, const Q8Acts& a,
-             const int32_t* a_row, float* out, int64_t ldo) {
+             const int32_t* a_row, float* out, int64_t ldo, const float* bias, bool accumulate) {
     check_shape(shape, a);
     const int N = static_cast<int>(shape.n_rows), K = static_cast<int>(shape.ne0);
     GroupTable tab{};
     auto flush = [&]() {
         if (tab.n == 0) return;
         const dim3 grid(static_cast<unsigned>(ceil_div(N, kBN)), static_cast<unsigned>(tab.tile0[tab.n]));
-        launch<true>(s, shape.type, HostGroups{tab}, grid, shape.row_bytes, N, K, a, a_row, out, ldo);
+        launch<true>(s, shape.type, HostGroups{tab}, grid, shape.row_bytes, N, K, a, a_row, out, ldo, bias, accumulate);
         NITRO_CUDA_LAUNCH_CHECK();
         tab.n = 0;
         tab.tile0[0] = 0;

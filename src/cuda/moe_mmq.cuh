@@ -90,7 +90,7 @@ template <GgmlType T, bool kK32, typename Groups>
 __global__ void __launch_bounds__(kThreads) moe_mmq_kernel(const Groups groups, size_t row_bytes, int N, int K,
                                                            const int8_t* __restrict__ aq, const float* __restrict__ ad,
                                                            const int32_t* __restrict__ a_row, float* __restrict__ out,
-                                                           int64_t ldo) {
+                                                           int64_t ldo, const float* __restrict__ bias, int accumulate) {
     constexpr bool kMin = kHasMin<T>;
     constexpr bool kHalves = T == GgmlType::Q6_K;
     __shared__ __align__(16) Smem sm;
@@ -263,16 +263,21 @@ __global__ void __launch_bounds__(kThreads) moe_mmq_kernel(const Groups groups, 
             for (int e = 0; e < 4; ++e) {
                 const int r = wm + 16 * mi + gid + 8 * (e / 2);
                 const int col = n0 + wn + 8 * ni + 2 * tig + e % 2;
-                if (r < mrows && col < N) O[static_cast<int64_t>(r) * ldo + col] = acc[mi][ni][e];
+                if (r < mrows && col < N) {  // as mmvq: y = product + bias, then out = y or out + y
+                    float* o = O + static_cast<int64_t>(r) * ldo + col;
+                    const float y = acc[mi][ni][e] + (bias ? bias[col] : 0.f);
+                    *o = accumulate ? *o + y : y;
+                }
             }
 }
 
 /// Launches the kernel for weight type t (q8_supported) over a grid of (N tiles, row tiles).
 template <bool kK32, typename Groups>
 void launch(cudaStream_t s, GgmlType t, const Groups& g, dim3 grid, size_t row_bytes, int N, int K, const Q8Acts& a,
-            const int32_t* a_row, float* out, int64_t ldo) {
+            const int32_t* a_row, float* out, int64_t ldo, const float* bias = nullptr, bool accumulate = false) {
     dispatch_q8_type(t, [&]<GgmlType T>() {
-        moe_mmq_kernel<T, kK32, Groups><<<grid, kThreads, 0, s>>>(g, row_bytes, N, K, a.q, a.d, a_row, out, ldo);
+        moe_mmq_kernel<T, kK32, Groups>
+            <<<grid, kThreads, 0, s>>>(g, row_bytes, N, K, a.q, a.d, a_row, out, ldo, bias, accumulate ? 1 : 0);
     });
 }
 

@@ -34,8 +34,11 @@ namespace nitro::cuda {
 /// shape.type must be q8_supported and ne0 whole blocks of its vec-dot type (32 or 256 values); a
 /// bad type or K fails with a message naming it. Groups with rows == 0 are skipped; any number of
 /// groups (launched in batches).
+/// bias (optional, device [shape.n_rows]) is added to each product, and with accumulate the result
+/// is added to out instead of overwriting it (y = product + bias; out = accumulate ? out + y : y,
+/// mmvq's order): the epilogue of a dense prompt product (matmul), one group of every row.
 void moe_mmq(cudaStream_t s, const DWeight& shape, std::span<const MoeGemmGroup> groups, const Q8Acts& a,
-             const int32_t* a_row, float* out, int64_t ldo);
+             const int32_t* a_row, float* out, int64_t ldo, const float* bias = nullptr, bool accumulate = false);
 
 /// moe_mmq over the grouping moe_group left on the device (group_off: offsets, then 64-row tile
 /// starts; moe_gemm.h): expert e's grouped rows from the weights in its slot (shape.data +

@@ -119,8 +119,11 @@ void round_acts(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, co
 /// (exact products: for tests and callers that want them).
 /// n_tok <= kGemvMaxTokens (or no cuBLAS): matrix-vector kernel, weights decoded in registers
 /// (with xr and int8_dot, for 8-bit-block types: integer products on 8-bit activations, mmvq.h).
-/// Otherwise: weights dequantized to f16 in row chunks (F16 used as stored), activations to f16,
-/// cuBLAS GEMM with f32 accumulation (tensor cores). accumulate: add to out instead of overwriting.
+/// Otherwise, with xr and int8_dot, for 8-bit-block types (q8_supported): the integer GEMM of the
+/// prompt MoE (moe_mmq.h) with one group of all n_tok rows, on activations quantized by the CPU's
+/// quantizer, so prompt products are the CPU's integer block sums too. Otherwise: weights
+/// dequantized to f16 in row chunks (F16 used as stored), activations to f16, cuBLAS GEMM with f32
+/// accumulation (tensor cores). accumulate: add to out instead of overwriting.
 inline constexpr int64_t kGemvMaxTokens = 8;
 /// pre (optional): x's rows already quantized (rms_norm_q8); the integer path takes them instead of
 /// quantizing x again when they are x's n_tok rows for w's vec-dot type (q8_ready), the same bytes.

@@ -327,6 +327,65 @@ TEST_F(CudaOps, MatmulGemmMatchesReference) {
     std::printf("GEMM (f16, cuBLAS): worst normalised error %.2e vs f64 reference\n", worst);
 }
 
+TEST_F(CudaOps, MatmulPromptOfQ8TypesIsTheCpusIntegerProduct) {
+    // Prompt chunks (more than kGemvMaxTokens rows) of 8-bit-block weight types take the integer GEMM
+    // (moe_mmq with one group) on the CPU quantizer's blocks: cpu::matmul's block sums, so the bound
+    // is the rounded GEMV's (2e-5: f32 summation order only), not the f16 GEMM's 3e-3. Row counts
+    // that are not whole 64-row tiles (9, 200) cover the partial tiles; bias and accumulate the
+    // epilogue (out + (product + bias), mmvq's order).
+    cpu::ThreadPool pool(2);
+    GemmScratch gs;
+    gs.cublas = ctx->cublas();
+    gs.act_elems = 300 * 4096;
+    gs.act = ctx->alloc_n<uint16_t>(gs.act_elems, "act");
+    gs.xr_elems = 300 * 4096;
+    gs.xr = ctx->alloc_n<float>(gs.xr_elems, "xr");
+    double worst = 0;
+    int checked = 0;
+    for (GgmlType t : kTypes) {
+        if (!q8_supported(t)) continue;
+        for (auto [ne0, rows] : kShapes) {
+            if (!shape_ok(t, ne0)) continue;
+            HostWeight w = make_weight(t, ne0, rows);
+            DWeight d = dev_weight(*ctx, w);
+            gs.w_elems = static_cast<size_t>(ne0 * rows);
+            gs.w = ctx->alloc_n<uint16_t>(gs.w_elems, "w");
+            for (int64_t n : {9, 64, 200}) {
+                SCOPED_TRACE(type_display_name(t) + " " + std::to_string(ne0) + "x" + std::to_string(rows) + " n=" +
+                             std::to_string(n));
+                auto x = randn(static_cast<size_t>(n * ne0));
+                auto bias = randn(static_cast<size_t>(rows));
+                float* dx = to_dev(*ctx, x);
+                float* db = to_dev(*ctx, bias);
+                float* out = ctx->alloc_n<float>(static_cast<size_t>(n * rows), "out");
+                cpu::ActBuffer acts;
+                cpu::quantize_acts(x.data(), n, ne0, t, acts);
+                std::vector<float> cref(static_cast<size_t>(n * rows));
+                cpu::WeightView wv{t, w.bytes.data(), ne0, rows, row_size(t, ne0)};
+                cpu::matmul(pool, wv, acts, cref.data());
+                poison(out, static_cast<size_t>(n * rows));
+                matmul(ctx->compute(), d, dx, n, ne0, out, rows, nullptr, false, &gs);
+                const double e = nerr(to_host(out, static_cast<size_t>(n * rows)), cref);
+                worst = std::max(worst, e);
+                EXPECT_LT(e, 2e-5) << "integer prompt GEMM vs cpu::matmul";
+                matmul(ctx->compute(), d, dx, n, ne0, out, rows, db, true, &gs);
+                std::vector<double> cref2(cref.size());
+                for (int64_t i = 0; i < n * rows; ++i) cref2[i] = 2.0 * cref[i] + bias[i % rows];
+                EXPECT_LT(nerr(to_host(out, static_cast<size_t>(n * rows)), cref2), 2e-5) << "accumulate + bias";
+                ++checked;
+                for (void* p : {static_cast<void*>(dx), static_cast<void*>(db), static_cast<void*>(out)}) ctx->alloc().free(p);
+            }
+            ctx->alloc().free(gs.w);
+            ctx->alloc().free(const_cast<uint8_t*>(d.data));
+        }
+    }
+    EXPECT_GE(checked, 7 * 3) << "every q8_supported type at one shape at least";
+    std::printf("prompt GEMM (integer, q8 types): worst normalised error %.2e vs cpu::matmul over %d cases\n", worst,
+                checked);
+    ctx->alloc().free(gs.xr);
+    ctx->alloc().free(gs.act);
+}
+
 TEST_F(CudaOps, RmsNormMatchesCpu) {
     for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 2880}, {7, 2048}, {33, 64}, {5, 4096}}) {
         auto x = randn(static_cast<size_t>(rows * n), 3.f);
