@@ -38,8 +38,9 @@ double prefill_copy_ms(const PrefillRates& r, uint64_t ring_bytes, uint64_t in_p
                     ring_bytes ? static_cast<double>(ring_bytes) / (fill * 1e6) : 0.0);
 }
 
-double prefill_gpu_ms(const PrefillRates& r, int64_t rows, double flop_per_row) {
-    return static_cast<double>(rows) * flop_per_row / (r.gpu_gflop_s * 1e6);
+double prefill_gpu_ms(const PrefillRates& r, int64_t rows, double flop_per_row, bool grouped) {
+    const double rate = grouped && r.gpu_grouped_gflop_s > 0 ? r.gpu_grouped_gflop_s : r.gpu_gflop_s;
+    return static_cast<double>(rows) * flop_per_row / (rate * 1e6);
 }
 
 PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r, std::span<const int64_t> rows,
@@ -61,7 +62,7 @@ PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r,
         if (resident[e]) {
             p.path[e] = PrefillPath::Resident;
             ++p.n_resident;
-            if (timed) gpu_resident += prefill_gpu_ms(r, rows[e], flop_per_row);
+            if (timed) gpu_resident += prefill_gpu_ms(r, rows[e], flop_per_row, true);
         } else {
             cand[!in_place.empty() && in_place[e] ? 0 : 1].push_back(static_cast<int32_t>(e));
         }

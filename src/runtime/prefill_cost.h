@@ -44,7 +44,14 @@ struct PrefillRates {
     double fill_alone_gb_s = 0; ///< the same by the whole team (no CPU share in the layer); 0 = fill_gb_s
     double dram_gb_s = 0;     ///< the CPU experts' weight read rate, GB/s (the CPU share's threads)
     double cpu_gflop_s = 0;   ///< the CPU experts' arithmetic rate, GFLOP/s (the CPU share's threads)
-    double gpu_gflop_s = 0;   ///< the GPU's expert GEMM rate incl. dequantisation, GFLOP/s
+    double gpu_gflop_s = 0;   ///< the GPU's expert GEMM rate incl. dequantisation, GFLOP/s: one staged
+                              ///< expert at a time, as the staged share runs
+    /// The same for the resident experts, which run as one grouped GEMM over all of them
+    /// (moe_prefill_resident); 0 = gpu_gflop_s. MEASURED on the H200 with qwen3-30b-a3b's small experts
+    /// (2048 x 768), one expert alone ran at 17 TFLOP/s, so the model priced a 4,096-token layer's GPU
+    /// work at 17.8 ms, kept ~750 rows on the CPU to balance it, and the prompt ran at 0.78x of staging
+    /// everything (docs/hybrid.md).
+    double gpu_grouped_gflop_s = 0;
 };
 
 /// Path of one expert in one layer's chunk.
@@ -85,8 +92,8 @@ double prefill_copy_ms(const PrefillRates& r, uint64_t bytes, bool alone = false
 /// Copy time of a staged share, in ms: ring_bytes go through the fill and PCIe, in_place_bytes over
 /// PCIe only; the link carries both and the fill runs beside it: max(all / pcie, ring / fill).
 double prefill_copy_ms(const PrefillRates& r, uint64_t ring_bytes, uint64_t in_place_bytes, bool alone);
-/// GPU GEMM time of rows through one expert, in ms.
-double prefill_gpu_ms(const PrefillRates& r, int64_t rows, double flop_per_row);
+/// GPU GEMM time of rows through one expert, in ms; grouped: a resident expert (gpu_grouped_gflop_s).
+double prefill_gpu_ms(const PrefillRates& r, int64_t rows, double flop_per_row, bool grouped = false);
 
 /// --prefill-pin auto (-1): bytes of the off-GPU experts to page-lock in place, at most a quarter of
 /// the host's RAM and half of what is available now, never more than the off-GPU experts:

@@ -123,6 +123,28 @@ TEST(PrefillCost, InPlaceExpertsWithFewRowsAreWorthStaging) {
     EXPECT_THROW(plan_prefill_layer(PrefillCostMode::Auto, rates(), rows, res, kBytes, kFlop, std::vector<uint8_t>{1}), Error);
 }
 
+TEST(PrefillCost, ResidentExpertsRunAtTheGroupedRate) {
+    // Expert 0 resident with 300 rows, expert 1 off the GPU with 20. CPU: 0.5 ms read + 20 x 0.1 =
+    // 2.5 ms; staging it: a 1 ms copy and 20 rows of GPU time. GPU at 100 GFLOP/s (0.01 ms a row)
+    // for everything: the resident rows alone take 3.0 ms, so k=0: max(2.5, 3.0) = 3.0 beats
+    // k=1: max(1.0, 3.0 + 0.2) = 3.2 and the expert goes to the CPU. With the resident experts'
+    // grouped GEMM at 1,000 GFLOP/s they take 0.3 ms: k=0: 2.5, k=1: max(1.0, 0.5) = 1.0: staged.
+    const std::vector<int64_t> rows = {300, 20};
+    const std::vector<uint8_t> res = {1, 0};
+    PrefillRates r = rates();
+    r.gpu_gflop_s = 100;
+    PrefillLayerPlan p = plan_prefill_layer(PrefillCostMode::Auto, r, rows, res, kBytes, kFlop);
+    EXPECT_TRUE(p.staged.empty());
+    EXPECT_NEAR(p.est_ms(), 3.0, 1e-12);
+    r.gpu_grouped_gflop_s = 1000;
+    EXPECT_DOUBLE_EQ(prefill_gpu_ms(r, 300, kFlop, true), 0.3);
+    EXPECT_DOUBLE_EQ(prefill_gpu_ms(r, 20, kFlop), 0.2);
+    p = plan_prefill_layer(PrefillCostMode::Auto, r, rows, res, kBytes, kFlop);
+    EXPECT_EQ(p.staged, (std::vector<int32_t>{1}));
+    EXPECT_NEAR(p.est_gpu_ms, 0.5, 1e-12);
+    EXPECT_NEAR(p.est_ms(), 1.0, 1e-12);
+}
+
 TEST(PrefillCost, AutoPinIsBoundedByRam) {
     constexpr uint64_t GiB = 1ull << 30;
     // gpt-oss-120b at 12 GiB on the 128 GiB H200 host: 50 GiB off the GPU, 100 GiB available: RAM / 4.
