@@ -13,7 +13,8 @@
 # with CUDA: built by `bench/hybrid_device.sh build-llama`).
 # Knobs (environment): BUDGET (GiB, 16), EXPERTS (iq4_xs), DENSE (q8_0: real IQ4_XS files keep the
 # dense part at 8 bits or so; ASSUMED), THREADS (16), NCMOE (default: the smallest that nitro's plan fits),
-# ARCH / PRESET (qwen3next / qwen3-next-80b-a3b; qwen35moe / qwen3.5-35b-a3b for the Qwen3.5/3.6-35B-A3B shape).
+# ARCH / PRESET (qwen3next / qwen3-next-80b-a3b; qwen35moe / qwen3.5-35b-a3b for the Qwen3.5/3.6-35B-A3B shape),
+# CPUMOE (1; 0 skips llama.cpp --cpu-moe, whose 4,096-token prompt alone took over 110 s on the H200).
 set -uo pipefail
 PHASE=${1:?phase}; RESULTS=${2:?out dir}
 OUTD=/tmp/nitro-out/qn-$PHASE; rm -rf "$OUTD"; mkdir -p "$OUTD"
@@ -108,8 +109,9 @@ for r in d: print('llama  $1: %s %.2f tok/s' % ('pp%d' % r['n_prompt'] if r['n_p
     run_nitro dec1 "$PROMPT64" 128; run_nitro pp1 "$PROMPT4K" 1
     # llama-bench has no --cpu-moe: -ncmoe with every layer is the same placement
     NLAYERS=$("$N" inspect "$M" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['hparams']['n_layer'])" 2>/dev/null || echo 48)
-    run_llama cpumoe1 "-ncmoe $NLAYERS"; run_llama ncmoe1 "-ncmoe $NCMOE"
-    run_llama ncmoe2 "-ncmoe $NCMOE"; run_llama cpumoe2 "-ncmoe $NLAYERS"
+    [ "${CPUMOE:-1}" = 1 ] && run_llama cpumoe1 "-ncmoe $NLAYERS"
+    run_llama ncmoe1 "-ncmoe $NCMOE"; run_llama ncmoe2 "-ncmoe $NCMOE"
+    [ "${CPUMOE:-1}" = 1 ] && run_llama cpumoe2 "-ncmoe $NLAYERS"
     run_nitro pp2 "$PROMPT4K" 1; run_nitro dec2 "$PROMPT64" 128
     python3 - "$OUTD" "$NCMOE" <<'PY'
 import json, sys
@@ -118,7 +120,11 @@ def nitro(tag, key): return [json.load(open(f"{o}/nitro_{tag}{i}.json"))["timing
 def llama(tag, prompt):
     out = []
     for i in (1, 2):
-        for r in json.load(open(f"{o}/llama_{tag}{i}.json")):
+        try:
+            rows = json.load(open(f"{o}/llama_{tag}{i}.json"))
+        except (OSError, ValueError):
+            continue  # not run (CPUMOE=0) or no result
+        for r in rows:
             if prompt and r["n_prompt"] == 4096: out.append(r["avg_ts"])
             if not prompt and r["n_gen"]: out.append(r["avg_ts"])
     return out
@@ -129,6 +135,7 @@ print("| | decode tok/s (tg128) | prompt tok/s (pp4096) |")
 print("|---|---:|---:|")
 print("| nitro hybrid | %.2f | %.1f |" % (mean(nd), mean(npp)))
 for tag, name in (("cpumoe", "llama.cpp --cpu-moe"), ("ncmoe", "llama.cpp -ncmoe " + ncmoe)):
+    if not llama(tag, False): continue
     print("| %s | %.2f | %.1f |" % (name, mean(llama(tag, False)), mean(llama(tag, True))))
 PY
     ;;
