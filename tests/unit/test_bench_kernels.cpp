@@ -1,10 +1,14 @@
 // The kernel table of `nitro bench` (runtime/bench.h bench_expert_kernels, docs/cpu-kernels.md
 // "Benchmark"): the cells it runs, the bytes it counts per step (checked against the GGUF block
 // sizes by hand), and the read probe it makes before each cell over the same memory.
+#include "arch/synth.h"
 #include "cpu/matmul.h"
+#include "gguf/gguf.h"
+#include "gguf_bytes.h"
 #include "cpu/thread_pool.h"
 #include "quant/types.h"
 #include "runtime/bench.h"
+#include "runtime/model.h"
 
 #include <gtest/gtest.h>
 
@@ -48,6 +52,42 @@ TEST(BenchKernels, CellsBytesAndPerCellProbe) {
         EXPECT_NEAR(r.gb_s, r.bytes_per_step / (r.ms_per_step * 1e-3) / 1e9, 1e-9 * r.gb_s);
         EXPECT_GT(r.read_gb_s, 0.0) << "each cell carries its own read probe";
     }
+}
+
+TEST(BenchKernels, DecodeWeightBytesCountEveryMatrixATokenReads) {
+    // nitro bench's decode floor divides the read bandwidth by every weight byte a decode token
+    // reads; here those bytes are counted by hand from the preset's shapes and the GGUF block sizes
+    // (tiny qwen3moe: F16 attention, F32 router, Q4_K experts, Q8_0 token_embd as the LM head).
+    SynthOptions o;
+    o.arch = "qwen3moe";
+    o.preset = "tiny";
+    o.expert_type = GgmlType::Q4_K;
+    o.out = test::temp_dir("bench-bytes") + "/q.gguf";
+    synth_model(o);
+    int64_t n_vocab = 0;
+    const ModelHparams hp = synth_preset("qwen3moe", "tiny", &n_vocab);
+    {
+        GgufModel g(o.out);
+        n_vocab = g.get("token_embd.weight").ne[1];  // the tokenizer's size (the preset leaves it to the vocabulary)
+        ASSERT_GT(n_vocab, 0);
+        ASSERT_EQ(g.get("blk.0.attn_q.weight").type, GgmlType::F16);
+        ASSERT_EQ(g.get("blk.0.ffn_gate_inp.weight").type, GgmlType::F32);
+        ASSERT_EQ(g.get("token_embd.weight").type, GgmlType::Q8_0);  // tied: the LM head reads token_embd
+    }
+    const Model model(o.out);
+    const PhaseTimes b = decode_weight_bytes(model);
+    const double E = static_cast<double>(hp.n_embd), q = static_cast<double>(hp.n_head * hp.head_dim),
+                 kv = static_cast<double>(hp.n_head_kv * hp.head_dim), L = static_cast<double>(hp.n_layer);
+    // F16: 2 bytes a value. q, k, v: [E] -> [q], [kv], [kv]; output: [q] -> [E].
+    EXPECT_DOUBLE_EQ(b[static_cast<size_t>(Phase::AttnProj)], L * 2 * E * (q + 2 * kv));
+    EXPECT_DOUBLE_EQ(b[static_cast<size_t>(Phase::AttnOut)], L * 2 * q * E);
+    EXPECT_DOUBLE_EQ(b[static_cast<size_t>(Phase::Router)], L * 4 * E * static_cast<double>(hp.n_expert));
+    // Q4_K: 144 bytes per 256 values; the n_expert_used experts' gate and up ([E] -> [n_ff_exp]) and down.
+    const double expert_matrix = static_cast<double>(hp.n_ff_exp) * E / 256 * 144;
+    EXPECT_DOUBLE_EQ(b[static_cast<size_t>(Phase::ExpertGateUp)], L * static_cast<double>(hp.n_expert_used) * 2 * expert_matrix);
+    EXPECT_DOUBLE_EQ(b[static_cast<size_t>(Phase::ExpertDown)], L * static_cast<double>(hp.n_expert_used) * expert_matrix);
+    // Q8_0: 34 bytes per 32 values, n_vocab rows of E.
+    EXPECT_DOUBLE_EQ(b[static_cast<size_t>(Phase::LmHead)], static_cast<double>(n_vocab) * E / 32 * 34);
 }
 
 }  // namespace
