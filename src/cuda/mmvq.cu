@@ -9,6 +9,8 @@
 #include "cuda/q8dot.cuh"
 #include "runtime/placement.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <span>
 
 namespace nitro::cuda {
@@ -33,8 +35,10 @@ __global__ void __launch_bounds__(256) quantize_q8_kernel(const float* __restric
     if ((c & 31) == 0) d[r * (n / 32) + c / 32] = di;
 }
 
-/// Sum over this lane's chunks of one weight row, for NT tokens.
-template <GgmlType T, int NT>
+/// Sum over this lane's chunks of one weight row, for NT tokens: U chunks loaded before they are
+/// multiplied (U loads in flight per lane), summed in chunk order (c, c + 32, ...) whatever U is,
+/// so every U gives the same bits.
+template <GgmlType T, int NT, int U>
 __device__ __forceinline__ void row_dot(const uint8_t* __restrict__ row, int n_chunks, const int8_t* __restrict__ xq,
                                         const float* __restrict__ xd, int64_t ne0, int nt, float (&acc)[NT]) {
     const int64_t nb = ne0 / 32;
@@ -44,21 +48,35 @@ __device__ __forceinline__ void row_dot(const uint8_t* __restrict__ row, int n_c
             if (t < nt) acc[t] += dot_chunk<T>(k, c, xq + t * ne0, xd + t * nb);
     };
     int c = threadIdx.x % kWarp;
-    for (; c + kWarp < n_chunks; c += 2 * kWarp) {
-        Chunk k0, k1;
-        Q8Dot<T>::load(row, c, k0);
-        Q8Dot<T>::load(row, c + kWarp, k1);
-        consume(k0, c);
-        consume(k1, c + kWarp);
+    for (; c + (U - 1) * kWarp < n_chunks; c += U * kWarp) {
+        Chunk k[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) Q8Dot<T>::load(row, c + u * kWarp, k[u]);
+#pragma unroll
+        for (int u = 0; u < U; ++u) consume(k[u], c + u * kWarp);
     }
-    if (c < n_chunks) {
+    for (; c < n_chunks; c += kWarp) {
         Chunk k0;
         Q8Dot<T>::load(row, c, k0);
         consume(k0, c);
     }
 }
 
-template <GgmlType T, int NT>
+/// -1 until the first mmvq_chunks() (then NITRO_MMVQ_CHUNKS or 0), or what set_mmvq_chunks set.
+std::atomic<int> g_chunks{-1};
+
+/// Calls f.template operator()<U>() with U = the chunks in flight per lane (mmvq_chunks(); 0: dflt).
+template <int kDefault, class F>
+void with_chunks(F&& f) {
+    switch (mmvq_chunks()) {
+        case 1: f.template operator()<1>(); break;
+        case 2: f.template operator()<2>(); break;
+        case 4: f.template operator()<4>(); break;
+        default: f.template operator()<kDefault>(); break;
+    }
+}
+
+template <GgmlType T, int NT, int U>
 __global__ void __launch_bounds__(kQ8Threads) mmvq_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n_rows,
                                                           const int8_t* __restrict__ xq, const float* __restrict__ xd,
                                                           int64_t ne0, int n_tok, float* __restrict__ out, int64_t ldo,
@@ -70,7 +88,7 @@ __global__ void __launch_bounds__(kQ8Threads) mmvq_kernel(const uint8_t* __restr
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-    row_dot<T, NT>(W + static_cast<size_t>(r) * row_bytes, static_cast<int>(ne0 / 16), xq + t0 * ne0, xd + t0 * (ne0 / 32),
+    row_dot<T, NT, U>(W + static_cast<size_t>(r) * row_bytes, static_cast<int>(ne0 / 16), xq + t0 * ne0, xd + t0 * (ne0 / 32),
                    ne0, nt, acc);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -96,7 +114,7 @@ struct MultiArgs {
     int n;
 };
 
-template <GgmlType T, int NT>
+template <GgmlType T, int NT, int U>
 __global__ void __launch_bounds__(kQ8Threads) mmvq_multi_kernel(const MultiArgs m, const int8_t* __restrict__ xq,
                                                                 const float* __restrict__ xd, int64_t ne0, int n_tok) {
     int mi = 0;
@@ -108,7 +126,7 @@ __global__ void __launch_bounds__(kQ8Threads) mmvq_multi_kernel(const MultiArgs 
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-    row_dot<T, NT>(m.W[mi] + static_cast<size_t>(r) * m.row_bytes[mi], static_cast<int>(ne0 / 16), xq + t0 * ne0,
+    row_dot<T, NT, U>(m.W[mi] + static_cast<size_t>(r) * m.row_bytes[mi], static_cast<int>(ne0 / 16), xq + t0 * ne0,
                    xd + t0 * (ne0 / 32), ne0, nt, acc);
     const float* bias = m.bias[mi];
 #pragma unroll
@@ -133,7 +151,9 @@ void launch_mmvq_multi(cudaStream_t s, std::span<const MatmulTo> outs, const Q8A
         m.first_block[i + 1] = m.first_block[i] + ceil_div(o.w->n_rows, kQ8Rows);
     }
     const dim3 grid(static_cast<unsigned>(m.first_block[m.n]), ceil_div(n_tok, NT));
-    mmvq_multi_kernel<T, NT><<<grid, kQ8Threads, 0, s>>>(m, x.q, x.d, x.ne0, static_cast<int>(n_tok));
+    auto go = [&]<int U>() { mmvq_multi_kernel<T, NT, U><<<grid, kQ8Threads, 0, s>>>(m, x.q, x.d, x.ne0, static_cast<int>(n_tok)); };
+    if constexpr (NT == 1) with_chunks<2>(go);  // (the knob is for decode steps: one token)
+    else go.template operator()<2>();
     NITRO_CUDA_LAUNCH_CHECK();
 }
 
@@ -141,13 +161,19 @@ template <GgmlType T, int NT>
 void launch_mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_tok, float* out, int64_t ldo,
                  const float* bias, bool acc) {
     const dim3 grid(ceil_div(w.n_rows, kQ8Rows), ceil_div(n_tok, NT));
-    mmvq_kernel<T, NT><<<grid, kQ8Threads, 0, s>>>(w.data, w.row_bytes, static_cast<int>(w.n_rows), x.q, x.d, x.ne0,
-                                                   static_cast<int>(n_tok), out, ldo, bias, acc ? 1 : 0);
+    auto go = [&]<int U>() {
+        mmvq_kernel<T, NT, U><<<grid, kQ8Threads, 0, s>>>(w.data, w.row_bytes, static_cast<int>(w.n_rows), x.q, x.d, x.ne0,
+                                                          static_cast<int>(n_tok), out, ldo, bias, acc ? 1 : 0);
+    };
+    if constexpr (NT == 1) with_chunks<2>(go);  // (the knob is for decode steps: one token)
+    else go.template operator()<2>();
     NITRO_CUDA_LAUNCH_CHECK();
 }
 
-/// Gate and up rows f of pair r = t*K + j (expert ids[r], from its slot) -> act[r, f].
-template <GgmlType T>
+/// Gate and up rows f of pair r = t*K + j (expert ids[r], from its slot) -> act[r, f]. U: chunks of
+/// each of the two rows loaded per lane before they are multiplied (2U loads in flight), summed in
+/// chunk order whatever U is (the same bits).
+template <GgmlType T, int U>
 __global__ void __launch_bounds__(kQ8Threads) moe_gateup_q8_kernel(
     const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t gstride, size_t ustride, size_t row_bytes,
     int F, const int32_t* __restrict__ ids, const int32_t* __restrict__ slot_of, int K, const int8_t* __restrict__ xq,
@@ -165,7 +191,21 @@ __global__ void __launch_bounds__(kQ8Threads) moe_gateup_q8_kernel(
     const uint8_t* ur = up + slot * ustride + static_cast<size_t>(f) * row_bytes;
     const int n_chunks = static_cast<int>(E / 16);
     float ag = 0.f, au = 0.f;
-    for (int c = threadIdx.x % kWarp; c < n_chunks; c += kWarp) {
+    int c = threadIdx.x % kWarp;
+    for (; c + (U - 1) * kWarp < n_chunks; c += U * kWarp) {
+        Chunk kg[U], ku[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            Q8Dot<T>::load(gr, c + u * kWarp, kg[u]);
+            Q8Dot<T>::load(ur, c + u * kWarp, ku[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            ag += dot_chunk<T>(kg[u], c + u * kWarp, q, d);
+            au += dot_chunk<T>(ku[u], c + u * kWarp, q, d);
+        }
+    }
+    for (; c < n_chunks; c += kWarp) {
         Chunk kg, ku;
         Q8Dot<T>::load(gr, c, kg);
         Q8Dot<T>::load(ur, c, ku);
@@ -182,7 +222,7 @@ __global__ void __launch_bounds__(kQ8Threads) moe_gateup_q8_kernel(
 }
 
 /// Down row c of pair r (from its expert's slot) -> out[r, c] (no bias: moe_combine adds it).
-template <GgmlType T>
+template <GgmlType T, int U>
 __global__ void __launch_bounds__(kQ8Threads) moe_down_q8_kernel(const uint8_t* __restrict__ down, size_t dstride,
                                                                  size_t row_bytes, int E, const int32_t* __restrict__ ids,
                                                                  const int32_t* __restrict__ slot_of,
@@ -195,8 +235,8 @@ __global__ void __launch_bounds__(kQ8Threads) moe_down_q8_kernel(const uint8_t* 
     const int slot = slot_of[ids[r]];
     if (slot < 0) return;
     float acc[1] = {0.f};
-    row_dot<T, 1>(down + slot * dstride + static_cast<size_t>(c) * row_bytes, static_cast<int>(F / 16), xq + r * F,
-                  xd + r * (F / 32), F, 1, acc);
+    row_dot<T, 1, U>(down + slot * dstride + static_cast<size_t>(c) * row_bytes, static_cast<int>(F / 16), xq + r * F,
+                     xd + r * (F / 32), F, 1, acc);
     const float v = warp_sum(acc[0]);
     if (threadIdx.x % kWarp == 0) out[static_cast<int64_t>(r) * E + c] = v;
 }
@@ -205,7 +245,7 @@ __global__ void __launch_bounds__(kQ8Threads) moe_down_q8_kernel(const uint8_t* 
 /// warps per column; warp w takes column c = blockIdx.x * cpb + w / wpc and the pairs j = w % wpc,
 /// + wpc, ... of token t = blockIdx.y. A pair's down row is moe_down_q8_kernel's (row_dot, warp_sum
 /// with the same lanes: the same value); one lane per column then sums them as moe_combine_kernel.
-template <GgmlType T>
+template <GgmlType T, int U>
 __global__ void __launch_bounds__(kQ8Threads) moe_down_combine_q8_kernel(
     const uint8_t* __restrict__ down, size_t dstride, size_t row_bytes, int E, const int32_t* __restrict__ ids,
     const int32_t* __restrict__ slot_of, const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t F, int K,
@@ -222,7 +262,7 @@ __global__ void __launch_bounds__(kQ8Threads) moe_down_combine_q8_kernel(
             const int slot = slot_of[ids[r]];
             if (slot < 0) continue;  // (the same for the whole warp)
             float acc[1] = {0.f};
-            row_dot<T, 1>(down + slot * dstride + static_cast<size_t>(c) * row_bytes, static_cast<int>(F / 16), xq + r * F,
+            row_dot<T, 1, U>(down + slot * dstride + static_cast<size_t>(c) * row_bytes, static_cast<int>(F / 16), xq + r * F,
                           xd + r * (F / 32), F, 1, acc);
             const float v = warp_sum(acc[0]);
             if (lane == 0) sv[cl * K + j] = v;
@@ -246,6 +286,21 @@ __global__ void __launch_bounds__(kQ8Threads) moe_down_combine_q8_kernel(
 }
 
 }  // namespace
+
+void set_mmvq_chunks(int n) {
+    if (n != 0 && n != 1 && n != 2 && n != 4) cfail("CUDA mmvq: {} chunks in flight per lane (0, 1, 2 or 4)", n);
+    g_chunks.store(n);
+}
+
+int mmvq_chunks() {
+    int n = g_chunks.load();
+    if (n >= 0) return n;
+    const char* e = std::getenv("NITRO_MMVQ_CHUNKS");
+    n = e && *e ? std::atoi(e) : 0;
+    if (n != 0 && n != 1 && n != 2 && n != 4) cfail("NITRO_MMVQ_CHUNKS={}: 0, 1, 2 or 4 chunks in flight per lane", e);
+    g_chunks.store(n);
+    return n;
+}
 
 bool q8_supported(GgmlType t) {
     switch (t) {
@@ -322,9 +377,11 @@ void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_
     const Q8Acts* ready = q8_ready(hq, h, E, n, ex.gate.type);  // quantized by the norm that made h
     const Q8Acts hx = ready ? *ready : quantize_q8(s, ex.gate.type, h, E, n, E, buf, bytes);
     bool ok = dispatch_q8_type(ex.gate.type, [&]<GgmlType T>() {
-        moe_gateup_q8_kernel<T><<<dim3(ceil_div(F, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, s>>>(
-            ex.gate.data, ex.up.data, ex.gate_stride, ex.up_stride, ex.gate.row_bytes, static_cast<int>(F), ids, ex.slot_of,
-            K, hx.q, hx.d, E, ex.gate_b, ex.up_b, ex.oai_act ? 1 : 0, sc.act);
+        with_chunks<1>([&]<int U>() {
+            moe_gateup_q8_kernel<T, U><<<dim3(ceil_div(F, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, s>>>(
+                ex.gate.data, ex.up.data, ex.gate_stride, ex.up_stride, ex.gate.row_bytes, static_cast<int>(F), ids,
+                ex.slot_of, K, hx.q, hx.d, E, ex.gate_b, ex.up_b, ex.oai_act ? 1 : 0, sc.act);
+        });
     });
     NITRO_CUDA_LAUNCH_CHECK();
     // h's 8-bit copy is no longer read (stream order): the activations take its place
@@ -335,8 +392,10 @@ void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_
         return;
     }
     ok = ok && dispatch_q8_type(ex.down.type, [&]<GgmlType T>() {
-        moe_down_q8_kernel<T><<<dim3(ceil_div(E, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, s>>>(
-            ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, ax.q, ax.d, F, sc.down);
+        with_chunks<2>([&]<int U>() {
+            moe_down_q8_kernel<T, U><<<dim3(ceil_div(E, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, s>>>(
+                ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, ax.q, ax.d, F, sc.down);
+        });
     });
     if (!ok)
         cfail("CUDA moe_decode_q8: expert types {} / {} have no integer decode path", type_display_name(ex.gate.type),
@@ -356,9 +415,11 @@ void moe_down_combine_q8(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64
     while (wpc < K && wpc < kQ8Rows) wpc *= 2;
     const int cpb = kQ8Rows / wpc;
     const bool ok = dispatch_q8_type(ex.down.type, [&]<GgmlType T>() {
-        moe_down_combine_q8_kernel<T><<<dim3(ceil_div(E, cpb), static_cast<unsigned>(n)), kQ8Threads, 0, s>>>(
-            ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, act.q, act.d,
-            ex.down.ne0, K, wpc, w, ex.down_b, partial, x);
+        with_chunks<2>([&]<int U>() {
+            moe_down_combine_q8_kernel<T, U><<<dim3(ceil_div(E, cpb), static_cast<unsigned>(n)), kQ8Threads, 0, s>>>(
+                ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, act.q, act.d,
+                ex.down.ne0, K, wpc, w, ex.down_b, partial, x);
+        });
     });
     if (!ok) cfail("CUDA moe_down_combine_q8: expert type {} has no integer decode path", type_display_name(ex.down.type));
     NITRO_CUDA_LAUNCH_CHECK();

@@ -58,6 +58,17 @@ inline Q8Acts q8_acts_view(const void* buf, int64_t rows, int64_t ne0) {
     return a;
 }
 
+/// Chunks (16 values of a row) each lane of the integer decode kernels loads before it multiplies
+/// them: 1, 2 or 4 (more loads in flight per lane), or 0 for the defaults (the MoE gate/up kernel 1
+/// of each of its two rows, the others 2). It applies to the MoE kernels and to one-token mmvq
+/// (chunks of 2-8 tokens keep 2). Every setting sums the chunks in the same order, so the
+/// results are the same bits; only the speed differs (a tuning knob for nitro_cuda_bench). The
+/// environment's NITRO_MMVQ_CHUNKS sets it at the first launch; set_mmvq_chunks overrides it and
+/// must run before a decode graph is captured (a graph keeps the kernels it captured). Fails with
+/// a message for any other value.
+void set_mmvq_chunks(int n);
+int mmvq_chunks();
+
 /// True for the weight types with an integer decode path: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K,
 /// IQ4_XS (F32, F16 and BF16 keep the f32 kernels of matmul.cu).
 bool q8_supported(GgmlType t);

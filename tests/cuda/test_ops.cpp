@@ -327,6 +327,54 @@ TEST_F(CudaOps, MatmulGemmMatchesReference) {
     std::printf("GEMM (f16, cuBLAS): worst normalised error %.2e vs f64 reference\n", worst);
 }
 
+TEST_F(CudaOps, MmvqChunksInFlightGiveTheSameBits) {
+    // mmvq_chunks (mmvq.h) changes how many chunks a lane loads before it multiplies, never the
+    // order of its sums: mmvq and mmvq_multi give the default's bits at every setting.
+    for (GgmlType t : kTypes) {
+        if (!q8_supported(t)) continue;
+        for (auto [ne0, rows] : kShapes) {
+            if (!shape_ok(t, ne0)) continue;
+            HostWeight w = make_weight(t, ne0, rows), w2 = make_weight(t, ne0, rows);
+            DWeight d = dev_weight(*ctx, w), d2 = dev_weight(*ctx, w2);
+            for (int64_t n : {1, 3, 8}) {
+                SCOPED_TRACE(type_display_name(t) + " " + std::to_string(ne0) + "x" + std::to_string(rows) + " n=" +
+                             std::to_string(n));
+                auto x = randn(static_cast<size_t>(n * ne0));
+                float* dx = to_dev(*ctx, x);
+                const size_t qb = q8_act_bytes(n, ne0);
+                auto* buf = ctx->alloc_n<uint8_t>(qb, "q8");
+                const Q8Acts q = quantize_q8(ctx->compute(), t, dx, ne0, n, ne0, buf, qb);
+                const size_t on = static_cast<size_t>(n * rows);
+                float *o = ctx->alloc_n<float>(on, "o"), *m1 = ctx->alloc_n<float>(on, "m1"), *m2 = ctx->alloc_n<float>(on, "m2");
+                std::vector<float> ref, ref1, ref2;
+                for (int ch : {0, 1, 2, 4}) {
+                    set_mmvq_chunks(ch);
+                    mmvq(ctx->compute(), d, q, n, o, rows, nullptr, false);
+                    const MatmulTo outs[2] = {{&d, m1, rows, nullptr}, {&d2, m2, rows, nullptr}};
+                    mmvq_multi(ctx->compute(), outs, q, n);
+                    set_mmvq_chunks(0);
+                    auto g = to_host(o, on), g1 = to_host(m1, on), g2 = to_host(m2, on);
+                    if (ch == 0) {
+                        ref = g, ref1 = g1, ref2 = g2;
+                        continue;
+                    }
+                    for (size_t i = 0; i < on; ++i) {
+                        ASSERT_EQ(f32_to_bits(g[i]), f32_to_bits(ref[i])) << "chunks " << ch << ", mmvq " << i;
+                        ASSERT_EQ(f32_to_bits(g1[i]), f32_to_bits(ref1[i])) << "chunks " << ch << ", mmvq_multi " << i;
+                        ASSERT_EQ(f32_to_bits(g2[i]), f32_to_bits(ref2[i])) << "chunks " << ch << ", mmvq_multi " << i;
+                    }
+                }
+                for (void* p : {static_cast<void*>(dx), static_cast<void*>(buf), static_cast<void*>(o), static_cast<void*>(m1),
+                                static_cast<void*>(m2)})
+                    ctx->alloc().free(p);
+            }
+            ctx->alloc().free(const_cast<uint8_t*>(d.data));
+            ctx->alloc().free(const_cast<uint8_t*>(d2.data));
+        }
+    }
+    EXPECT_THROW(set_mmvq_chunks(3), Error);
+}
+
 TEST_F(CudaOps, MatmulPromptOfQ8TypesIsTheCpusIntegerProduct) {
     // Prompt chunks (more than kGemvMaxTokens rows) of 8-bit-block weight types take the integer GEMM
     // (moe_mmq with one group) on the CPU quantizer's blocks: cpu::matmul's block sums, so the bound

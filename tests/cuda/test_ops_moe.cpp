@@ -290,6 +290,30 @@ TEST_F(CudaOps, FusedDecodeMoeEqualsTheSeparateOpsBitForBit) {
                     // the fused path wrote no per-pair down rows (all still the poison)
                     const auto dn = to_host(sc.down, static_cast<size_t>(R * c.E));
                     EXPECT_TRUE(std::all_of(dn.begin(), dn.end(), [](float v) { return std::isnan(v); }));
+                    // Every chunks-in-flight setting of the integer kernels (mmvq_chunks) gives the
+                    // default's bits, fused and separate.
+                    if (n == 1 || n == 5)
+                        for (int ch : {1, 2, 4}) {
+                            SCOPED_TRACE("mmvq_chunks " + std::to_string(ch));
+                            set_mmvq_chunks(ch);
+                            float *x3 = to_dev(*ctx, x0), *x4 = to_dev(*ctx, x0);
+                            sc.fuse_down = false;
+                            moe_experts(st, ex, h1, n, c.E, c.K, dids, nullptr, slot_of.data(), sc);
+                            moe_combine(st, ex, n, c.E, c.K, dids, dw, nullptr, dpartial, x3, sc);
+                            Q8Input hq3;
+                            ASSERT_TRUE(rms_norm_q8(st, dxin, dnorm, n, c.E, c.E, 1e-6f, h2, c.E, nullptr, t, hqb, qb, hq3));
+                            sc.fuse_down = true;
+                            moe_experts(st, ex, h2, n, c.E, c.K, dids, nullptr, slot_of.data(), sc, &hq3);
+                            moe_combine(st, ex, n, c.E, c.K, dids, dw, nullptr, dpartial, x4, sc);
+                            set_mmvq_chunks(0);
+                            const auto a3 = to_host(x3, x0.size()), b4 = to_host(x4, x0.size());
+                            for (size_t i = 0; i < a.size(); ++i) {
+                                ASSERT_EQ(f32_to_bits(a3[i]), f32_to_bits(a[i])) << "separate, x " << i;
+                                ASSERT_EQ(f32_to_bits(b4[i]), f32_to_bits(b[i])) << "fused, x " << i;
+                            }
+                            ctx->alloc().free(x3);
+                            ctx->alloc().free(x4);
+                        }
                     for (void* p : {static_cast<void*>(sc.act), static_cast<void*>(sc.down), static_cast<void*>(sc.gemm.xr),
                                     static_cast<void*>(hqb), static_cast<void*>(h1), static_cast<void*>(h2)})
                         ctx->alloc().free(p);
