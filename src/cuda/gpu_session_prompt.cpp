@@ -333,9 +333,7 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c, MoeScratch& sc) {
     const PrefillCostMode mode = stager ? (prefill_mode == PrefillCostMode::Auto && !rates_measured ? PrefillCostMode::Cpu : prefill_mode)
                                         : PrefillCostMode::Cpu;
     const PrefillLayerPlan pp = plan_prefill_layer(mode, rates, rows, resident, W.expert_bytes(), flop_per_row(W), D.in_place);
-    if (verbose)
-        std::fprintf(stderr, "prefill cost model: %s; CPU model x%.2f (learned)\n", describe_prefill_plan(il, pp, W.expert_bytes()).c_str(),
-                     rates.cpu_scale);
+    if (verbose) std::fprintf(stderr, "prefill cost model: %s\n", describe_prefill_plan(il, pp, W.expert_bytes()).c_str());
 
     // What the CPU skips (resident or staged), and the GPU's table for the combine.
     // (Without staged experts the layer's own slot table is that table: the stager, and with it
@@ -407,8 +405,6 @@ void GpuSession::Impl::moe_prompt(int il, const ChunkArgs& c, MoeScratch& sc) {
         std::rethrow_exception(cpu_error);
     }
     if (cache) cache->commit(il);
-    // What the CPU share really took, against the model: the next layers' CPU estimates learn it.
-    if (mode == PrefillCostMode::Auto && pp.n_cpu > 0) rates.cpu_scale = prefill_learn_cpu_scale(rates.cpu_scale, pp.est_cpu_ms, cpu_ms);
 
     // Counters of this layer's chunk.
     L.prompt_resident_experts += static_cast<uint64_t>(pp.n_resident);

@@ -27,14 +27,7 @@ const char* prefill_cost_mode_name(PrefillCostMode m) {
 double PrefillLayerPlan::est_ms() const { return std::max({est_cpu_ms, est_copy_ms, est_gpu_ms}); }
 
 double prefill_cpu_ms(const PrefillRates& r, uint64_t bytes, int64_t rows, double flop_per_row) {
-    return (static_cast<double>(bytes) / (r.dram_gb_s * 1e6) + static_cast<double>(rows) * flop_per_row / (r.cpu_gflop_s * 1e6)) *
-           r.cpu_scale;
-}
-
-double prefill_learn_cpu_scale(double scale, double est_ms, double measured_ms) {
-    if (!(scale > 0) || !(est_ms >= kPrefillLearnMinMs) || !(measured_ms > 0)) return scale;
-    const double ratio = std::clamp(measured_ms / (est_ms / scale), 0.25, 4.0);
-    return 0.5 * (scale + ratio);
+    return static_cast<double>(bytes) / (r.dram_gb_s * 1e6) + static_cast<double>(rows) * flop_per_row / (r.cpu_gflop_s * 1e6);
 }
 
 double prefill_copy_ms(const PrefillRates& r, uint64_t bytes, bool alone) { return prefill_copy_ms(r, bytes, 0, alone); }

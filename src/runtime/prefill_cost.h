@@ -52,22 +52,7 @@ struct PrefillRates {
     /// work at 17.8 ms, kept ~750 rows on the CPU to balance it, and the prompt ran at 0.78x of staging
     /// everything (docs/hybrid.md).
     double gpu_grouped_gflop_s = 0;
-    /// The CPU share's measured time over the time this model gave it, learned from the layers run so
-    /// far (prefill_learn_cpu_scale); multiplies prefill_cpu_ms. 1 = the start-up rates as they are.
-    /// The start-up rates come from 1 and 64 tokens, and a CPU share's wall time also holds what they
-    /// do not see (the partial sum of every token of a 13,000-token group, cores shared with the
-    /// fill team): MEASURED on qwen3-30b-a3b, a 13,000-token group's CPU share took 1.88 s while the
-    /// GPU waited 1.14 s of it (docs/hybrid.md).
-    double cpu_scale = 1.0;
 };
-
-/// The next cpu_scale after a layer whose CPU share the model estimated at est_ms (with cpu_scale
-/// `scale` applied) and that took measured_ms: the mean of the old scale and this layer's ratio
-/// measured / (est_ms / scale), the ratio clamped to [1/4, 4] so one outlier (a page fault, a
-/// preempted thread) moves it at most that far. Shares estimated under kPrefillLearnMinMs are too
-/// short to time and leave the scale as it is.
-inline constexpr double kPrefillLearnMinMs = 0.5;
-double prefill_learn_cpu_scale(double scale, double est_ms, double measured_ms);
 
 /// Path of one expert in one layer's chunk.
 enum class PrefillPath : uint8_t { None, Resident, Cpu, Staged };
@@ -99,7 +84,7 @@ PrefillLayerPlan plan_prefill_layer(PrefillCostMode mode, const PrefillRates& r,
                                     std::span<const uint8_t> resident, uint64_t expert_bytes, double flop_per_row,
                                     std::span<const uint8_t> in_place = {});
 
-/// Model of one expert on the CPU: (bytes / dram + rows x flop / cpu rate) x cpu_scale, in ms.
+/// Model of one expert on the CPU: bytes / dram + rows x flop / cpu rate, in ms.
 double prefill_cpu_ms(const PrefillRates& r, uint64_t bytes, int64_t rows, double flop_per_row);
 /// Fill + PCIe of one expert (the two overlap in the ring: the slower sets the pace), in ms; alone:
 /// no CPU share beside it (the whole fill team, fill_alone_gb_s).

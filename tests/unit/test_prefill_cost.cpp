@@ -145,38 +145,6 @@ TEST(PrefillCost, ResidentExpertsRunAtTheGroupedRate) {
     EXPECT_NEAR(p.est_ms(), 1.0, 1e-12);
 }
 
-TEST(PrefillCost, TheCpuScaleLearnsWhatTheCpuShareTook) {
-    // By hand: the model gave a share 2 ms at scale 1 and it took 6 ms: ratio 3, next scale
-    // (1 + 3) / 2 = 2; then a share estimated at 4 ms under scale 2 (2 ms unscaled) that took 6 ms
-    // again: ratio 3, scale 2.5. A share of 10x its estimate counts as 4x (the clamp); one under
-    // kPrefillLearnMinMs, or not timed, leaves the scale alone.
-    EXPECT_DOUBLE_EQ(prefill_learn_cpu_scale(1.0, 2.0, 6.0), 2.0);
-    EXPECT_DOUBLE_EQ(prefill_learn_cpu_scale(2.0, 4.0, 6.0), 2.5);
-    EXPECT_DOUBLE_EQ(prefill_learn_cpu_scale(1.0, 1.0, 10.0), 2.5);
-    EXPECT_DOUBLE_EQ(prefill_learn_cpu_scale(1.0, 4.0, 0.4), 0.625);  // faster than modelled: ratio 0.25 (clamped from 0.1)
-    EXPECT_DOUBLE_EQ(prefill_learn_cpu_scale(1.5, 0.4, 9.0), 1.5);
-    EXPECT_DOUBLE_EQ(prefill_learn_cpu_scale(1.5, 2.0, 0.0), 1.5);
-}
-
-TEST(PrefillCost, ALearnedCpuScaleMovesWorkToTheStagedShare) {
-    // The rows of AutoStagesTheExpertsWithMostRows...: at scale 1 the best k is 2 (2.0 ms). At scale
-    // 2 every CPU time doubles: candidates 0 (5.0 ms), 4 (2.6), 1 (1.6), 5 (1.2); k=0: 10.4; k=1:
-    // max(5.4, 1) = 5.4; k=2: max(2.8, 2) = 2.8; k=3: max(1.2, 3) = 3.0; k=4: 4.0. Best k = 2 still,
-    // at 2.8 ms. At scale 4: k=2: max(5.6, 2) = 5.6; k=3: max(2.4, 3) = 3.0; k=4: 4.0. Best k = 3.
-    const std::vector<int64_t> rows = {20, 3, 0, 10, 8, 1};
-    const std::vector<uint8_t> res = {0, 0, 0, 1, 0, 0};
-    PrefillRates r = rates();
-    r.cpu_scale = 2;
-    PrefillLayerPlan p = plan_prefill_layer(PrefillCostMode::Auto, r, rows, res, kBytes, kFlop);
-    EXPECT_EQ(p.staged, (std::vector<int32_t>{0, 4}));
-    EXPECT_NEAR(p.est_cpu_ms, 2.8, 1e-12);
-    r.cpu_scale = 4;
-    p = plan_prefill_layer(PrefillCostMode::Auto, r, rows, res, kBytes, kFlop);
-    EXPECT_EQ(p.staged, (std::vector<int32_t>{0, 4, 1}));
-    EXPECT_NEAR(p.est_cpu_ms, 2.4, 1e-12);
-    EXPECT_NEAR(p.est_ms(), 3.0, 1e-12);
-}
-
 TEST(PrefillCost, AutoPinIsBoundedByRam) {
     constexpr uint64_t GiB = 1ull << 30;
     // gpt-oss-120b at 12 GiB on the 128 GiB H200 host: 50 GiB off the GPU, 100 GiB available: RAM / 4.
