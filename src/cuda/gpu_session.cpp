@@ -301,7 +301,8 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
             D.vc = ctx.alloc_n<uint16_t>(n_seq * static_cast<size_t>(D.capacity * sp.n_v()), fmt::format("V cache of layer {}", il));
         }
         const int64_t keys = D.window > 0 ? std::min(D.window, sp.n_ctx) : sp.n_ctx;
-        D.n_split_decode = static_cast<int>(std::clamp<int64_t>((keys + 255) / 256, 1, m.z.max_split));
+        D.n_split_decode = attention_decode_splits(sp.n_head, sp.n_head_kv, sp.head_dim, keys,
+                                                   ctx.props().multiProcessorCount, m.z.max_split);
         // [h E][ids K][w K][margin 1][ready 1][partial E][done 1][t_route 1 u64][t_wait 2 u64], 64-byte aligned parts
         auto al = [](size_t b) { return (b + 63) / 64 * 64; };
         const size_t o_ids = al(static_cast<size_t>(m.E) * 4), o_w = o_ids + al(static_cast<size_t>(m.K) * 4),

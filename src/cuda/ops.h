@@ -84,6 +84,11 @@ struct AttnArgs {
 size_t attention_partial_floats(int64_t n_q, int64_t n_head, int64_t head_dim, int n_split);
 void attention(cudaStream_t s, const AttnArgs& a);
 
+/// Flash-decoding splits for a decode step over at most `keys` keys (n_ctx, or the window): enough
+/// blocks of the per-query kernel for two per multiprocessor (n_sm of them), never more than one
+/// split per 128 keys (a 32-key tile per warp) nor max_split (the partial buffer's room).
+int attention_decode_splits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t keys, int n_sm, int max_split);
+
 /// Rows of an embedding matrix for token ids (device) -> f32 [n, ne0].
 void get_rows(cudaStream_t s, const DWeight& w, const int32_t* ids, int64_t n, float* out);
 

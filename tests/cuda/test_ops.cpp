@@ -723,6 +723,10 @@ TEST_F(CudaOps, AttentionMatchesCpu) {
         auto got = to_host(out, q.size());
         auto ref = ref_attention(q, kc, vc, c.cap, c.n_q, c.H, c.Hkv, c.hd, c.pos0, c.window, c.sinks ? &sinks : nullptr);
         EXPECT_LT(nerr(got, ref), 1e-5);
+        // A second launch: the same bits (the splits and their combine in a fixed order)
+        poison(out, q.size());
+        attention(ctx->compute(), a);
+        EXPECT_EQ(to_host(out, q.size()), got);
     }
 }
 
