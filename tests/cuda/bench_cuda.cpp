@@ -1,4 +1,4 @@
-// nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--reps N] [--no-kernels]: GPU-all prefill and decode speed of a
+// nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--depth D1,D2,..] [--reps N] [--no-kernels]: GPU-all prefill and decode speed of a
 // model, and the kernel-level figures that explain them. Every figure printed is MEASURED on the
 // device it runs on (CUDA events or steady_clock around synchronised work), with units.
 //   - device-to-device copy bandwidth (read + write bytes / time): the ceiling for GEMVs;
@@ -9,7 +9,8 @@
 //     qwen3-30b-a3b with 512 and 4,096 tokens, against the former way (per expert: dequantize to
 //     f16, then one cuBLAS GEMM);
 //   - pp N and tg N tok/s like llama-bench (prompt from an empty context; decode from a 1-token
-//     context), median of --reps runs, and kernel launches per decode step;
+//     context, and after each D tokens of --depth D1,D2,.. as llama-bench -d), median of --reps
+//     runs, and kernel launches per decode step;
 //   - with --ops: where a decode step's GPU time goes, per op of the forward pass (op_profile.h:
 //     timing events inside the decode graph), with its kernel launches.
 // nitro_cuda_bench MODEL.gguf --staging [--threads 4,8,16]: the ways a hybrid prompt could bring
@@ -436,10 +437,11 @@ int staging_figures(const Model& model, const std::vector<int>& threads) {
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--reps N] [--no-kernels] [--ops] | --staging [--threads 4,8,16]\n");
+        std::fprintf(stderr, "usage: nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--depth D1,D2,..] [--reps N] [--no-kernels] [--ops] | --staging [--threads 4,8,16]\n");
         return 2;
     }
     int pp = 512, tg = 128, reps = 3;
+    std::vector<int> depths = {0};
     bool ops = false;
     bool kernels = true, staging = false;
     std::vector<int> threads = {4, 8, 16};
@@ -457,6 +459,14 @@ int main(int argc, char** argv) {
         if (a == "--pp" && i + 1 < argc) pp = std::atoi(argv[++i]);
         else if (a == "--tg" && i + 1 < argc) tg = std::atoi(argv[++i]);
         else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+        else if (a == "--depth" && i + 1 < argc) {
+            depths = {0};  // tg from an empty context always; then each depth of the list
+            for (const char* p = argv[++i]; *p;) {
+                if (const int d = std::atoi(p); d > 0) depths.push_back(d);
+                while (*p && *p != ',') ++p;
+                if (*p == ',') ++p;
+            }
+        }
         else if (a == "--no-kernels") kernels = false;
         else if (a == "--ops") ops = true;
     }
@@ -466,7 +476,8 @@ int main(int argc, char** argv) {
         if (pp <= 0 || tg <= 0) return 0;  // --pp 0 / --tg 0: the kernel figures only
         Model model(argv[1]);
         SessionOptions so;
-        so.n_ctx = std::max(pp, tg + 1) + 16;
+        const int max_depth = *std::max_element(depths.begin(), depths.end());
+        so.n_ctx = std::max(pp, max_depth + tg + 1) + 16;
         so.n_ubatch = pp;
         GpuOptions go;
         using C = std::chrono::steady_clock;
@@ -475,47 +486,45 @@ int main(int argc, char** argv) {
         std::printf("MEASURED load: %.1f s (%.2f GiB on the GPU)\n", std::chrono::duration<double>(C::now() - t0).count(),
                     gpu.vram_used() / 1073741824.0);
         std::mt19937 rng(7);
-        std::vector<int32_t> prompt(static_cast<size_t>(pp));
+        std::vector<int32_t> prompt(static_cast<size_t>(std::max(pp, max_depth + 2)));
         for (auto& t : prompt) t = std::uniform_int_distribution<int32_t>(0, static_cast<int32_t>(model.n_vocab()) - 1)(rng);
         std::vector<float> logits;
-        std::vector<double> pps, tgs;
-        for (int r = 0; r < reps + 1; ++r) {  // first run is the warm-up
+        // tg steps from a context of d tokens (d = 0: one token, as llama-bench's tg); seconds
+        auto decode_run = [&](int d) {
             gpu.truncate(0);
-            auto a = C::now();
-            gpu.eval(prompt, false, logits);
-            const double s_pp = std::chrono::duration<double>(C::now() - a).count();
-            gpu.truncate(0);
-            const int32_t first[1] = {prompt[0]};
-            gpu.eval(first, false, logits);
-            a = C::now();
-            int32_t tok = prompt[1];
+            const size_t ctx0 = static_cast<size_t>(std::max(1, d));
+            gpu.eval(std::span<const int32_t>(prompt).first(ctx0), false, logits);
+            const auto a = C::now();
+            int32_t tok = prompt[ctx0];
             for (int i = 0; i < tg; ++i) {
                 const int32_t one[1] = {tok};
                 gpu.eval(one, false, logits);
                 tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
             }
-            const double s_tg = std::chrono::duration<double>(C::now() - a).count();
-            if (r > 0) {
-                pps.push_back(pp / s_pp);
-                tgs.push_back(tg / s_tg);
+            return std::chrono::duration<double>(C::now() - a).count();
+        };
+        std::vector<double> pps;
+        std::vector<std::vector<double>> tgs(depths.size());
+        for (int r = 0; r < reps + 1; ++r) {  // first run is the warm-up
+            gpu.truncate(0);
+            auto a = C::now();
+            gpu.eval(std::span<const int32_t>(prompt).first(static_cast<size_t>(pp)), false, logits);
+            const double s_pp = std::chrono::duration<double>(C::now() - a).count();
+            if (r > 0) pps.push_back(pp / s_pp);
+            for (size_t k = 0; k < depths.size(); ++k) {
+                const double s_tg = decode_run(depths[k]);
+                if (r > 0) tgs[k].push_back(tg / s_tg);
             }
         }
         std::printf("MEASURED %s GPU-all: pp%d %.1f tok/s, tg%d %.1f tok/s (median of %d), %d kernel launches per decode "
                     "token (one CUDA graph)\n",
-                    model.hp().name.c_str(), pp, median_of(pps), tg, median_of(tgs), reps, gpu.launches_per_token());
+                    model.hp().name.c_str(), pp, median_of(pps), tg, median_of(tgs[0]), reps, gpu.launches_per_token());
+        for (size_t k = 1; k < depths.size(); ++k)
+            std::printf("MEASURED %s GPU-all: tg%d @ d%d %.1f tok/s (median of %d)\n", model.hp().name.c_str(), tg, depths[k],
+                        median_of(tgs[k]), reps);
         if (ops) {  // the same decode steps once more, with timing marks between the ops
             gpu.set_op_profile(true);
-            gpu.truncate(0);
-            const int32_t first[1] = {prompt[0]};
-            gpu.eval(first, false, logits);
-            int32_t tok = prompt[1];
-            const auto a = C::now();
-            for (int i = 0; i < tg; ++i) {
-                const int32_t one[1] = {tok};
-                gpu.eval(one, false, logits);
-                tok = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-            }
-            const double wall_ms = std::chrono::duration<double, std::milli>(C::now() - a).count() / tg;
+            const double wall_ms = 1000.0 * decode_run(depths.back()) / tg;  // at the last depth given
             const OpProfile& p = gpu.op_profile();
             const double step = p.step_ms / static_cast<double>(p.steps);
             std::printf("MEASURED decode step by op (%lld steps with timing marks: GPU %.3f ms per step, wall %.3f ms; "
