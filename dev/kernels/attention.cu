@@ -29,6 +29,7 @@
 #include "cuda/flash_attn.cuh"
 #include "cuda/flash_attn.h"
 #include "cuda/ops.h"
+#include "sandbox_fill.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -42,24 +43,8 @@ using namespace nitro::cuda;
 
 namespace {
 
-/// Variance-1 uniform values from a hash of the index (device-side: no host loop over big buffers).
-__device__ float hash_val(uint64_t i, uint32_t seed) {
-    uint32_t x = static_cast<uint32_t>(i) * 0x9E3779B1u ^ static_cast<uint32_t>(i >> 32) * 0x85EBCA77u ^ seed;
-    x ^= x >> 16;
-    x *= 0x7FEB352Du;
-    x ^= x >> 15;
-    x *= 0x846CA68Bu;
-    x ^= x >> 16;
-    return (static_cast<float>(x) * 2.3283064e-10f * 2.f - 1.f) * 1.7320508f;
-}
-__global__ void fill_f32(float* p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x)
-        p[i] = hash_val(i, seed);
-}
-__global__ void fill_f16(__half* p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x)
-        p[i] = __float2half_rn(hash_val(i, seed));
-}
+using sandbox::fill_f16;
+using sandbox::fill_f32;
 
 struct Shape {
     int64_t H, Hkv, hd, window, n_q, pos0, cap;
