@@ -730,6 +730,19 @@ TEST_F(CudaOps, AttentionMatchesCpu) {
     }
 }
 
+// The decode split counts, by hand (and as dev_attention_decode printed them on the H200's 132 SMs):
+// blocks per split = KV heads x head groups (a group holds at most 1,024 / head_dim heads); splits
+// = min(ceil(2 x SMs / blocks), ceil(keys / 128)), within [1, max_split].
+TEST(CudaAttentionSplits, TwoBlocksPerMultiprocessorAndATilePerWarp) {
+    EXPECT_EQ(attention_decode_splits(64, 8, 64, 4096, 132, 32), 32);   // gpt-oss: 8 blocks, fill 33, 32 tiles
+    EXPECT_EQ(attention_decode_splits(64, 8, 64, 8193, 132, 64), 33);   // fill 33 < 65 tiles
+    EXPECT_EQ(attention_decode_splits(64, 8, 64, 128, 132, 64), 1);     // a window of 128 keys: one tile per warp
+    EXPECT_EQ(attention_decode_splits(32, 4, 128, 8193, 132, 64), 64);  // qwen3: fill 66, capped at 64
+    EXPECT_EQ(attention_decode_splits(16, 2, 256, 4096, 132, 32), 32);  // qwen3-next: 2 groups of 4 heads, 4 blocks
+    EXPECT_EQ(attention_decode_splits(16, 2, 256, 200, 132, 64), 2);    // 200 keys: 2 tiles of 128
+    EXPECT_EQ(attention_decode_splits(4, 2, 32, 100, 0, 64), 1);        // never below 1
+}
+
 // The tensor-core path of prompt chunks (cuda/flash_attn.h): through attention() where it takes it
 // (n_q >= kFlashMinQueries, checked to be the flash kernel by its f16 rounding: not within 1e-5 of
 // the reference, where the per-query kernel is) and through flash_attention() for short chunks.
