@@ -24,6 +24,7 @@
 #include "cuda/context.h"
 #include "cuda/event_timing.h"
 #include "cuda/ops.h"
+#include "runtime/placement.h"
 #include "sandbox_fill.cuh"
 
 #include <algorithm>
@@ -166,7 +167,7 @@ struct Shape {
 
 int old_splits(const Shape& sh) { return static_cast<int>(std::clamp<int64_t>((sh.keys() + 255) / 256, 1, 32)); }
 int new_splits(const Shape& sh, int n_sm) {
-    return attention_decode_splits(sh.H, sh.Hkv, sh.hd, sh.keys(), n_sm, static_cast<int>(std::clamp<int64_t>((sh.keys() + 127) / 128, 1, 64)));
+    return attention_decode_splits(sh.H, sh.Hkv, sh.hd, sh.keys(), n_sm, attention_max_split(sh.keys()));
 }
 
 struct Problem {

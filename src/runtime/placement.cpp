@@ -153,7 +153,7 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
     z.logits = z.logits_rows * sp.n_vocab;
     int64_t keys = 0;
     for (const LayerSpec& L : sp.layers) keys = std::max(keys, L.window > 0 ? std::min(L.window, sp.n_ctx) : sp.n_ctx);
-    z.max_split = static_cast<int>(std::clamp<int64_t>((keys + 127) / 128, 1, 64));  // cuda::attention_decode_splits
+    z.max_split = attention_max_split(keys);
     z.attn_partial = (z.max_split > 1 ? sp.n_head * z.max_split * (sp.head_dim + 2) : 0) + 1;
     z.tok = ub;
     z.pos = std::max<int64_t>(1, sp.n_seq);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -208,6 +209,12 @@ struct GpuScratchSizes {
     /// vram_alloc_size.
     uint64_t bytes() const;
 };
+
+/// The most flash-decoding splits a decode step over `keys` keys (n_ctx, or the window) may use:
+/// one per 128 keys (a 32-key tile for each of the decode attention kernel's 4 warps), at most 64.
+/// The partial buffer is sized for it; cuda::attention_decode_splits picks within it.
+inline int attention_max_split(int64_t keys) { return static_cast<int>(std::clamp<int64_t>((keys + 127) / 128, 1, 64)); }
+
 GpuScratchSizes gpu_scratch_sizes(const ModelSpec& spec);
 
 /// The buffers of a layer-major prompt group of `tokens` tokens (hybrid placement, docs/hybrid.md

@@ -305,5 +305,16 @@ TEST(Placement, PlanCommandPrintsAndExportsThePlan) {
     EXPECT_NE(std::system((std::string(NITRO_BINARY) + " plan --synth gpt-oss:gpt-oss-120b --vram-budget 1 >/dev/null 2>&1").c_str()), 0);
 }
 
+// The decode attention's split room, by hand: one split per 128 keys, at least 1, at most 64.
+TEST(Placement, AttentionMaxSplitIsOnePer128KeysUpTo64) {
+    EXPECT_EQ(attention_max_split(1), 1);
+    EXPECT_EQ(attention_max_split(128), 1);
+    EXPECT_EQ(attention_max_split(129), 2);
+    EXPECT_EQ(attention_max_split(4096), 32);
+    EXPECT_EQ(attention_max_split(8193), 64);
+    EXPECT_EQ(attention_max_split(131072), 64);
+}
+
 }  // namespace
 }  // namespace nitro
+
