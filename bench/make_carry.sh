@@ -35,7 +35,7 @@ mkdir -p .carry
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 mkdir -p "$T/bin"
 # nitro_cuda_bench (the GPU kernel figures) only with CARRY_CUDA_BENCH=1: it costs 2 MB of the call's 64 MiB
-BINS=("$B/nitro" "$B/tests/nitro_cuda_tests"); [ "${CARRY_CUDA_BENCH:-0}" = 1 ] && BINS+=("$B/tests/nitro_cuda_bench" "$B/tests/dev_moe_gemm" "$B/tests/dev_moe_mmq" "$B/tests/dev_attention")
+BINS=("$B/nitro" "$B/tests/nitro_cuda_tests"); [ "${CARRY_CUDA_BENCH:-0}" = 1 ] && BINS+=("$B/tests/nitro_cuda_bench" "$B/tests/dev_moe_gemm" "$B/tests/dev_moe_mmq" "$B/tests/dev_attention" "$B/tests/dev_attention_decode")
 # stripped: symbols are not needed on the device, and a call carries 64 MiB in all
 for f in "${BINS[@]}"; do [ -f "$f" ] && cp "$f" "$T/bin/" && strip --strip-unneeded "$T/bin/$(basename "$f")"; done
 for lib in libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libcpp-httplib.so.0.11; do

@@ -7,16 +7,20 @@
 //        keys (lanes score 32 keys, then the value sum goes key by key); splits n_ctx / 256
 //        (at most 32), as the engine chose them before;
 //   new  attention() with flash = false: one block of 4 warps per (KV head, head group, query,
-//        split), every warp a 32-key tile of all the group's heads (the K row read once), the value
-//        sum 8 keys at a time, splits from attention_decode_splits (two blocks per multiprocessor,
-//        one per 128 keys at most), merged by a second kernel as before.
+//        split), every warp a 32-key tile of the group's heads (the K row read once for them;
+//        attention_decode_heads: heads x head_dim <= 128 below 4,096 keys, the KV head's whole
+//        group from there), the value sum 8 keys at a time with the
+//        next 8 rows in flight, splits from attention_decode_splits (one per 128 keys, within the
+//        buffer's room), empty splits returning at once, merged by a second kernel.
 //
 // Check: both against an f64 reference from the same f16 Q / K / V (normalised error < 1e-5, the
 // f32 kernels' bound in tests/cuda/test_ops.cpp AttentionMatchesCpu) at the decode shapes below plus
-// G = 1, 6 and 16 and head_dim 32 and 256; PASS / FAIL per check, exit status 1 on a FAIL. Then
-// timed: 100 launches back to back between two CUDA events (as a decode graph runs them, launch
-// gaps included), median of reps, microseconds per launch at depths 128 to 32,768 for the
-// attention shapes of gpt-oss-20b (full and window-128 layers), qwen3-30b-a3b and qwen3-next-80b.
+// G = 1, 6 and 16 and head_dim 32 and 256, and the new one at 1 and 2 query heads per block;
+// PASS / FAIL per check, exit status 1 on a FAIL. Then timed: 100 launches captured in one CUDA
+// graph and replayed (as the decode graph runs them, graph launch gaps included), median of reps,
+// microseconds per launch: a sweep of heads per block x splits at depths 64 to 4,096, and old vs
+// new at depths 128 to 32,768 for the attention shapes of gpt-oss-20b (full and window-128
+// layers), qwen3-30b-a3b and qwen3-next-80b.
 // Every figure printed is MEASURED on the GPU it runs on.
 #include "core/fp16.h"
 #include "cuda/check.h"
@@ -166,8 +170,8 @@ struct Shape {
 };
 
 int old_splits(const Shape& sh) { return static_cast<int>(std::clamp<int64_t>((sh.keys() + 255) / 256, 1, 32)); }
-int new_splits(const Shape& sh, int n_sm) {
-    return attention_decode_splits(sh.H, sh.Hkv, sh.hd, sh.keys(), n_sm, attention_max_split(sh.keys()));
+int new_splits(const Shape& sh) {
+    return attention_decode_splits(sh.keys(), attention_max_split(sh.keys()));
 }
 
 struct Problem {
@@ -218,13 +222,37 @@ void free_problem(DeviceContext& ctx, Problem& p) {
         ctx.alloc().free(x);
 }
 
-void run(bool use_new, cudaStream_t s, const Problem& p, int n_sm) {
-    if (use_new) attention(s, p.args(new_splits(p.sh, n_sm)));
-    else old_attention(s, p.args(old_splits(p.sh)));
+void run(bool use_new, cudaStream_t s, const Problem& p, int heads_per_block = 0) {
+    if (use_new) {
+        AttnArgs a = p.args(new_splits(p.sh));
+        // as the engine: attention_decode_heads for this depth, unless forced
+        a.heads_per_block = heads_per_block > 0 ? heads_per_block
+                                                : attention_decode_heads(p.sh.H, p.sh.Hkv, p.sh.window, p.sh.pos0);
+        attention(s, a);
+    } else {
+        old_attention(s, p.args(old_splits(p.sh)));
+    }
+}
+
+/// Median microseconds per launch of f's burst of kBurst launches, captured in one CUDA graph and
+/// replayed (as the engine's decode graph runs them: graph launch gaps, not stream launch gaps).
+template <typename F>
+double graph_us(cudaStream_t s, int reps, F&& f) {
+    constexpr int kBurst = 100;
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    NITRO_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kBurst; ++i) f();
+    NITRO_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    NITRO_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    const double ms = time_ms(s, reps, [&] { NITRO_CUDA_CHECK(cudaGraphLaunch(exec, s)); });
+    NITRO_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    NITRO_CUDA_CHECK(cudaGraphDestroy(g));
+    return 1000.0 * ms / kBurst;
 }
 
 /// Checks one variant on sh against the f64 reference; prints one line; true on PASS.
-bool check(DeviceContext& ctx, bool use_new, const Shape& sh, int n_sm, uint32_t seed) {
+bool check(DeviceContext& ctx, bool use_new, const Shape& sh, uint32_t seed, int heads_per_block = 0) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd;
     std::vector<float> q(static_cast<size_t>(sh.H * sh.hd)), sinks(static_cast<size_t>(sh.H));
@@ -239,7 +267,7 @@ bool check(DeviceContext& ctx, bool use_new, const Shape& sh, int n_sm, uint32_t
     NITRO_CUDA_CHECK(cudaMemcpy(p.vc, vc.data(), vc.size() * 2, cudaMemcpyHostToDevice));
     NITRO_CUDA_CHECK(cudaMemcpy(p.sinks, sinks.data(), sinks.size() * 4, cudaMemcpyHostToDevice));
     NITRO_CUDA_CHECK(cudaMemset(p.out, 0xFF, q.size() * 4));  // NaN: an unwritten element fails
-    run(use_new, ctx.compute(), p, n_sm);
+    run(use_new, ctx.compute(), p, heads_per_block);
     NITRO_CUDA_CHECK(cudaStreamSynchronize(ctx.compute()));
     std::vector<float> got(q.size());
     NITRO_CUDA_CHECK(cudaMemcpy(got.data(), p.out, got.size() * 4, cudaMemcpyDeviceToHost));
@@ -275,18 +303,20 @@ bool check(DeviceContext& ctx, bool use_new, const Shape& sh, int n_sm, uint32_t
     }
     const double ne = std::sqrt(num / den2);
     const bool ok = ne < 1e-5;
-    std::printf("check %s H=%3lld/%lld hd=%3lld window=%4lld pos=%5lld n_ctx=%5lld sinks=%d splits %2d: normalised %.2e %s\n",
-                use_new ? "new" : "old", static_cast<long long>(sh.H), static_cast<long long>(sh.Hkv),
-                static_cast<long long>(sh.hd), static_cast<long long>(sh.window), static_cast<long long>(pos),
-                static_cast<long long>(sh.n_ctx), sh.sinks ? 1 : 0, use_new ? new_splits(sh, n_sm) : old_splits(sh), ne,
-                ok ? "PASS" : "FAIL");
+    std::printf(
+        "check %s%s H=%3lld/%lld hd=%3lld window=%4lld pos=%5lld n_ctx=%5lld sinks=%d splits %2d: normalised %.2e %s\n",
+        use_new ? "new" : "old", heads_per_block > 0 ? (heads_per_block == 1 ? " hpb1" : " hpb2") : "",
+        static_cast<long long>(sh.H), static_cast<long long>(sh.Hkv), static_cast<long long>(sh.hd),
+        static_cast<long long>(sh.window), static_cast<long long>(pos), static_cast<long long>(sh.n_ctx), sh.sinks ? 1 : 0,
+        use_new ? new_splits(sh) : old_splits(sh), ne, ok ? "PASS" : "FAIL");
     return ok;
 }
 
 using sandbox::fill_f16;
 using sandbox::fill_f32;
 
-void time_shape(DeviceContext& ctx, const char* name, const Shape& sh, int reps, int n_sm) {
+/// alloc_problem with Q, K, V and sinks filled on the device (pseudo-random, for timing).
+Problem filled_problem(DeviceContext& ctx, const Shape& sh) {
     cudaStream_t s = ctx.compute();
     Problem p = alloc_problem(ctx, sh);
     const size_t nkv = static_cast<size_t>(sh.cap() * sh.Hkv * sh.hd);
@@ -295,16 +325,43 @@ void time_shape(DeviceContext& ctx, const char* name, const Shape& sh, int reps,
     fill_f16<<<1024, 256, 0, s>>>(reinterpret_cast<__half*>(p.vc), nkv, 3);
     fill_f32<<<1, 64, 0, s>>>(p.sinks, static_cast<size_t>(sh.H), 4);
     NITRO_CUDA_LAUNCH_CHECK();
-    constexpr int kBurst = 100;
+    return p;
+}
+
+void time_shape(DeviceContext& ctx, const char* name, const Shape& sh, int reps) {
+    cudaStream_t s = ctx.compute();
+    Problem p = filled_problem(ctx, sh);
     double us[2];
-    for (int v : {0, 1})
-        us[v] = 1000.0 * time_ms(s, reps, [&] { for (int i = 0; i < kBurst; ++i) run(v == 1, s, p, n_sm); }) / kBurst;
+    for (int v : {0, 1}) us[v] = graph_us(s, reps, [&] { run(v == 1, s, p); });
     const int64_t keys = sh.window > 0 ? std::min(sh.pos0 + 1, sh.window) : sh.pos0 + 1;
     const double bytes = 2.0 * 2.0 * static_cast<double>(keys * sh.Hkv * sh.hd);  // K and V rows read, f16
     std::printf("  %-24s depth %6lld n_ctx %6lld: old %7.2f us (%2d splits)  new %7.2f us (%2d splits, %6.1f GB/s of K/V)  old/new %.2fx\n",
                 name, static_cast<long long>(sh.pos0), static_cast<long long>(sh.n_ctx), us[0], old_splits(sh), us[1],
-                new_splits(sh, n_sm), bytes / (us[1] * 1e3), us[0] / us[1]);
+                new_splits(sh), bytes / (us[1] * 1e3), us[0] / us[1]);
     free_problem(ctx, p);
+}
+
+/// The small-depth sweep: microseconds per launch (graph replay) of the new kernel at query heads
+/// per block 1, 2, 4, 8 (the group, capped) and forced split counts, for the depths where one
+/// 32-key tile per warp is the whole split and the chains of one warp set the time.
+void sweep_shape(DeviceContext& ctx, const char* name, const Shape& base, int reps) {
+    cudaStream_t s = ctx.compute();
+    for (int64_t d : {64, 128, 256, 512, 1024, 2048, 4096}) {
+        Shape sh = base;
+        sh.pos0 = d;
+        Problem p = filled_problem(ctx, sh);
+        std::printf("  %-20s d%-5lld", name, static_cast<long long>(d));
+        for (int hpb : {1, 2, 4, 8}) {
+            std::printf(" | hpb%d", hpb);
+            for (int ns : {1, 2, 4, 8, 16, 32}) {
+                AttnArgs a = p.args(ns);
+                a.heads_per_block = hpb;
+                std::printf(" %5.1f", graph_us(s, reps, [&] { attention(s, a); }));
+            }
+        }
+        std::printf("\n");
+        free_problem(ctx, p);
+    }
 }
 
 }  // namespace
@@ -314,7 +371,6 @@ int main(int argc, char** argv) {
     const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 10;
     try {
         DeviceContext ctx(0, 0.0);
-        const int n_sm = ctx.props().multiProcessorCount;
         std::printf("device: %s\n", ctx.describe().c_str());
         const Shape checks[] = {
             {64, 8, 64, 0, 300, 512, true},        // gpt-oss full layer
@@ -331,15 +387,24 @@ int main(int argc, char** argv) {
         bool ok = true;
         uint32_t seed = 1;
         for (const Shape& sh : checks)
-            for (bool v : {false, true}) ok = check(ctx, v, sh, n_sm, seed++) && ok;
+            for (bool v : {false, true}) ok = check(ctx, v, sh, seed++) && ok;
+        for (int hpb : {1, 2})  // fewer query heads per block than the group (AttnArgs::heads_per_block)
+            for (const Shape& sh : {checks[0], checks[3], checks[4], checks[5], checks[7]})
+                ok = check(ctx, true, sh, seed++, hpb) && ok;
         std::printf("%s\n", ok ? "ALL CHECKS PASS" : "SOME CHECKS FAIL");
-        std::printf("MEASURED microseconds per launch (100 back to back, median of %d)\n", reps);
+        std::printf(
+            "MEASURED small-depth sweep, us per launch (graph of 100, median of %d); columns: splits 1 2 4 8 16 32 "
+            "at each query-heads-per-block\n",
+            reps);
+        sweep_shape(ctx, "qwen3-30b-a3b", {32, 4, 128, 0, 0, 4096, false}, reps);
+        sweep_shape(ctx, "gpt-oss-20b full", {64, 8, 64, 0, 0, 4096, true}, reps);
+        std::printf("MEASURED microseconds per launch (graph of 100 back to back, median of %d)\n", reps);
         for (int64_t d : {128, 512, 2048, 8192, 32768}) {
             const int64_t n_ctx = std::max<int64_t>(4096, d + 1);
-            time_shape(ctx, "gpt-oss-20b full", {64, 8, 64, 0, d, n_ctx, true}, reps, n_sm);
-            time_shape(ctx, "gpt-oss-20b window 128", {64, 8, 64, 128, d, n_ctx, true}, reps, n_sm);
-            time_shape(ctx, "qwen3-30b-a3b", {32, 4, 128, 0, d, n_ctx, false}, reps, n_sm);
-            time_shape(ctx, "qwen3-next-80b-a3b", {16, 2, 256, 0, d, n_ctx, false}, reps, n_sm);
+            time_shape(ctx, "gpt-oss-20b full", {64, 8, 64, 0, d, n_ctx, true}, reps);
+            time_shape(ctx, "gpt-oss-20b window 128", {64, 8, 64, 128, d, n_ctx, true}, reps);
+            time_shape(ctx, "qwen3-30b-a3b", {32, 4, 128, 0, d, n_ctx, false}, reps);
+            time_shape(ctx, "qwen3-next-80b-a3b", {16, 2, 256, 0, d, n_ctx, false}, reps);
         }
         return ok ? 0 : 1;
     } catch (const std::exception& e) {

@@ -19,6 +19,7 @@
 #include "cuda/ops.h"
 
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/flash_attn.h"
 
 #include <algorithm>
@@ -33,6 +34,17 @@ constexpr int kWarps = 4;  ///< warps per block of the per-query kernel
 /// Query heads per block at head_dim HD and a group of G query heads per KV head: each lane keeps
 /// heads x HD / 32 value sums in registers, at most 32.
 constexpr int max_heads_per_block(int hd) { return 1024 / hd; }
+
+/// The default (AttnArgs::heads_per_block = 0): heads x head_dim <= 128, so 1 head a block at
+/// head_dim 128 or 256 and 2 at 64. MEASURED on the H200 (dev_attention_decode's sweep, graph
+/// replay, 32 splits, us per launch at depths 64 ... 4,096): qwen3-30b-a3b 7.0 7.3 7.5 9.3 12.3
+/// 16.6 23.2 at 1 head a block against 12.7 12.9 13.1 13.2 14.1 16.6 24.1 at 8 (the whole
+/// group); gpt-oss-20b 6.9 7.1 7.5 8.3 10.7 13.8 19.6 at 2 against 9.9 10.1 10.4 11.1 12.1 14.2
+/// 21.1 at 8. A decode step is a chain of one 32-key tile per warp; fewer heads in the block make
+/// each warp's chain of scores, softmax and value sums shorter and spread the work over more blocks.
+/// Deeper than that the group wins (its K/V rows read once for all its heads): the engine asks for
+/// it there (ops.h attention_decode_heads), and for prompt chunks.
+constexpr int default_heads_per_block(int hd) { return hd >= 128 ? 1 : 128 / hd; }
 
 /// Keys of split `split` of n_split for a query at position p: [kb0, ke), tiles of 32 keys.
 __device__ __forceinline__ void split_range(int64_t p, int64_t window, int split, int n_split, int64_t& kb0, int64_t& ke) {
@@ -89,12 +101,17 @@ __global__ void __launch_bounds__(kWarps * kWarp)
                      int64_t capacity, int n_head, int n_head_kv, int64_t window, const float* __restrict__ sinks,
                      float scale, const int32_t* __restrict__ pos0, int n_split, float* __restrict__ partial,
                      float* __restrict__ out) {
+    pdl_begin();
     constexpr int ND = HD / kWarp;  // value dims per lane: lane * ND .. + ND - 1
     const int G = n_head / n_head_kv, n_hg = (G + GH - 1) / GH;
     const int kvh = blockIdx.x / n_hg, hg = blockIdx.x % n_hg;
     const int h0 = kvh * G + hg * GH, ng = min(GH, G - hg * GH);
     const int qi = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int64_t p = *pos0 + qi;
+    int64_t kb0, ke;
+    split_range(p, window, split, n_split, kb0, ke);
+    if (kb0 >= ke) return;  // an empty split (the combine reads only the first active_splits)
     __shared__ float sq[GH * HD];
     __shared__ float sm[kWarps][GH], sl[kWarps][GH];
     __shared__ float sacc[kWarps][GH * HD];
@@ -103,10 +120,6 @@ __global__ void __launch_bounds__(kWarps * kWarp)
         sq[i] = g < ng ? __half2float(__float2half_rn(q[(static_cast<int64_t>(qi) * n_head + h0 + g) * HD + i % HD])) : 0.f;
     }
     __syncthreads();
-
-    const int64_t p = *pos0 + qi;
-    int64_t kb0, ke;
-    split_range(p, window, split, n_split, kb0, ke);
     const int64_t ld = static_cast<int64_t>(n_head_kv) * HD;
     const __half* kbase = kc + static_cast<int64_t>(kvh) * HD;
     const __half* vbase = vc + static_cast<int64_t>(kvh) * HD + lane * ND;
@@ -123,6 +136,14 @@ __global__ void __launch_bounds__(kWarps * kWarp)
         const int64_t j = kb + lane;
         const bool valid = j < ke;
         const int64_t row = (valid ? j : kb) % capacity * ld;  // this lane's key in the ring (its tile's first when past the end)
+        const int nvalid = static_cast<int>(min(static_cast<int64_t>(kWarp), ke - kb));
+        // The V rows of the tile's first 8 keys, loaded now: their latency passes under the scores.
+        VSlice<ND> vs[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int64_t r = __shfl_sync(0xffffffffu, row, u);
+            vs[u] = u < nvalid ? VSlice<ND>::load(vbase + r) : VSlice<ND>{};
+        }
         float s[GH];
 #pragma unroll
         for (int g = 0; g < GH; ++g) s[g] = 0.f;
@@ -157,15 +178,15 @@ __global__ void __launch_bounds__(kWarps * kWarp)
             for (int i = 0; i < ND; ++i) acc[g][i] *= corr;
             m[g] = mn;
         }
-        // The value sum, 8 keys at a time: their rows' slices loaded first (8 loads in flight, not
-        // one load's latency per key), then weighted; keys past the end weigh 0 and read as 0.
-        const int nvalid = static_cast<int>(min(static_cast<int64_t>(kWarp), ke - kb));
+        // The value sum, 8 keys at a time, the next 8 rows' loads issued before these 8 are weighed
+        // (loads in flight while the FMAs run); keys past the end weigh 0 and read as 0.
         for (int j0 = 0; j0 < nvalid; j0 += 8) {
-            VSlice<ND> vs[8];
+            VSlice<ND> nx[8];
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
-                const int64_t r = __shfl_sync(0xffffffffu, row, j0 + u);
-                vs[u] = j0 + u < nvalid ? VSlice<ND>::load(vbase + r) : VSlice<ND>{};
+                const int jn = j0 + 8 + u;
+                const int64_t r = __shfl_sync(0xffffffffu, row, jn & (kWarp - 1));
+                nx[u] = jn < nvalid ? VSlice<ND>::load(vbase + r) : VSlice<ND>{};
             }
 #pragma unroll
             for (int u = 0; u < 8; ++u) {
@@ -178,6 +199,8 @@ __global__ void __launch_bounds__(kWarps * kWarp)
                     for (int i = 0; i < ND; ++i) acc[g][i] = fmaf(pw, vf[i], acc[g][i]);
                 }
             }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) vs[u] = nx[u];
         }
     }
     // The warps' results, merged in warp order (a warp with no tile has max -inf and adds nothing).
@@ -222,22 +245,41 @@ __global__ void __launch_bounds__(kWarps * kWarp)
     }
 }
 
+/// Splits of n_split that hold keys for a query at position p (split_range gives the rest none):
+/// the combine reads only these, and the kernel's blocks of the others return at once.
+__device__ __forceinline__ int active_splits(int64_t p, int64_t window, int n_split) {
+    const int64_t lo = window > 0 ? max(static_cast<int64_t>(0), p - window + 1) : 0;
+    const int64_t nk = p - lo + 1;
+    const int64_t chunk = ((nk + n_split - 1) / n_split + kWarp - 1) / kWarp * kWarp;
+    return static_cast<int>(min(static_cast<int64_t>(n_split), (nk + chunk - 1) / chunk));
+}
+
+constexpr int kMaxSplit = 64;  ///< attention_max_split's cap (runtime/placement.h)
+
+/// Merges the active splits' partials of one (head, query), in split order: each split's max and
+/// sum read once into shared memory with its weight exp(M_s - M), then every value dim.
 __global__ void attention_combine_kernel(const float* __restrict__ partial, int n_head, int hd, int n_split,
-                                         const float* __restrict__ sinks, float* __restrict__ out) {
+                                         const float* __restrict__ sinks, const int32_t* __restrict__ pos0, int64_t window,
+                                         float* __restrict__ out) {
+    pdl_begin();
     const int h = blockIdx.x, qi = blockIdx.y;
+    const int n_act = active_splits(*pos0 + qi, window, n_split);
     const float* pp = partial + (static_cast<int64_t>(qi) * n_head + h) * n_split * (hd + 2);
+    __shared__ float sms[kMaxSplit], sls[kMaxSplit], sf[kMaxSplit];
+    for (int s = threadIdx.x; s < n_act; s += blockDim.x) {
+        sms[s] = pp[s * (hd + 2)];
+        sls[s] = pp[s * (hd + 2) + 1];
+    }
+    __syncthreads();
     float M = sinks ? sinks[h] : -INFINITY;
-    for (int s = 0; s < n_split; ++s) M = fmaxf(M, pp[s * (hd + 2)]);
+    for (int s = 0; s < n_act; ++s) M = fmaxf(M, sms[s]);
+    for (int s = threadIdx.x; s < n_act; s += blockDim.x) sf[s] = expf(sms[s] - M);
+    __syncthreads();
     float L = sinks ? expf(sinks[h] - M) : 0.f;
-    for (int s = 0; s < n_split; ++s)
-        if (pp[s * (hd + 2)] != -INFINITY) L += pp[s * (hd + 2) + 1] * expf(pp[s * (hd + 2)] - M);
+    for (int s = 0; s < n_act; ++s) L += sls[s] * sf[s];
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.f;
-        for (int s = 0; s < n_split; ++s) {
-            const float ms = pp[s * (hd + 2)];
-            if (ms == -INFINITY) continue;
-            a += pp[s * (hd + 2) + 2 + d] * expf(ms - M);
-        }
+        for (int s = 0; s < n_act; ++s) a += pp[s * (hd + 2) + 2 + d] * sf[s];
         out[(static_cast<int64_t>(qi) * n_head + h) * hd + d] = a / L;
     }
 }
@@ -247,17 +289,16 @@ __global__ void attention_combine_kernel(const float* __restrict__ partial, int 
 template <int HD, int GH = 1>
 void launch_per_query(cudaStream_t s, const AttnArgs& a, int G) {
     if constexpr (GH < max_heads_per_block(HD)) {
-        if (GH < G) {
+        if (GH < G && GH < (a.heads_per_block > 0 ? a.heads_per_block : default_heads_per_block(HD))) {
             launch_per_query<HD, GH * 2>(s, a, G);
             return;
         }
     }
     const int n_hg = (G + GH - 1) / GH;
     const dim3 grid(static_cast<unsigned>(a.n_head_kv * n_hg), static_cast<unsigned>(a.n_q), static_cast<unsigned>(a.n_split));
-    attention_kernel<HD, GH><<<grid, kWarps * kWarp, 0, s>>>(
-        a.q, reinterpret_cast<const __half*>(a.k_cache), reinterpret_cast<const __half*>(a.v_cache), a.capacity,
-        static_cast<int>(a.n_head), static_cast<int>(a.n_head_kv), a.window, a.sinks, a.scale, a.pos0, a.n_split,
-        a.partial, a.out);
+    launch_pdl(s, grid, kWarps * kWarp, 0, attention_kernel<HD, GH>, a.q, reinterpret_cast<const __half*>(a.k_cache),
+               reinterpret_cast<const __half*>(a.v_cache), a.capacity, static_cast<int>(a.n_head),
+               static_cast<int>(a.n_head_kv), a.window, a.sinks, a.scale, a.pos0, a.n_split, a.partial, a.out);
 }
 
 }  // namespace
@@ -266,13 +307,9 @@ size_t attention_partial_floats(int64_t n_q, int64_t n_head, int64_t head_dim, i
     return n_split > 1 ? static_cast<size_t>(n_q * n_head * n_split * (head_dim + 2)) : 0;
 }
 
-int attention_decode_splits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t keys, int n_sm, int max_split) {
-    const int64_t G = n_head / std::max<int64_t>(1, n_head_kv);
-    const int64_t per_block = std::max<int64_t>(1, std::min<int64_t>(G, max_heads_per_block(static_cast<int>(head_dim))));
-    const int64_t blocks = n_head_kv * ((G + per_block - 1) / per_block);
-    const int64_t fill = (2 * static_cast<int64_t>(n_sm) + blocks - 1) / std::max<int64_t>(1, blocks);
-    const int64_t tiles = (keys + kWarps * kWarp - 1) / (kWarps * kWarp);  // no split under one tile per warp
-    return static_cast<int>(std::clamp<int64_t>(std::min(fill, tiles), 1, std::max(1, max_split)));
+int attention_decode_splits(int64_t keys, int max_split) {
+    const int64_t tiles = (keys + kWarps * kWarp - 1) / (kWarps * kWarp);  // one 32-key tile per warp
+    return static_cast<int>(std::clamp<int64_t>(tiles, 1, std::max(1, max_split)));
 }
 
 void attention(cudaStream_t s, const AttnArgs& a) {
@@ -280,6 +317,7 @@ void attention(cudaStream_t s, const AttnArgs& a) {
     const int G = static_cast<int>(a.n_head / a.n_head_kv);
     if (G > 32) cfail("CUDA attention: {} query heads per KV head (at most 32 supported)", G);
     if (a.n_split > 1 && !a.partial) cfail("CUDA attention: {} splits need the partial buffer", a.n_split);
+    if (a.n_split > kMaxSplit) cfail("CUDA attention: {} splits (at most {})", a.n_split, kMaxSplit);
     if (a.flash && a.n_split == 1 && a.n_q >= kFlashMinQueries && flash_attention_supported(a)) {
         flash_attention(s, a);  // prompt chunks: tensor cores, K/V tiles shared by the chunk's queries
         return;
@@ -291,8 +329,9 @@ void attention(cudaStream_t s, const AttnArgs& a) {
     else cfail("CUDA attention: head_dim {} is not supported (32, 64, 128, 256)", a.head_dim);
     NITRO_CUDA_LAUNCH_CHECK();
     if (a.n_split > 1) {
-        attention_combine_kernel<<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_q)), 128, 0, s>>>(
-            a.partial, static_cast<int>(a.n_head), static_cast<int>(a.head_dim), a.n_split, a.sinks, a.out);
+        launch_pdl(s, dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_q)), 128, 0, attention_combine_kernel,
+                   a.partial, static_cast<int>(a.n_head), static_cast<int>(a.head_dim), a.n_split, a.sinks, a.pos0, a.window,
+                   a.out);
         NITRO_CUDA_LAUNCH_CHECK();
     }
 }

@@ -154,8 +154,9 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     n_past_.assign(static_cast<size_t>(m.n_seq), 0);
     m.history.resize(static_cast<size_t>(m.n_seq));
     m.snapshots.resize(static_cast<size_t>(m.n_seq));
-    m.graph.assign(static_cast<size_t>(m.n_seq), nullptr);
-    m.graph_exec.assign(static_cast<size_t>(m.n_seq), nullptr);
+    // one decode graph per sequence and attention depth class (ops.h attention_depth_class)
+    m.graph.assign(static_cast<size_t>(m.n_seq) * Impl::kAttnClasses, nullptr);
+    m.graph_exec.assign(static_cast<size_t>(m.n_seq) * Impl::kAttnClasses, nullptr);
     if (sp.has_recurrent() && (sp.ssm.head_dim % 32 != 0 || sp.ssm.head_dim > 256 || sp.ssm.d_conv > 64))
         fail("the GPU engine's Gated DeltaNet kernels need a head dim that is a multiple of 32 up to 256 (got {}) and a conv "
              "kernel up to 64 (got {})",
@@ -301,8 +302,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
             D.vc = ctx.alloc_n<uint16_t>(n_seq * static_cast<size_t>(D.capacity * sp.n_v()), fmt::format("V cache of layer {}", il));
         }
         const int64_t keys = D.window > 0 ? std::min(D.window, sp.n_ctx) : sp.n_ctx;
-        D.n_split_decode = attention_decode_splits(sp.n_head, sp.n_head_kv, sp.head_dim, keys,
-                                                   ctx.props().multiProcessorCount, m.z.max_split);
+        D.n_split_decode = attention_decode_splits(keys, m.z.max_split);
         // [h E][ids K][w K][margin 1][ready 1][partial E][done 1][t_route 1 u64][t_wait 2 u64], 64-byte aligned parts
         auto al = [](size_t b) { return (b + 63) / 64 * 64; };
         const size_t o_ids = al(static_cast<size_t>(m.E) * 4), o_w = o_ids + al(static_cast<size_t>(m.K) * 4),
@@ -349,6 +349,8 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     m.d_tok = ctx.alloc_n<int32_t>(static_cast<size_t>(z.tok), "token ids");
     m.d_pos = ctx.alloc_n<int32_t>(static_cast<size_t>(z.pos), "positions");
     m.d_step = ctx.alloc_n<uint32_t>(1, "step counter");
+    m.d_route_counter = ctx.alloc_n<uint32_t>(1, "router counter");  // router_top_k's blocks done (0 between launches)
+    NITRO_CUDA_CHECK(cudaMemset(m.d_route_counter, 0, 4));
     m.moe_sc.act = A(z.moe_act, "expert activations");
     m.moe_sc.act_bytes = static_cast<size_t>(z.moe_act) * sizeof(float);
     m.moe_sc.down = A(z.moe_down, "expert outputs");
@@ -669,7 +671,9 @@ std::string GpuSession::describe() const {
         s += fmt::format(", {} of {} experts resident, CPU {} threads ({} kernels)", p.n_resident(), p.n_experts(),
                          m_->pool->size(), cpu::kernel_isa());
     if (n_seq() > 1) s += fmt::format(", {} sequences (K/V of {} positions each)", n_seq(), m_->spec.n_ctx);
-    if (launches_per_token_ > 0) s += fmt::format(", {} launches per decode step (CUDA graph)", launches_per_token_);
+    if (launches_per_token_ > 0)
+        s += fmt::format(", {} launches per decode step (CUDA graph, {} programmatic edges)", launches_per_token_,
+                         pdl_edges_per_token_);
     if (m_->replay) s += fmt::format(", routing replayed from {} (outputs are not the model's)", m_->replay->name());
     return s;
 }
@@ -742,9 +746,11 @@ void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
         const int q = m.groups[0].seq;
         *m.h_step = ++step_;
         m.logits_dst = m.h_logits;
-        cudaGraphExec_t& exec = m.graph_exec[static_cast<size_t>(q)];
+        // the graph of this sequence for the depth class of this position (its attention launches differ)
+        const size_t gi = static_cast<size_t>(q) * Impl::kAttnClasses + static_cast<size_t>(attention_depth_class(m.groups[0].pos0));
+        cudaGraphExec_t& exec = m.graph_exec[gi];
         if (!exec) {
-            cudaGraph_t& graph = m.graph[static_cast<size_t>(q)];
+            cudaGraph_t& graph = m.graph[gi];
             NITRO_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
             NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_tok, m.h_tok, 4, cudaMemcpyHostToDevice, s));
             NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_pos, m.h_pos, 4, cudaMemcpyHostToDevice, s));
@@ -752,7 +758,7 @@ void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
             if (m.cache)  // every launch reads the mirror as begin_cache_step left it
                 NITRO_CUDA_CHECK(cudaMemcpyAsync(m.d_slot_tables, m.h_slot_tables, table_bytes, cudaMemcpyHostToDevice, s));
             if (m.op_profile_on) {  // the same ops with a timing mark before each (op_profile.h)
-                std::vector<OpMark>& marks = m.op_marks[static_cast<size_t>(q)];
+                std::vector<OpMark>& marks = m.op_marks[gi];
                 TimedOps<Impl> timed{m, s, marks};
                 forward_chunk(timed, m.spec, c);
                 op_mark(s, marks, nullptr);
@@ -761,7 +767,7 @@ void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
             }
             NITRO_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
             NITRO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            if (m.op_profile_on) m.op_kernels[static_cast<size_t>(q)] = op_kernel_counts(graph, m.op_marks[static_cast<size_t>(q)]);
+            if (m.op_profile_on) m.op_kernels[gi] = op_kernel_counts(graph, m.op_marks[gi]);
             m.graph_host_router = m.host_router();
             size_t nn = 0;
             NITRO_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nn));
@@ -774,11 +780,18 @@ void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
                 kernels += t == cudaGraphNodeTypeKernel;
             }
             launches_per_token_ = kernels;
+            size_t ne = 0;
+            NITRO_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &ne));
+            std::vector<cudaGraphNode_t> from(ne), to(ne);
+            std::vector<cudaGraphEdgeData> ed(ne);
+            if (ne > 0) NITRO_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), ed.data(), &ne));
+            pdl_edges_per_token_ = static_cast<int>(std::count_if(
+                ed.begin(), ed.end(), [](const cudaGraphEdgeData& e) { return e.type == cudaGraphDependencyTypeProgrammatic; }));
         }
         NITRO_CUDA_CHECK(cudaGraphLaunch(exec, s));
         if (m.hybrid) cpu_decode_step();
         NITRO_CUDA_CHECK(cudaStreamSynchronize(s));
-        if (m.op_profile_on) op_accumulate(m.op_prof, m.op_marks[static_cast<size_t>(q)], m.op_kernels[static_cast<size_t>(q)]);
+        if (m.op_profile_on) op_accumulate(m.op_prof, m.op_marks[gi], m.op_kernels[gi]);
         if (logits_out) std::memcpy(logits_out, m.h_logits, static_cast<size_t>(m.V) * 4);
         after_decode_step(q, m.groups[0].pos0);
         return;

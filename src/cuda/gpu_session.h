@@ -89,6 +89,9 @@ public:
     /// Kernel launches of one single-token step (nodes of the captured decode graph). 0 before the
     /// first decode step.
     int launches_per_token() const { return launches_per_token_; }
+    /// Programmatic (PDL, cuda/pdl.cuh) edges between the kernels of that graph: a kernel scheduled
+    /// while the one before it still runs. 0 where PDL is off or the device lacks it.
+    int pdl_edges_per_token() const { return pdl_edges_per_token_; }
     /// Per-op GPU time of single-token steps (cuda/op_profile.h): on = the decode graphs are
     /// captured again with a timing mark before each op of the forward pass and a new profile
     /// starts; off = plain graphs again. For benchmarks (nitro_cuda_bench --ops).
@@ -144,6 +147,7 @@ private:
     std::unique_ptr<Impl> m_;
     std::vector<int64_t> n_past_;   ///< [n_seq] positions held per sequence
     int launches_per_token_ = 0;
+    int pdl_edges_per_token_ = 0;
     uint32_t step_ = 0;
     uint64_t runtime_bytes_ = 0;    ///< GPU memory of the CUDA runtime + its modules + cuBLAS workspace
     bool runtime_measured_ = false;

@@ -88,6 +88,7 @@ struct GpuSession::Impl {
     float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr, *router = nullptr;
     int32_t* d_ids = nullptr;
     float *d_w = nullptr, *d_margin = nullptr, *logits = nullptr, *attn_partial = nullptr, *partial = nullptr;
+    uint32_t* d_route_counter = nullptr;  ///< router_top_k's count of finished blocks (ops.h)
     int32_t *d_tok = nullptr, *d_pos = nullptr;
     uint32_t* d_step = nullptr;
     // qwen3next: attention output gate, DeltaNet and shared-expert activations (runtime/placement.h)
@@ -315,6 +316,9 @@ struct GpuSession::Impl {
 
     explicit Impl(const Model& m) : model(m) {}
 
+    /// Decode graphs per sequence: one per attention depth class (ops.h attention_depth_class).
+    static constexpr int kAttnClasses = 2;
+
     void drop_graph() {
         for (auto& g : graph_exec)
             if (g) cudaGraphExecDestroy(g), g = nullptr;
@@ -433,6 +437,10 @@ struct GpuSession::Impl {
             a.scale = spec.attn_scale;
             a.pos0 = d_pos + g;
             a.n_split = G.n == 1 ? D.n_split_decode : 1;  // as a decode step of that sequence alone
+            // decode: the depth class's blocks (ops.h attention_decode_heads); a prompt chunk: a KV
+            // head's whole group a block
+            a.heads_per_block = G.n > 1 ? static_cast<int>(spec.n_head / spec.n_head_kv)
+                                        : attention_decode_heads(spec.n_head, spec.n_head_kv, D.window, G.pos0);
             a.partial = attn_partial;
             a.out = attn + G.off * spec.n_o();
             cuda::attention(s, a);
@@ -519,10 +527,7 @@ struct GpuSession::Impl {
     }
     void route(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
-        matmul(s, D.gate_inp, h, c.n, E, router, X, nullptr, false, &gemm);
-        if (replay)
-            NITRO_CUDA_CHECK(cudaMemcpyAsync(router, h_replay + il * c.n * X, static_cast<size_t>(c.n * X) * 4,
-                                             cudaMemcpyHostToDevice, s));
+        const bool softmax_all = spec.gating == MoeGating::SoftmaxAll;
         RouterHostOut ho;
         if (single && host_router()) {
             ho.ids = D.rd_ids;
@@ -532,8 +537,17 @@ struct GpuSession::Impl {
             ho.step = d_step;
             ho.t_ns = D.td_route;
         }
-        top_k_route(s, router, D.gate_inp_b, c.n, X, static_cast<int>(K), spec.gating == MoeGating::SoftmaxAll, d_ids, d_w,
-                    d_margin, single && host_router() ? &ho : nullptr);
+        // A decode step: the router product and its top-k in one launch (router_top_k), where it applies
+        if (single && !replay &&
+            router_top_k(s, D.gate_inp, h, router, D.gate_inp_b, static_cast<int>(K), softmax_all, d_ids, d_w, d_margin,
+                         host_router() ? &ho : nullptr, d_route_counter))
+            return;
+        matmul(s, D.gate_inp, h, c.n, E, router, X, nullptr, false, &gemm);
+        if (replay)
+            NITRO_CUDA_CHECK(cudaMemcpyAsync(router, h_replay + il * c.n * X, static_cast<size_t>(c.n * X) * 4,
+                                             cudaMemcpyHostToDevice, s));
+        top_k_route(s, router, D.gate_inp_b, c.n, X, static_cast<int>(K), softmax_all, d_ids, d_w, d_margin,
+                    single && host_router() ? &ho : nullptr);
         if (single) return;
         // Multi-token chunk: ids to the host when the CPU computes some experts or for route events
         // (one host synchronisation per layer); GPU-only layers group by expert on the device.

@@ -8,11 +8,13 @@
 #include "cpu/matmul.h"
 
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/mmvq.h"
 #include "cuda/moe_gemm.h"
 #include "cuda/moe_mmq.h"
 #include "cuda/q8dot.cuh"
 #include "cuda/quant.cuh"
+#include "cuda/route.cuh"
 
 #include <cublas_v2.h>
 
@@ -37,6 +39,9 @@ bool supported_weight_type(GgmlType t) {
 namespace {
 
 constexpr int kRowsPerBlock = 8;  // one warp per output row
+/// GEMVs of f32 weights with at most this many rows (routers) take a block per row
+/// (gemv_dense_kernel WPR = kRowsPerBlock): where a warp per row would leave most of the GPU idle.
+constexpr int64_t kSplitRowsMax = 1024;
 constexpr int kGemvThreads = kRowsPerBlock * kWarp;
 
 void check_weight(const DWeight& w, const char* op) {
@@ -54,6 +59,7 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const uint8_t* __res
                                                             int nsb, const float* __restrict__ x, int64_t ldx, int n_tok,
                                                             float* __restrict__ out, int64_t ldo,
                                                             const float* __restrict__ bias, int accumulate) {
+    pdl_begin();
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int r = blockIdx.x * kRowsPerBlock + warp;
     if (r >= n_rows) return;
@@ -129,10 +135,25 @@ __device__ __forceinline__ void decode16(const uint4& u, float* w) {
     }
 }
 
-/// Sums of row r of a dense weight with NT tokens of x (lane's pieces; the warp sum is the caller's).
-template <GgmlType T, int NT>
+/// v rounded to the precision of T's vec-dot type (F16, BF16: round to nearest even), as
+/// round_acts rounds it; F32 as it is.
+template <GgmlType T>
+__device__ __forceinline__ float round_to_vdt(float v) {
+    if constexpr (T == GgmlType::F16)
+        return __half2float(__float2half_rn(v));
+    else if constexpr (T == GgmlType::BF16)
+        return __bfloat162float(__float2bfloat16_rn(v));
+    else
+        return v;
+}
+
+/// Sums of row r of a dense weight with NT tokens of x over the lane's pieces p0 + lane, + step,
+/// ... (the warp sum is the caller's; step = kWarp: the warp reads the whole row). RX: x rounded to
+/// the vec-dot type as it is read (round_to_vdt: the values round_acts would give, without its
+/// launch).
+template <GgmlType T, int NT, bool RX>
 __device__ __forceinline__ void dense_row(const uint4* __restrict__ row, int n_pieces, const float* __restrict__ x,
-                                          int64_t ldx, int t0, int n_tok, float (&acc)[NT]) {
+                                          int64_t ldx, int t0, int n_tok, float (&acc)[NT], int p0 = 0, int step = kWarp) {
     constexpr int V = T == GgmlType::F32 ? 4 : 8;  // values per 16-byte piece
     const int lane = threadIdx.x % kWarp;
 #pragma unroll
@@ -147,7 +168,13 @@ __device__ __forceinline__ void dense_row(const uint4* __restrict__ row, int n_p
                 float a = 0.f;
 #pragma unroll
                 for (int i = 0; i < V / 4; ++i) {
-                    const float4 v = xp[i];
+                    float4 v = xp[i];
+                    if constexpr (RX) {
+                        v.x = round_to_vdt<T>(v.x);
+                        v.y = round_to_vdt<T>(v.y);
+                        v.z = round_to_vdt<T>(v.z);
+                        v.w = round_to_vdt<T>(v.w);
+                    }
                     a = fmaf(w[4 * i], v.x, a);
                     a = fmaf(w[4 * i + 1], v.y, a);
                     a = fmaf(w[4 * i + 2], v.z, a);
@@ -157,36 +184,105 @@ __device__ __forceinline__ void dense_row(const uint4* __restrict__ row, int n_p
             }
         }
     };
-    int p = lane;
-    for (; p + kWarp < n_pieces; p += 2 * kWarp) {
-        const uint4 u0 = __ldg(row + p), u1 = __ldg(row + p + kWarp);
+    // 4 pieces in flight per lane (a 2048-value f32 router row is 16 pieces a lane: 4 round trips,
+    // not 8), consumed in order as before, so the sums are the same.
+    int p = p0 + lane;
+    for (; p + 3 * step < n_pieces; p += 4 * step) {
+        const uint4 u0 = __ldg(row + p), u1 = __ldg(row + p + step), u2 = __ldg(row + p + 2 * step),
+                    u3 = __ldg(row + p + 3 * step);
         consume(u0, p);
-        consume(u1, p + kWarp);
+        consume(u1, p + step);
+        consume(u2, p + 2 * step);
+        consume(u3, p + 3 * step);
+    }
+    for (; p + step < n_pieces; p += 2 * step) {
+        const uint4 u0 = __ldg(row + p), u1 = __ldg(row + p + step);
+        consume(u0, p);
+        consume(u1, p + step);
     }
     if (p < n_pieces) consume(__ldg(row + p), p);
 }
 
-template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kGemvThreads) gemv_dense_kernel(const uint8_t* __restrict__ W, size_t row_bytes,
-                                                                  int n_rows, int n_pieces, const float* __restrict__ x,
-                                                                  int64_t ldx, int n_tok, float* __restrict__ out,
-                                                                  int64_t ldo, const float* __restrict__ bias,
-                                                                  int accumulate) {
+/// WPR warps per row: 1 (a warp reads a whole row; kRowsPerBlock rows a block) or kRowsPerBlock
+/// (the block's warps share one row, piece p to warp (p / 32) % WPR, and their sums are added in
+/// warp order: a matrix of few rows, such as a router's 128, spreads over as many blocks as rows
+/// instead of rows / 8, with a quarter of the round trips to memory per lane).
+template <GgmlType T, int NT, bool RX, int WPR>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_dense_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n_rows, int n_pieces, const float* __restrict__ x,
+                      int64_t ldx, int n_tok, float* __restrict__ out, int64_t ldo, const float* __restrict__ bias,
+                      int accumulate) {
+    pdl_begin();
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int r = blockIdx.x * kRowsPerBlock + warp;
-    if (r >= n_rows) return;
+    const int r = blockIdx.x * (kRowsPerBlock / WPR) + warp / WPR;
+    const int part = warp % WPR;
     const int t0 = blockIdx.y * NT;
     float acc[NT];
-    dense_row<T, NT>(reinterpret_cast<const uint4*>(W + static_cast<size_t>(r) * row_bytes), n_pieces, x, ldx, t0, n_tok, acc);
+    if constexpr (WPR == 1) {
+        if (r >= n_rows) return;
+        dense_row<T, NT, RX>(reinterpret_cast<const uint4*>(W + static_cast<size_t>(r) * row_bytes), n_pieces, x, ldx, t0,
+                             n_tok, acc);
+    } else {
+        __shared__ float red[kRowsPerBlock][NT];
+        if (r < n_rows)
+            dense_row<T, NT, RX>(reinterpret_cast<const uint4*>(W + static_cast<size_t>(r) * row_bytes), n_pieces, x, ldx,
+                                 t0, n_tok, acc, part * kWarp, WPR * kWarp);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const float v = r < n_rows ? warp_sum(acc[t]) : 0.f;
+            if (lane == 0) red[warp][t] = v;
+        }
+        __syncthreads();
+        if (r >= n_rows || part != 0) return;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            float v = 0.f;
+            for (int w = 0; w < WPR; ++w) v += red[warp + w][t];
+            acc[t] = v;
+        }
+    }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-        const float v = warp_sum(acc[t]);
+        const float v = WPR == 1 ? warp_sum(acc[t]) : acc[t];
         if (lane == 0 && t0 + t < n_tok) {
             float* o = out + (t0 + t) * ldo + r;
             const float y = v + (bias ? bias[r] : 0.f);
             *o = accumulate ? *o + y : y;
         }
     }
+}
+
+/// router_top_k (ops.h): block r computes logit r as gemv_dense_kernel<F32, 1, false, 8> does (the
+/// same pieces per warp, the same sums in the same order); the block that finishes last (a ticket
+/// from counter after its logit is visible device-wide) routes the token with warp 0.
+template <int NPL>
+__global__ void __launch_bounds__(kGemvThreads)
+    router_top_k_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n_pieces, const float* __restrict__ x,
+                        float* logits, const float* __restrict__ bias, int X, int K, int softmax_all, RouteOut o,
+                        uint32_t* counter) {
+    pdl_begin();
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int r = blockIdx.x;
+    __shared__ float red[kRowsPerBlock];
+    __shared__ bool last;
+    float acc[1];
+    dense_row<GgmlType::F32, 1, false>(reinterpret_cast<const uint4*>(W + static_cast<size_t>(r) * row_bytes), n_pieces, x,
+                                       0, 0, 1, acc, warp * kWarp, kRowsPerBlock * kWarp);
+    const float v = warp_sum(acc[0]);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float y = 0.f;
+        for (int w = 0; w < kRowsPerBlock; ++w) y += red[w];
+        logits[r] = y;
+        __threadfence();  // the logit reaches L2 before this block's ticket
+        last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (warp == 0) route_token<NPL>(logits, bias, 0, X, K, softmax_all, o);  // (route_token reads through L2)
+    if (threadIdx.x == 0) *counter = 0;  // every block has taken its ticket
 }
 
 /// gemv_dense_kernel for up to kMaxDenseMulti matrices of one type on the same x, one launch
@@ -203,9 +299,10 @@ struct DenseMulti {
     int n;
 };
 
-template <GgmlType T, int NT>
-__global__ void __launch_bounds__(kGemvThreads) gemv_dense_multi_kernel(const DenseMulti m, int n_pieces,
-                                                                        const float* __restrict__ x, int64_t ldx, int n_tok) {
+template <GgmlType T, int NT, bool RX>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_dense_multi_kernel(const DenseMulti m, int n_pieces, const float* __restrict__ x, int64_t ldx, int n_tok) {
+    pdl_begin();
     int mi = 0;
     while (mi + 1 < m.n && static_cast<int>(blockIdx.x) >= m.first_block[mi + 1]) ++mi;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -213,8 +310,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_dense_multi_kernel(const De
     if (r >= m.n_rows[mi]) return;
     const int t0 = blockIdx.y * NT;
     float acc[NT];
-    dense_row<T, NT>(reinterpret_cast<const uint4*>(m.W[mi] + static_cast<size_t>(r) * m.row_bytes[mi]), n_pieces, x, ldx,
-                     t0, n_tok, acc);
+    dense_row<T, NT, RX>(reinterpret_cast<const uint4*>(m.W[mi] + static_cast<size_t>(r) * m.row_bytes[mi]), n_pieces, x,
+                         ldx, t0, n_tok, acc);
     const float* bias = m.bias[mi];
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -224,7 +321,8 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_dense_multi_kernel(const De
 }
 
 template <GgmlType T, int NT>
-void launch_gemv_dense_multi(cudaStream_t s, std::span<const MatmulTo> outs, const float* x, int64_t n_tok, int64_t ldx) {
+void launch_gemv_dense_multi(cudaStream_t s, std::span<const MatmulTo> outs, const float* x, int64_t n_tok, int64_t ldx,
+                             bool rx) {
     constexpr int V = T == GgmlType::F32 ? 4 : 8;
     DenseMulti m{};
     m.n = static_cast<int>(outs.size());
@@ -239,24 +337,31 @@ void launch_gemv_dense_multi(cudaStream_t s, std::span<const MatmulTo> outs, con
         m.first_block[i + 1] = m.first_block[i] + ceil_div(o.w->n_rows, kRowsPerBlock);
     }
     const dim3 grid(static_cast<unsigned>(m.first_block[m.n]), ceil_div(n_tok, NT));
-    gemv_dense_multi_kernel<T, NT><<<grid, kGemvThreads, 0, s>>>(m, static_cast<int>(outs[0].w->ne0 / V), x, ldx,
-                                                                 static_cast<int>(n_tok));
+    auto kernel = rx ? gemv_dense_multi_kernel<T, NT, true> : gemv_dense_multi_kernel<T, NT, false>;
+    launch_pdl(s, grid, kGemvThreads, 0, kernel, m, static_cast<int>(outs[0].w->ne0 / V), x, ldx, static_cast<int>(n_tok));
     NITRO_CUDA_LAUNCH_CHECK();
 }
 
 template <GgmlType T, int NT>
 void launch_gemv(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
-                 const float* bias, bool acc) {
+                 const float* bias, bool acc, bool rx) {
     dim3 grid(ceil_div(w.n_rows, kRowsPerBlock), ceil_div(n_tok, NT));
     if constexpr (T == GgmlType::F16 || T == GgmlType::BF16 || T == GgmlType::F32) {
         constexpr int V = T == GgmlType::F32 ? 4 : 8;
-        gemv_dense_kernel<T, NT><<<grid, kGemvThreads, 0, s>>>(w.data, w.row_bytes, static_cast<int>(w.n_rows),
-                                                               static_cast<int>(w.ne0 / V), x, ldx, static_cast<int>(n_tok),
-                                                               out, ldo, bias, acc ? 1 : 0);
+        // A product of few f32 rows (a router): the block's 8 warps on one row, a block per row, for
+        // every token count (a row's sum must not depend on how many tokens share the launch: batch
+        // rows equal their sequence alone; router_top_k's logits equal these). F16 / BF16 keep a
+        // warp per row: their sums must equal gemv_dense_multi's.
+        const bool split = T == GgmlType::F32 && w.n_rows <= kSplitRowsMax;
+        if (split) grid.x = static_cast<unsigned>(w.n_rows);
+        auto kernel = split ? (rx && T != GgmlType::F32 ? gemv_dense_kernel<T, NT, true, kRowsPerBlock>
+                                                        : gemv_dense_kernel<T, NT, false, kRowsPerBlock>)
+                            : (rx && T != GgmlType::F32 ? gemv_dense_kernel<T, NT, true, 1> : gemv_dense_kernel<T, NT, false, 1>);
+        launch_pdl(s, grid, kGemvThreads, 0, kernel, w.data, w.row_bytes, static_cast<int>(w.n_rows),
+                   static_cast<int>(w.ne0 / V), x, ldx, static_cast<int>(n_tok), out, ldo, bias, acc ? 1 : 0);
     } else {
-        gemv_kernel<T, NT><<<grid, kGemvThreads, 0, s>>>(w.data, w.row_bytes, static_cast<int>(w.n_rows),
-                                                         static_cast<int>(w.ne0 / 32), x, ldx, static_cast<int>(n_tok), out,
-                                                         ldo, bias, acc ? 1 : 0);
+        launch_pdl(s, grid, kGemvThreads, 0, gemv_kernel<T, NT>, w.data, w.row_bytes, static_cast<int>(w.n_rows),
+                   static_cast<int>(w.ne0 / 32), x, ldx, static_cast<int>(n_tok), out, ldo, bias, acc ? 1 : 0);
     }
     NITRO_CUDA_LAUNCH_CHECK();
 }
@@ -299,6 +404,7 @@ __global__ void dequant_f32_kernel(const uint8_t* __restrict__ W, size_t row_byt
 template <GgmlType T>
 __global__ void get_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, const int32_t* __restrict__ ids, int nsb,
                                 float* __restrict__ out) {
+    pdl_begin();
     const int t = blockIdx.x;
     const uint8_t* row = W + static_cast<size_t>(ids[t]) * row_bytes;
     for (int sb = threadIdx.x; sb < nsb; sb += blockDim.x) {
@@ -329,6 +435,7 @@ __global__ void to_f16_kernel(const float* __restrict__ x, int64_t ldx, const in
 template <GgmlType VDT, typename OutT>
 __global__ void __launch_bounds__(256) round_acts_kernel(const float* x, int64_t ldx, const int32_t* __restrict__ idx,
                                                          int64_t n, OutT* out, int64_t ldo) {
+    pdl_begin();
     const int64_t r = blockIdx.y;
     const int64_t c = blockIdx.x * 256LL + threadIdx.x;
     const int64_t src = idx ? idx[r] : r;
@@ -360,11 +467,21 @@ void launch_round_acts(cudaStream_t s, GgmlType weight, const float* x, int64_t 
     if ((vdt == GgmlType::Q8_0 && n % 32 != 0) || (vdt == GgmlType::Q8_K && n % 256 != 0))
         cfail("CUDA round_acts: rows of {} values are not whole {} blocks", n, type_display_name(vdt));
     switch (vdt) {
-        case GgmlType::Q8_0: round_acts_kernel<GgmlType::Q8_0, OutT><<<grid, 256, 0, s>>>(x, ldx, idx, n, out, ldo); break;
-        case GgmlType::Q8_K: round_acts_kernel<GgmlType::Q8_K, OutT><<<grid, 256, 0, s>>>(x, ldx, idx, n, out, ldo); break;
-        case GgmlType::F16: round_acts_kernel<GgmlType::F16, OutT><<<grid, 256, 0, s>>>(x, ldx, idx, n, out, ldo); break;
-        case GgmlType::BF16: round_acts_kernel<GgmlType::BF16, OutT><<<grid, 256, 0, s>>>(x, ldx, idx, n, out, ldo); break;
-        default: round_acts_kernel<GgmlType::F32, OutT><<<grid, 256, 0, s>>>(x, ldx, idx, n, out, ldo); break;
+        case GgmlType::Q8_0:
+            launch_pdl(s, grid, 256, 0, round_acts_kernel<GgmlType::Q8_0, OutT>, x, ldx, idx, n, out, ldo);
+            break;
+        case GgmlType::Q8_K:
+            launch_pdl(s, grid, 256, 0, round_acts_kernel<GgmlType::Q8_K, OutT>, x, ldx, idx, n, out, ldo);
+            break;
+        case GgmlType::F16:
+            launch_pdl(s, grid, 256, 0, round_acts_kernel<GgmlType::F16, OutT>, x, ldx, idx, n, out, ldo);
+            break;
+        case GgmlType::BF16:
+            launch_pdl(s, grid, 256, 0, round_acts_kernel<GgmlType::BF16, OutT>, x, ldx, idx, n, out, ldo);
+            break;
+        default:
+            launch_pdl(s, grid, 256, 0, round_acts_kernel<GgmlType::F32, OutT>, x, ldx, idx, n, out, ldo);
+            break;
     }
     NITRO_CUDA_LAUNCH_CHECK();
 }
@@ -414,7 +531,7 @@ void get_rows(cudaStream_t s, const DWeight& w, const int32_t* ids, int64_t n, f
     check_weight(w, "get_rows");
     const int nsb = static_cast<int>(w.ne0 / 32);
     dispatch_type(w.type, [&]<GgmlType T>() {
-        get_rows_kernel<T><<<static_cast<unsigned>(n), 128, 0, s>>>(w.data, w.row_bytes, ids, nsb, out);
+        launch_pdl(s, static_cast<unsigned>(n), 128, 0, get_rows_kernel<T>, w.data, w.row_bytes, ids, nsb, out);
     });
     NITRO_CUDA_LAUNCH_CHECK();
 }
@@ -447,9 +564,13 @@ void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int
         moe_mmq(s, w, {&all, 1}, q, nullptr, out, ldo, bias, accumulate);
         return;
     }
+    const bool dense = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
+    bool rx = false;  // the dense GEMV rounds x as it reads it (round_to_vdt), without round_acts' launch
     if (scratch && scratch->xr && cpu::vec_dot_type(w.type) != GgmlType::F32) {
         NITRO_CUDA_ASSERT(static_cast<size_t>(n_tok * w.ne0) <= scratch->xr_elems);
-        if (gemv || w.type != GgmlType::F16) {
+        if (gemv && dense) {
+            rx = true;
+        } else if (gemv || w.type != GgmlType::F16) {
             round_acts(s, w.type, x, ldx, nullptr, n_tok, w.ne0, scratch->xr, w.ne0);
             x = scratch->xr;
             ldx = w.ne0;
@@ -457,10 +578,14 @@ void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int
     }
     if (gemv) {
         dispatch_type(w.type, [&]<GgmlType T>() {
-            if (n_tok == 1) launch_gemv<T, 1>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate);
-            else if (n_tok == 2) launch_gemv<T, 2>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate);
-            else if (n_tok <= 4) launch_gemv<T, 4>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate);
-            else launch_gemv<T, 8>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate);
+            if (n_tok == 1)
+                launch_gemv<T, 1>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate, rx);
+            else if (n_tok == 2)
+                launch_gemv<T, 2>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate, rx);
+            else if (n_tok <= 4)
+                launch_gemv<T, 4>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate, rx);
+            else
+                launch_gemv<T, 8>(s, w, x, n_tok, ldx, out, ldo, bias, accumulate, rx);
         });
         return;
     }
@@ -485,6 +610,22 @@ void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int
         add_bias_kernel<<<ceil_div(n_tok * w.n_rows, 256), 256, 0, s>>>(out, ldo, bias, n_tok, w.n_rows);
         NITRO_CUDA_LAUNCH_CHECK();
     }
+}
+
+bool router_top_k(cudaStream_t s, const DWeight& w, const float* x, float* logits, const float* bias, int K,
+                  bool softmax_all, int32_t* ids, float* wout, float* margin, const RouterHostOut* host, uint32_t* counter) {
+    const int64_t X = w.n_rows;
+    if (w.type != GgmlType::F32 || X > kSplitRowsMax || X > 32 * kMaxExpertsPerLane || !counter || K < 1 || K > 32 || K > X)
+        return false;
+    check_weight(w, "router");
+    const RouteOut o{ids, wout, margin, host ? host->ids : nullptr, host ? host->w : nullptr, host ? host->margin : nullptr,
+                     host ? host->ready : nullptr, host ? host->step : nullptr, host ? host->t_ns : nullptr};
+    with_lanes_per_expert(X, [&]<int NPL>() {
+        launch_pdl(s, static_cast<unsigned>(X), kGemvThreads, 0, router_top_k_kernel<NPL>, w.data, w.row_bytes,
+                   static_cast<int>(w.ne0 / 4), x, logits, bias, static_cast<int>(X), K, softmax_all ? 1 : 0, o, counter);
+    });
+    NITRO_CUDA_LAUNCH_CHECK();
+    return true;
 }
 
 void matmul_same_input(cudaStream_t s, std::initializer_list<MatmulTo> outs, const float* x, int64_t n_tok, int64_t ldx,
@@ -514,22 +655,26 @@ void matmul_same_input(cudaStream_t s, std::initializer_list<MatmulTo> outs, con
         // rounded once into xr; the products then take it as given (the values matmul would round to)
         const int64_t ne0 = outs.begin()->w->ne0;
         NITRO_CUDA_ASSERT(static_cast<size_t>(n_tok * ne0) <= scratch->xr_elems);
-        round_acts(s, t0, x, ldx, nullptr, n_tok, ne0, scratch->xr, ne0);
         bool one_dense_type = outs.size() <= static_cast<size_t>(kMaxDenseMulti) &&
                               (t0 == GgmlType::F16 || t0 == GgmlType::BF16);
         for (const MatmulTo& o : outs) one_dense_type = one_dense_type && o.w->type == t0;
         if (one_dense_type) {  // one launch for all of them, the same arithmetic per row as matmul's GEMV
             const std::span<const MatmulTo> os(outs.begin(), outs.size());
-            dispatch_type(t0, [&]<GgmlType T>() {
+            dispatch_type(t0, [&]<GgmlType T>() {  // x rounded as it is read (round_to_vdt), as round_acts would
                 if constexpr (T == GgmlType::F16 || T == GgmlType::BF16) {
-                    if (n_tok == 1) launch_gemv_dense_multi<T, 1>(s, os, scratch->xr, n_tok, ne0);
-                    else if (n_tok == 2) launch_gemv_dense_multi<T, 2>(s, os, scratch->xr, n_tok, ne0);
-                    else if (n_tok <= 4) launch_gemv_dense_multi<T, 4>(s, os, scratch->xr, n_tok, ne0);
-                    else launch_gemv_dense_multi<T, 8>(s, os, scratch->xr, n_tok, ne0);
+                    if (n_tok == 1)
+                        launch_gemv_dense_multi<T, 1>(s, os, x, n_tok, ldx, true);
+                    else if (n_tok == 2)
+                        launch_gemv_dense_multi<T, 2>(s, os, x, n_tok, ldx, true);
+                    else if (n_tok <= 4)
+                        launch_gemv_dense_multi<T, 4>(s, os, x, n_tok, ldx, true);
+                    else
+                        launch_gemv_dense_multi<T, 8>(s, os, x, n_tok, ldx, true);
                 }
             });
             return;
         }
+        round_acts(s, t0, x, ldx, nullptr, n_tok, ne0, scratch->xr, ne0);
         for (const MatmulTo& o : outs) matmul(s, *o.w, scratch->xr, n_tok, ne0, o.out, o.ldo, o.bias, false, nullptr);
         return;
     }
@@ -637,6 +782,7 @@ __global__ void moe_combine_kernel(float* __restrict__ x, const float* __restric
                                    const int32_t* __restrict__ row_of, const float* __restrict__ down_b,
                                    const int32_t* __restrict__ ids, const float* __restrict__ w,
                                    const int32_t* __restrict__ slot_of, int K, int64_t E) {
+    pdl_begin();
     const int t = blockIdx.y;
     const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c >= E) return;
@@ -913,8 +1059,8 @@ void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, in
         moe_down_combine_q8(s, ex, n, E, K, ids, w, act, partial, x);
         return;
     }
-    moe_combine_kernel<<<dim3(ceil_div(E, 256), static_cast<unsigned>(n)), 256, 0, s>>>(
-        x, partial, sc.down, decode ? nullptr : sc.row_of, ex.down_b, ids, w, ex.slot_of, K, E);
+    launch_pdl(s, dim3(ceil_div(E, 256), static_cast<unsigned>(n)), 256, 0, moe_combine_kernel, x, partial, sc.down,
+               decode ? nullptr : sc.row_of, ex.down_b, ids, w, ex.slot_of, K, E);
     NITRO_CUDA_LAUNCH_CHECK();
 }
 

@@ -6,6 +6,7 @@
 
 #include "cpu/matmul.h"
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/q8dot.cuh"
 #include "runtime/placement.h"
 
@@ -24,6 +25,7 @@ constexpr int kMaxMulti = 4;  ///< matrices per mmvq_multi launch
 template <GgmlType VDT>
 __global__ void __launch_bounds__(256) quantize_q8_kernel(const float* __restrict__ x, int64_t ldx, int64_t n,
                                                           int8_t* __restrict__ q, float* __restrict__ d) {
+    pdl_begin();
     const int64_t r = blockIdx.y;
     const int64_t c = blockIdx.x * 256LL + threadIdx.x;
     const bool in = c < n;
@@ -81,6 +83,7 @@ __global__ void __launch_bounds__(kQ8Threads) mmvq_kernel(const uint8_t* __restr
                                                           const int8_t* __restrict__ xq, const float* __restrict__ xd,
                                                           int64_t ne0, int n_tok, float* __restrict__ out, int64_t ldo,
                                                           const float* __restrict__ bias, int accumulate) {
+    pdl_begin();
     const int r = blockIdx.x * kQ8Rows + threadIdx.x / kWarp;
     if (r >= n_rows) return;
     const int t0 = blockIdx.y * NT;
@@ -117,6 +120,7 @@ struct MultiArgs {
 template <GgmlType T, int NT, int U>
 __global__ void __launch_bounds__(kQ8Threads) mmvq_multi_kernel(const MultiArgs m, const int8_t* __restrict__ xq,
                                                                 const float* __restrict__ xd, int64_t ne0, int n_tok) {
+    pdl_begin();
     int mi = 0;
     while (mi + 1 < m.n && static_cast<int>(blockIdx.x) >= m.first_block[mi + 1]) ++mi;
     const int r = (static_cast<int>(blockIdx.x) - m.first_block[mi]) * kQ8Rows + threadIdx.x / kWarp;
@@ -151,7 +155,9 @@ void launch_mmvq_multi(cudaStream_t s, std::span<const MatmulTo> outs, const Q8A
         m.first_block[i + 1] = m.first_block[i] + ceil_div(o.w->n_rows, kQ8Rows);
     }
     const dim3 grid(static_cast<unsigned>(m.first_block[m.n]), ceil_div(n_tok, NT));
-    auto go = [&]<int U>() { mmvq_multi_kernel<T, NT, U><<<grid, kQ8Threads, 0, s>>>(m, x.q, x.d, x.ne0, static_cast<int>(n_tok)); };
+    auto go = [&]<int U>() {
+        launch_pdl(s, grid, kQ8Threads, 0, mmvq_multi_kernel<T, NT, U>, m, x.q, x.d, x.ne0, static_cast<int>(n_tok));
+    };
     if constexpr (NT == 1) with_chunks<2>(go);  // (the knob is for decode steps: one token)
     else go.template operator()<2>();
     NITRO_CUDA_LAUNCH_CHECK();
@@ -162,8 +168,8 @@ void launch_mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_to
                  const float* bias, bool acc) {
     const dim3 grid(ceil_div(w.n_rows, kQ8Rows), ceil_div(n_tok, NT));
     auto go = [&]<int U>() {
-        mmvq_kernel<T, NT, U><<<grid, kQ8Threads, 0, s>>>(w.data, w.row_bytes, static_cast<int>(w.n_rows), x.q, x.d, x.ne0,
-                                                          static_cast<int>(n_tok), out, ldo, bias, acc ? 1 : 0);
+        launch_pdl(s, grid, kQ8Threads, 0, mmvq_kernel<T, NT, U>, w.data, w.row_bytes, static_cast<int>(w.n_rows), x.q, x.d,
+                   x.ne0, static_cast<int>(n_tok), out, ldo, bias, acc ? 1 : 0);
     };
     if constexpr (NT == 1) with_chunks<2>(go);  // (the knob is for decode steps: one token)
     else go.template operator()<2>();
@@ -179,6 +185,7 @@ __global__ void __launch_bounds__(kQ8Threads) moe_gateup_q8_kernel(
     int F, const int32_t* __restrict__ ids, const int32_t* __restrict__ slot_of, int K, const int8_t* __restrict__ xq,
     const float* __restrict__ xd, int64_t E, const float* __restrict__ gb, const float* __restrict__ ub, int oai,
     float* __restrict__ act) {
+    pdl_begin();
     const int f = blockIdx.x * kQ8Rows + threadIdx.x / kWarp;
     const int r = blockIdx.y;
     if (f >= F) return;
@@ -229,6 +236,7 @@ __global__ void __launch_bounds__(kQ8Threads) moe_down_q8_kernel(const uint8_t* 
                                                                  const int8_t* __restrict__ xq,
                                                                  const float* __restrict__ xd, int64_t F,
                                                                  float* __restrict__ out) {
+    pdl_begin();
     const int c = blockIdx.x * kQ8Rows + threadIdx.x / kWarp;
     const int r = blockIdx.y;
     if (c >= E) return;
@@ -251,6 +259,7 @@ __global__ void __launch_bounds__(kQ8Threads) moe_down_combine_q8_kernel(
     const int32_t* __restrict__ slot_of, const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t F, int K,
     int wpc, const float* __restrict__ w, const float* __restrict__ down_b, const float* __restrict__ partial,
     float* __restrict__ x) {
+    pdl_begin();
     __shared__ float sv[kMaxFusedDownK];  // [cpb, K]: cpb * K <= max(kQ8Rows, K) <= kMaxFusedDownK
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int cl = warp / wpc, jw = warp % wpc;
@@ -328,8 +337,10 @@ Q8Acts quantize_q8_part(cudaStream_t s, GgmlType weight, const float* x, int64_t
     const dim3 grid(ceil_div(ne0, 256), static_cast<unsigned>(rows));
     int8_t* qp = static_cast<int8_t*>(buf) + row0 * ne0;
     float* dp = const_cast<float*>(a.d) + row0 * (ne0 / 32);
-    if (vdt == GgmlType::Q8_0) quantize_q8_kernel<GgmlType::Q8_0><<<grid, 256, 0, s>>>(x, ldx, ne0, qp, dp);
-    else quantize_q8_kernel<GgmlType::Q8_K><<<grid, 256, 0, s>>>(x, ldx, ne0, qp, dp);
+    if (vdt == GgmlType::Q8_0)
+        launch_pdl(s, grid, 256, 0, quantize_q8_kernel<GgmlType::Q8_0>, x, ldx, ne0, qp, dp);
+    else
+        launch_pdl(s, grid, 256, 0, quantize_q8_kernel<GgmlType::Q8_K>, x, ldx, ne0, qp, dp);
     NITRO_CUDA_LAUNCH_CHECK();
     return a;
 }
@@ -378,9 +389,9 @@ void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_
     const Q8Acts hx = ready ? *ready : quantize_q8(s, ex.gate.type, h, E, n, E, buf, bytes);
     bool ok = dispatch_q8_type(ex.gate.type, [&]<GgmlType T>() {
         with_chunks<1>([&]<int U>() {
-            moe_gateup_q8_kernel<T, U><<<dim3(ceil_div(F, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, s>>>(
-                ex.gate.data, ex.up.data, ex.gate_stride, ex.up_stride, ex.gate.row_bytes, static_cast<int>(F), ids,
-                ex.slot_of, K, hx.q, hx.d, E, ex.gate_b, ex.up_b, ex.oai_act ? 1 : 0, sc.act);
+            launch_pdl(s, dim3(ceil_div(F, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, moe_gateup_q8_kernel<T, U>,
+                       ex.gate.data, ex.up.data, ex.gate_stride, ex.up_stride, ex.gate.row_bytes, static_cast<int>(F), ids,
+                       ex.slot_of, K, hx.q, hx.d, E, ex.gate_b, ex.up_b, ex.oai_act ? 1 : 0, sc.act);
         });
     });
     NITRO_CUDA_LAUNCH_CHECK();
@@ -392,11 +403,12 @@ void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_
         return;
     }
     ok = ok && dispatch_q8_type(ex.down.type, [&]<GgmlType T>() {
-        with_chunks<2>([&]<int U>() {
-            moe_down_q8_kernel<T, U><<<dim3(ceil_div(E, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, s>>>(
-                ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, ax.q, ax.d, F, sc.down);
-        });
-    });
+             with_chunks<2>([&]<int U>() {
+                 launch_pdl(s, dim3(ceil_div(E, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, moe_down_q8_kernel<T, U>,
+                            ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, ax.q,
+                            ax.d, F, sc.down);
+             });
+         });
     if (!ok)
         cfail("CUDA moe_decode_q8: expert types {} / {} have no integer decode path", type_display_name(ex.gate.type),
               type_display_name(ex.down.type));
@@ -416,9 +428,9 @@ void moe_down_combine_q8(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64
     const int cpb = kQ8Rows / wpc;
     const bool ok = dispatch_q8_type(ex.down.type, [&]<GgmlType T>() {
         with_chunks<2>([&]<int U>() {
-            moe_down_combine_q8_kernel<T, U><<<dim3(ceil_div(E, cpb), static_cast<unsigned>(n)), kQ8Threads, 0, s>>>(
-                ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, act.q, act.d,
-                ex.down.ne0, K, wpc, w, ex.down_b, partial, x);
+            launch_pdl(s, dim3(ceil_div(E, cpb), static_cast<unsigned>(n)), kQ8Threads, 0, moe_down_combine_q8_kernel<T, U>,
+                       ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, act.q, act.d,
+                       ex.down.ne0, K, wpc, w, ex.down_b, partial, x);
         });
     });
     if (!ok) cfail("CUDA moe_down_combine_q8: expert type {} has no integer decode path", type_display_name(ex.down.type));

@@ -25,7 +25,8 @@ std::vector<int64_t> op_kernel_counts(cudaGraph_t graph, const std::vector<OpMar
     NITRO_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &nn));
     NITRO_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &ne));
     std::vector<cudaGraphNode_t> from(ne), to(ne);
-    if (ne) NITRO_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), nullptr, &ne));
+    std::vector<cudaGraphEdgeData> data(ne);  // (programmatic edges of PDL launches: a null here is refused as lossy)
+    if (ne) NITRO_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &ne));
     std::unordered_map<cudaGraphNode_t, cudaGraphNode_t> next;
     std::unordered_map<cudaGraphNode_t, int> in_degree;
     for (size_t i = 0; i < ne; ++i) {

@@ -7,18 +7,48 @@
 
 #include "cpu/matmul.h"
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/mmvq.h"
 #include "cuda/q8dot.cuh"
+#include "cuda/route.cuh"
 #include "runtime/placement.h"
 
 
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 namespace nitro::cuda {
+
+namespace {
+std::atomic<int> g_pdl{-1};  ///< set_pdl_enabled: -1 the default, 0 off, 1 on
+bool pdl_device() {  // compute capability 9.0 or newer (griddepcontrol)
+    static const bool ok = [] {
+        int dev = 0, major = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess) return false;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+        return major >= 9;
+    }();
+    return ok;
+}
+}  // namespace
+
+void set_pdl_enabled(int on) { g_pdl.store(on < 0 ? -1 : on > 0 ? 1 : 0); }
+
+bool pdl_enabled() {
+    const int o = g_pdl.load(std::memory_order_relaxed);
+    if (o >= 0) return o == 1 && pdl_device();
+    static const bool dflt = [] {
+        const char* e = std::getenv("NITRO_PDL");
+        return !(e && std::string_view(e) == "0");
+    }();
+    return dflt && pdl_device();
+}
 
 // ------------------------------------------------------------------------------ norms, add
 
@@ -49,12 +79,22 @@ __device__ float rms_scale(const float* xr, int64_t n, float eps) {
 /// rms_norm's block size for rows of n values (the reduction order depends on it).
 inline int rms_threads(int64_t n) { return n >= 1024 ? 512 : (n >= 256 ? 256 : 64); }
 
+/// Blocks per row: one per blockDim.x values for decode-sized row counts (a 2048-value row in 4
+/// blocks that each sum the whole row: one pass of writes each, not four in one block), else 1.
+inline unsigned rms_slices(int64_t n_rows, int64_t n) {
+    return n_rows <= kGemvMaxTokens ? static_cast<unsigned>(ceil_div(n, rms_threads(n))) : 1u;
+}
+
+/// Blocks of rows (blockIdx.x) and slices (blockIdx.y): every block of a row computes the row's
+/// scale (the same sum in the same order), then writes values blockIdx.y * blockDim.x + threadIdx.x,
+/// + gridDim.y * blockDim.x, ... (rms_slices: decode rows in several blocks, shorter chains).
 __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t n, int64_t ld_x,
                                 float eps, float* __restrict__ out, int64_t ld_out, float* __restrict__ host_out) {
+    pdl_begin();
     const float* xr = x + blockIdx.x * ld_x;
     const float scale = rms_scale(xr, n, eps);
     float* o = out + blockIdx.x * ld_out;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int64_t i = blockIdx.y * blockDim.x + threadIdx.x; i < n; i += gridDim.y * blockDim.x) {
         const float y = w ? __fmul_rn(__fmul_rn(xr[i], scale), w[i]) : __fmul_rn(xr[i], scale);
         o[i] = y;
         if (host_out) host_out[blockIdx.x * n + i] = y;
@@ -68,12 +108,14 @@ template <GgmlType VDT>
 __global__ void rms_norm_q8_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t n, int64_t ld_x,
                                    float eps, float* __restrict__ out, int64_t ld_out, float* __restrict__ host_out,
                                    int8_t* __restrict__ q, float* __restrict__ d) {
+    pdl_begin();
     const float* xr = x + blockIdx.x * ld_x;
     const float scale = rms_scale(xr, n, eps);
     float* o = out + blockIdx.x * ld_out;
     int8_t* qr = q + blockIdx.x * n;
     float* dr = d + blockIdx.x * (n / 32);
-    for (int64_t base = 0; base < n; base += blockDim.x) {  // the same trip count for every thread
+    // the same trip count for every thread of the block
+    for (int64_t base = blockIdx.y * blockDim.x; base < n; base += gridDim.y * blockDim.x) {
         const int64_t i = base + threadIdx.x;
         const bool in = i < n;
         float y = 0.f;
@@ -93,6 +135,7 @@ __global__ void rms_norm_q8_kernel(const float* __restrict__ x, const float* __r
 
 __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ b, int64_t total,
                            int64_t n) {
+    pdl_begin();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= total) return;
     float v = x[i];
@@ -107,7 +150,8 @@ void rms_norm(cudaStream_t s, const float* x, const float* w, int64_t n_rows, in
               int64_t ld_out, float* host_out) {
     if (n_rows <= 0) return;
     const int threads = rms_threads(n);
-    rms_norm_kernel<<<static_cast<unsigned>(n_rows), threads, 0, s>>>(x, w, n, ld_x, eps, out, ld_out, host_out);
+    const dim3 grid(static_cast<unsigned>(n_rows), rms_slices(n_rows, n));
+    launch_pdl(s, grid, threads, 0, rms_norm_kernel, x, w, n, ld_x, eps, out, ld_out, host_out);
     NITRO_CUDA_LAUNCH_CHECK();
 }
 
@@ -130,12 +174,13 @@ bool rms_norm_q8(cudaStream_t s, const float* x, const float* w, int64_t n_rows,
     const Q8Acts view = q8_acts_view(buf, n_rows, n);  // quantize_q8's layout
     auto* qp = static_cast<int8_t*>(buf);
     auto* dp = const_cast<float*>(view.d);
+    const dim3 grid(static_cast<unsigned>(n_rows), rms_slices(n_rows, n));
     if (vdt == GgmlType::Q8_0)
-        rms_norm_q8_kernel<GgmlType::Q8_0><<<static_cast<unsigned>(n_rows), threads, 0, s>>>(x, w, n, ld_x, eps, out, ld_out,
-                                                                                           host_out, qp, dp);
+        launch_pdl(s, grid, threads, 0, rms_norm_q8_kernel<GgmlType::Q8_0>, x, w, n, ld_x, eps, out, ld_out, host_out, qp,
+                   dp);
     else
-        rms_norm_q8_kernel<GgmlType::Q8_K><<<static_cast<unsigned>(n_rows), threads, 0, s>>>(x, w, n, ld_x, eps, out, ld_out,
-                                                                                           host_out, qp, dp);
+        launch_pdl(s, grid, threads, 0, rms_norm_q8_kernel<GgmlType::Q8_K>, x, w, n, ld_x, eps, out, ld_out, host_out, qp,
+                   dp);
     NITRO_CUDA_LAUNCH_CHECK();
     q.x = out;
     q.ldx = ld_out;
@@ -147,7 +192,7 @@ bool rms_norm_q8(cudaStream_t s, const float* x, const float* w, int64_t n_rows,
 
 void add(cudaStream_t s, float* x, const float* y, const float* b, int64_t n_rows, int64_t n) {
     if (n_rows * n <= 0) return;
-    add_kernel<<<ceil_div(n_rows * n, 256), 256, 0, s>>>(x, y, b, n_rows * n, n);
+    launch_pdl(s, ceil_div(n_rows * n, 256), 256, 0, add_kernel, x, y, b, n_rows * n, n);
     NITRO_CUDA_LAUNCH_CHECK();
 }
 
@@ -203,6 +248,7 @@ __global__ void qk_rope_kv_kernel(float* __restrict__ q, float* __restrict__ k, 
                                   int n_head_kv, int head_dim, int64_t dim_v, const float* __restrict__ q_norm,
                                   const float* __restrict__ k_norm, float eps, RopeDev p, const int32_t* __restrict__ pos0,
                                   __half* __restrict__ k_cache, __half* __restrict__ v_cache, int64_t capacity) {
+    pdl_begin();
     const int j = static_cast<int>(blockIdx.x);
     const int64_t t = blockIdx.y;
     const int64_t slot = (*pos0 + t) % capacity;
@@ -293,10 +339,9 @@ void qk_norm_rope_kv_store(cudaStream_t s, float* q, float* k, const float* v, i
     // rms_norm's block size for head_dim values, so the norms sum in its order (the same bits)
     const int threads = q_norm ? rms_threads(head_dim) : 64;
     const dim3 grid(static_cast<unsigned>(n_head + n_head_kv + (dim_v + 255) / 256), static_cast<unsigned>(n_tok));
-    qk_rope_kv_kernel<<<grid, threads, 0, s>>>(q, k, v, static_cast<int>(n_head), static_cast<int>(n_head_kv),
-                                               static_cast<int>(head_dim), dim_v, q_norm, k_norm, eps, rope_dev(p), pos0,
-                                               reinterpret_cast<__half*>(k_cache), reinterpret_cast<__half*>(v_cache),
-                                               capacity);
+    launch_pdl(s, grid, threads, 0, qk_rope_kv_kernel, q, k, v, static_cast<int>(n_head), static_cast<int>(n_head_kv),
+               static_cast<int>(head_dim), dim_v, q_norm, k_norm, eps, rope_dev(p), pos0, reinterpret_cast<__half*>(k_cache),
+               reinterpret_cast<__half*>(v_cache), capacity);
     NITRO_CUDA_LAUNCH_CHECK();
 }
 
@@ -304,117 +349,15 @@ void qk_norm_rope_kv_store(cudaStream_t s, float* q, float* k, const float* v, i
 
 namespace {
 
-constexpr int kMaxExpertsPerLane = 16;  // up to 512 experts
-
-__device__ __forceinline__ void warp_argmax(float& v, int& idx) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (ov > v || (ov == v && oi < idx)) {
-            v = ov;
-            idx = oi;
-        }
-    }
-}
-
-__device__ __forceinline__ uint64_t globaltimer_ns() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
+/// One warp per token (route.cuh's route_token).
+template <int NPL>
 __global__ void route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int n, int X, int K,
-                             int softmax_all, int32_t* __restrict__ ids, float* __restrict__ wout, float* __restrict__ margin,
-                             int32_t* host_ids, float* host_w, float* host_margin, volatile uint32_t* host_ready,
-                             const uint32_t* __restrict__ step, uint64_t* host_t) {
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+                             int softmax_all, RouteOut o) {
+    pdl_begin();
+    const int warp = threadIdx.x / kWarp;
     const int t = blockIdx.x * (blockDim.x / kWarp) + warp;
     if (t >= n) return;
-    float v[kMaxExpertsPerLane];
-#pragma unroll
-    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-        const int e = lane + 32 * i;
-        v[i] = e < X ? logits[static_cast<int64_t>(t) * X + e] + (bias ? bias[e] : 0.f) : -INFINITY;
-    }
-    if (softmax_all) {  // cpu::softmax: float exp, double sum, multiply by (float)(1/sum)
-        float m = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < kMaxExpertsPerLane; ++i) m = fmaxf(m, v[i]);
-        m = warp_max(m);
-        double sum = 0.0;
-#pragma unroll
-        for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-            const int e = lane + 32 * i;
-            v[i] = e < X ? expf(v[i] - m) : -INFINITY;
-            if (e < X) sum += v[i];
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const float inv = static_cast<float>(1.0 / sum);
-#pragma unroll
-        for (int i = 0; i < kMaxExpertsPerLane; ++i)
-            if (lane + 32 * i < X) v[i] *= inv;
-    }
-    // top-k: K rounds of a warp arg-max; ties to the lower id (cpu::top_k).
-    float selv[32];
-    int seli[32];
-    for (int k = 0; k < K; ++k) {
-        float bv = -INFINITY;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-            const int e = lane + 32 * i;
-            if (e < X && (v[i] > bv || (v[i] == bv && e < bi))) {
-                bv = v[i];
-                bi = e;
-            }
-        }
-        warp_argmax(bv, bi);
-        selv[k] = bv;
-        seli[k] = bi;
-#pragma unroll
-        for (int i = 0; i < kMaxExpertsPerLane; ++i)
-            if (lane + 32 * i == bi) v[i] = -INFINITY;
-    }
-    // The best unselected value: the margin of the selection (cpu::top_k_margin).
-    float next = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kMaxExpertsPerLane; ++i)
-        if (lane + 32 * i < X) next = fmaxf(next, v[i]);
-    next = warp_max(next);
-    if (lane == 0) {
-        float w[32];
-        if (softmax_all) {  // renormalise the selected probabilities
-            float sum = 0.f;
-            for (int k = 0; k < K; ++k) sum += (w[k] = selv[k]);
-            for (int k = 0; k < K; ++k) w[k] /= sum;
-        } else {  // softmax over the selected logits
-            float m = -INFINITY;
-            for (int k = 0; k < K; ++k) m = fmaxf(m, selv[k]);
-            double sum = 0.0;
-            for (int k = 0; k < K; ++k) sum += (w[k] = expf(selv[k] - m));
-            const float inv = static_cast<float>(1.0 / sum);
-            for (int k = 0; k < K; ++k) w[k] *= inv;
-        }
-        const float last = selv[K - 1];
-        const float mg = K >= X ? INFINITY : softmax_all ? logf(last) - logf(next) : last - next;
-        if (margin) margin[t] = mg;
-        if (host_margin) host_margin[t] = mg;
-        for (int k = 0; k < K; ++k) {
-            ids[t * K + k] = seli[k];
-            wout[t * K + k] = w[k];
-            if (host_ids) {
-                host_ids[t * K + k] = seli[k];
-                host_w[t * K + k] = w[k];
-            }
-        }
-        if (host_ready) {
-            if (host_t) *host_t = globaltimer_ns();
-            __threadfence_system();  // ids and weights reach host memory before the flag
-            *host_ready = *step;
-        }
-    }
+    route_token<NPL>(logits + static_cast<int64_t>(t) * X, bias, t, X, K, softmax_all, o);
 }
 
 __global__ void wait_flag_kernel(const volatile uint32_t* flag, const uint32_t* __restrict__ step, uint64_t* t_ns) {
@@ -442,10 +385,12 @@ void top_k_route(cudaStream_t s, const float* logits, const float* bias, int64_t
     if (K > 32 || K > X) cfail("CUDA router: {} experts used of {} (at most 32)", K, X);
     if (host && host->ready && n != 1) cfail("CUDA router: the host ready flag is for single-token steps");
     constexpr int kWarpsPerBlock = 4;
-    route_kernel<<<ceil_div(n, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, s>>>(
-        logits, bias, static_cast<int>(n), static_cast<int>(X), K, softmax_all ? 1 : 0, ids, w, margin,
-        host ? host->ids : nullptr, host ? host->w : nullptr, host ? host->margin : nullptr, host ? host->ready : nullptr,
-        host ? host->step : nullptr, host ? host->t_ns : nullptr);
+    const RouteOut o{ids, w, margin, host ? host->ids : nullptr, host ? host->w : nullptr, host ? host->margin : nullptr,
+                     host ? host->ready : nullptr, host ? host->step : nullptr, host ? host->t_ns : nullptr};
+    with_lanes_per_expert(X, [&]<int NPL>() {
+        launch_pdl(s, ceil_div(n, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, route_kernel<NPL>, logits, bias,
+                   static_cast<int>(n), static_cast<int>(X), K, softmax_all ? 1 : 0, o);
+    });
     NITRO_CUDA_LAUNCH_CHECK();
 }
 

@@ -80,14 +80,33 @@ struct AttnArgs {
     float* partial = nullptr;
     float* out = nullptr;
     bool flash = true;  ///< false: always the per-query kernel (comparisons, the sandbox)
+    /// Query heads per block of the per-query kernel at most (a power of two; 0: the default,
+    /// heads x head_dim <= 128, see attention.cu). Fewer heads per block: more blocks, shorter chains.
+    int heads_per_block = 0;
 };
 size_t attention_partial_floats(int64_t n_q, int64_t n_head, int64_t head_dim, int n_split);
 void attention(cudaStream_t s, const AttnArgs& a);
 
-/// Flash-decoding splits for a decode step over at most `keys` keys (n_ctx, or the window): enough
-/// blocks of the per-query kernel for two per multiprocessor (n_sm of them), never more than one
-/// split per 128 keys (a 32-key tile per warp) nor max_split (the partial buffer's room).
-int attention_decode_splits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t keys, int n_sm, int max_split);
+/// Decode attention in two depth classes (the engine captures a decode graph for each): below
+/// kAttnLongKeys keys the per-query kernel's default blocks (1 query head a block at head_dim 128,
+/// 2 at 64: short chains), from there the whole group of a KV head in one block (its K/V rows read
+/// once for the group, not once per head). MEASURED on the H200 (dev_attention_decode, us per
+/// layer): qwen3-30b-a3b at depth 4,096 23.2 (1 head) against 24.1 (group), at 8,192 41.1 against
+/// 28.8, at 32,768 147.8 against 78.2; gpt-oss-20b at 8,192 30.4 (2 heads) against 20.0.
+inline constexpr int64_t kAttnLongKeys = 4096;
+inline int attention_depth_class(int64_t pos) { return pos + 1 >= kAttnLongKeys ? 1 : 0; }
+/// AttnArgs::heads_per_block for one query at position pos of a layer with this window (0 = none):
+/// 0 (the default) in the short class or a window layer, else the group n_head / n_head_kv.
+inline int attention_decode_heads(int64_t n_head, int64_t n_head_kv, int64_t window, int64_t pos) {
+    return window == 0 && attention_depth_class(pos) == 1 ? static_cast<int>(n_head / n_head_kv) : 0;
+}
+
+/// Flash-decoding splits for a decode step over at most `keys` keys (n_ctx, or the window): one
+/// split per 128 keys (a 32-key tile for each of a block's 4 warps), within [1, max_split] (the
+/// partial buffer's room). A split that holds no keys yet costs one block that returns at once.
+/// MEASURED (dev_attention_decode's sweep): more splits win at every depth up to 4,096, e.g.
+/// qwen3-30b-a3b at depth 4,096, 1 head a block: 35.8 us at 16 splits, 23.2 at 32.
+int attention_decode_splits(int64_t keys, int max_split);
 
 /// Rows of an embedding matrix for token ids (device) -> f32 [n, ne0].
 void get_rows(cudaStream_t s, const DWeight& w, const int32_t* ids, int64_t n, float* out);
@@ -173,6 +192,15 @@ struct RouterHostOut {
 };
 void top_k_route(cudaStream_t s, const float* logits, const float* bias, int64_t n, int64_t X, int K, bool softmax_all,
                  int32_t* ids, float* w, float* margin, const RouterHostOut* host);
+
+/// One decode token's router: logits [X] = x W^T (w: the f32 router matrix, X rows of x's length,
+/// the block-per-row GEMV of matmul: the same logits bits), then top_k_route's selection (the same
+/// arithmetic, route.cuh) in the grid's last block to finish, so the two are one launch. counter:
+/// a device uint32, 0 between launches (the last block sets it back). Returns false and launches
+/// nothing unless w is F32 with at most 1,024 rows of at most 512 experts (the caller then runs
+/// matmul and top_k_route).
+bool router_top_k(cudaStream_t s, const DWeight& w, const float* x, float* logits, const float* bias, int K,
+                  bool softmax_all, int32_t* ids, float* wout, float* margin, const RouterHostOut* host, uint32_t* counter);
 
 /// A device-side wait: one thread spins until *flag (mapped pinned host memory, written by a CPU
 /// thread) reaches *step (device), so the kernels after it see what the CPU wrote before setting

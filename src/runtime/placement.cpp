@@ -187,7 +187,7 @@ uint64_t GpuScratchSizes::bytes() const {
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
     for (int64_t n : {ids, tok, group, group, group, group_off})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 4);
-    b += rnd(static_cast<uint64_t>(pos) * 4) + rnd(4);  // positions, step counter
+    b += rnd(static_cast<uint64_t>(pos) * 4) + rnd(4) + rnd(4);  // positions, step counter, router counter
     for (int64_t n : {gemm_act, gemm_w})
         if (n > 0) b += rnd(static_cast<uint64_t>(n) * 2);
     return vram_alloc_size(b);

@@ -517,8 +517,9 @@ int main(int argc, char** argv) {
             }
         }
         std::printf("MEASURED %s GPU-all: pp%d %.1f tok/s, tg%d %.1f tok/s (median of %d), %d kernel launches per decode "
-                    "token (one CUDA graph)\n",
-                    model.hp().name.c_str(), pp, median_of(pps), tg, median_of(tgs[0]), reps, gpu.launches_per_token());
+                    "token (one CUDA graph, %d programmatic edges)\n",
+                    model.hp().name.c_str(), pp, median_of(pps), tg, median_of(tgs[0]), reps, gpu.launches_per_token(),
+                    gpu.pdl_edges_per_token());
         for (size_t k = 1; k < depths.size(); ++k)
             std::printf("MEASURED %s GPU-all: tg%d @ d%d %.1f tok/s (median of %d)\n", model.hp().name.c_str(), tg, depths[k],
                         median_of(tgs[k]), reps);

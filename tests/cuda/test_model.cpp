@@ -11,6 +11,7 @@
 #include "arch/synth.h"
 #include "core/error.h"
 #include "cuda/gpu_session.h"
+#include "cuda/pdl.cuh"
 #include "cuda/op_profile.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"
@@ -99,6 +100,52 @@ TEST(CudaModel, SynthModelsOfEveryExpertTypeMatchCpu) {
                     st.router_divergences);
         std::filesystem::remove(o.out);
     }
+}
+
+TEST(CudaModel, DecodeGraphOverlapsLaunchesAndPdlChangesNothing) {
+    // Programmatic dependent launch (cuda/pdl.cuh): on a device that has it, the decode graph's
+    // kernels are joined by programmatic edges (counted from the graph's own edge data, not from
+    // our launches), and the logits are bit for bit those of the plain graph (PDL off: no such
+    // edge). Every kernel waits for its predecessor before it touches memory, so a kernel that
+    // forgot to would show here as a difference or in the parity tests.
+    cuda::test::require_gpu();
+    SynthOptions o;
+    o.arch = "qwen3moe";
+    o.preset = "tiny";
+    o.expert_type = GgmlType::Q4_K;
+    o.out = (std::filesystem::temp_directory_path() / "nitro-cuda-pdl.gguf").string();
+    synth_model(o);
+    Model model(o.out);
+    const int32_t prompt[6] = {5, 17, 42, 7, 99, 3};
+    auto run = [&](int pdl, int& edges, int& launches) {
+        cuda::set_pdl_enabled(pdl);
+        SessionOptions so;
+        GpuOptions go;
+        go.progress = false;
+        cuda::GpuSession gpu(model, so, go);
+        std::vector<std::vector<float>> out;
+        std::vector<float> l;
+        gpu.eval(std::span<const int32_t>(prompt, 3), false, l);  // a prompt chunk, then decode steps
+        for (int i = 3; i < 6; ++i) {
+            gpu.eval(std::span<const int32_t>(prompt + i, 1), false, l);
+            out.push_back(l);
+        }
+        edges = gpu.pdl_edges_per_token();
+        launches = gpu.launches_per_token();
+        return out;
+    };
+    int e_on = 0, e_off = 0, n_on = 0, n_off = 0;
+    const auto on = run(1, e_on, n_on);
+    const auto off = run(0, e_off, n_off);
+    cuda::set_pdl_enabled(-1);
+    EXPECT_EQ(on, off) << "PDL changed the logits";
+    EXPECT_EQ(n_on, n_off);
+    EXPECT_EQ(e_off, 0);
+    int major = 0;
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+    if (major >= 9) EXPECT_GT(e_on, n_on / 2) << "most kernels of the step should be launched with PDL";
+    else EXPECT_EQ(e_on, 0);
+    std::filesystem::remove(o.out);
 }
 
 TEST(CudaModel, OpProfileCoversEveryLaunchAndChangesNothing) {

@@ -36,6 +36,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 
 using namespace nitro;
 using namespace nitro::cuda;
@@ -260,6 +261,51 @@ TEST_F(CudaOps, MatmulSameInputEqualsSeparateProductsBitForBit) {
             for (void* p : {static_cast<void*>(dx), static_cast<void*>(gs.act), static_cast<void*>(gs.w), static_cast<void*>(gs.xr)})
                 ctx->alloc().free(p);
         }
+}
+
+TEST_F(CudaOps, DenseGemvRoundsItsInputAsRoundActsBitForBit) {
+    // The F16 / BF16 decode GEMV rounds x to the vec-dot type as it reads it (no round_acts launch):
+    // the same bits as round_acts (RoundActsEqualsTheCpuQuantizers) into a buffer, then the GEMV
+    // with no scratch (which rounds nothing). One matrix (gemv_dense) and three (gemv_dense_multi).
+    for (GgmlType t : {GgmlType::F16, GgmlType::BF16})
+        for (int64_t ne0 : {512, 2048})
+            for (int64_t n : {1, 3, 8}) {
+                SCOPED_TRACE(type_display_name(t) + " ne0=" + std::to_string(ne0) + " n=" + std::to_string(n));
+                std::vector<HostWeight> hw;
+                std::vector<DWeight> dw;
+                for (int64_t rows : {96, 32, 64}) {
+                    hw.push_back(make_weight(t, ne0, rows));
+                    dw.push_back(dev_weight(*ctx, hw.back()));
+                }
+                auto x = randn(static_cast<size_t>(n * ne0), 3.f);
+                float* dx = to_dev(*ctx, x);
+                GemmScratch gs;
+                gs.xr_elems = static_cast<size_t>(n * ne0);
+                gs.xr = ctx->alloc_n<float>(gs.xr_elems, "xr");
+                float* xr = ctx->alloc_n<float>(gs.xr_elems, "rounded x");
+                round_acts(ctx->compute(), t, dx, ne0, nullptr, n, ne0, xr, ne0);
+                std::vector<float*> fused, ref, multi;
+                for (const DWeight& w : dw) {
+                    const size_t m = static_cast<size_t>(n * w.n_rows);
+                    for (auto* v : {&fused, &ref, &multi}) {
+                        v->push_back(ctx->alloc_n<float>(m, "out"));
+                        poison(v->back(), m);
+                    }
+                    matmul(ctx->compute(), w, dx, n, ne0, fused.back(), w.n_rows, nullptr, false, &gs);
+                    matmul(ctx->compute(), w, xr, n, ne0, ref.back(), w.n_rows, nullptr, false, nullptr);
+                }
+                matmul_same_input(ctx->compute(), {{&dw[0], multi[0], dw[0].n_rows, nullptr}, {&dw[1], multi[1], dw[1].n_rows, nullptr},
+                                                   {&dw[2], multi[2], dw[2].n_rows, nullptr}}, dx, n, ne0, &gs);
+                for (size_t i = 0; i < dw.size(); ++i) {
+                    const size_t m = static_cast<size_t>(n * dw[i].n_rows);
+                    const auto r = to_host(ref[i], m), f = to_host(fused[i], m), u = to_host(multi[i], m);
+                    EXPECT_EQ(std::memcmp(r.data(), f.data(), m * 4), 0) << "gemv_dense, matrix " << i;
+                    EXPECT_EQ(std::memcmp(r.data(), u.data(), m * 4), 0) << "gemv_dense_multi, matrix " << i;
+                    for (float* p : {ref[i], fused[i], multi[i]}) ctx->alloc().free(p);
+                    ctx->alloc().free(const_cast<uint8_t*>(dw[i].data));
+                }
+                for (void* p : {static_cast<void*>(dx), static_cast<void*>(gs.xr), static_cast<void*>(xr)}) ctx->alloc().free(p);
+            }
 }
 
 TEST_F(CudaOps, RoundActsEqualsTheCpuQuantizers) {
@@ -685,7 +731,7 @@ std::vector<double> ref_attention(const std::vector<float>& q, const std::vector
 }  // namespace
 
 TEST_F(CudaOps, AttentionMatchesCpu) {
-    struct Cfg { int64_t H, Hkv, hd, window, n_q, pos0, cap; bool sinks; int n_split; };
+    struct Cfg { int64_t H, Hkv, hd, window, n_q, pos0, cap; bool sinks; int n_split; int hpb = 0; };
     const Cfg cfgs[] = {
         {64, 8, 64, 0, 1, 300, 512, true, 1},     // gpt-oss full layer, decode
         {64, 8, 64, 0, 1, 1000, 1024, true, 8},   // decode, flash-decoding splits
@@ -695,10 +741,13 @@ TEST_F(CudaOps, AttentionMatchesCpu) {
         {32, 4, 128, 0, 1, 2047, 2048, false, 32},
         {4, 2, 32, 16, 9, 30, 24, true, 1},       // the fixtures' tiny heads
         {4, 2, 32, 0, 1, 100, 128, false, 4},
+        {32, 4, 128, 0, 1, 5, 4096, false, 32},      // 31 of 32 splits empty: their blocks return, the combine skips them
+        {32, 4, 128, 0, 1, 700, 1024, false, 8, 2},  // 2 query heads per block (AttnArgs::heads_per_block)
+        {64, 8, 64, 0, 1, 1000, 1024, true, 8, 1},   // 1 query head per block, sinks
     };
     for (const Cfg& c : cfgs) {
         SCOPED_TRACE("H=" + std::to_string(c.H) + " hd=" + std::to_string(c.hd) + " window=" + std::to_string(c.window) +
-                     " n_q=" + std::to_string(c.n_q) + " split=" + std::to_string(c.n_split));
+                     " n_q=" + std::to_string(c.n_q) + " split=" + std::to_string(c.n_split) + " hpb=" + std::to_string(c.hpb));
         auto q = randn(static_cast<size_t>(c.n_q * c.H * c.hd));
         auto kf = randn(static_cast<size_t>(c.cap * c.Hkv * c.hd)), vf = randn(static_cast<size_t>(c.cap * c.Hkv * c.hd));
         std::vector<uint16_t> kc(kf.size()), vc(vf.size());
@@ -719,6 +768,7 @@ TEST_F(CudaOps, AttentionMatchesCpu) {
         poison(out, q.size());
         a.out = out;
         a.flash = false;  // the per-query kernel (f32 probabilities); the flash path: FlashAttentionMatchesCpu
+        a.heads_per_block = c.hpb;
         attention(ctx->compute(), a);
         auto got = to_host(out, q.size());
         auto ref = ref_attention(q, kc, vc, c.cap, c.n_q, c.H, c.Hkv, c.hd, c.pos0, c.window, c.sinks ? &sinks : nullptr);
@@ -730,17 +780,16 @@ TEST_F(CudaOps, AttentionMatchesCpu) {
     }
 }
 
-// The decode split counts, by hand (and as dev_attention_decode printed them on the H200's 132 SMs):
-// blocks per split = KV heads x head groups (a group holds at most 1,024 / head_dim heads); splits
-// = min(ceil(2 x SMs / blocks), ceil(keys / 128)), within [1, max_split].
-TEST(CudaAttentionSplits, TwoBlocksPerMultiprocessorAndATilePerWarp) {
-    EXPECT_EQ(attention_decode_splits(64, 8, 64, 4096, 132, 32), 32);   // gpt-oss: 8 blocks, fill 33, 32 tiles
-    EXPECT_EQ(attention_decode_splits(64, 8, 64, 8193, 132, 64), 33);   // fill 33 < 65 tiles
-    EXPECT_EQ(attention_decode_splits(64, 8, 64, 128, 132, 64), 1);     // a window of 128 keys: one tile per warp
-    EXPECT_EQ(attention_decode_splits(32, 4, 128, 8193, 132, 64), 64);  // qwen3: fill 66, capped at 64
-    EXPECT_EQ(attention_decode_splits(16, 2, 256, 4096, 132, 32), 32);  // qwen3-next: 2 groups of 4 heads, 4 blocks
-    EXPECT_EQ(attention_decode_splits(16, 2, 256, 200, 132, 64), 2);    // 200 keys: 2 tiles of 128
-    EXPECT_EQ(attention_decode_splits(4, 2, 32, 100, 0, 64), 1);        // never below 1
+// The decode split counts, by hand: one per 128 keys (a 32-key tile for each of 4 warps), within
+// [1, max_split] (attention_max_split: the partial buffer's room, at most 64).
+TEST(CudaAttentionSplits, ATilePerWarpWithinTheBuffersRoom) {
+    EXPECT_EQ(attention_decode_splits(4096, 32), 32);  // n_ctx 4,096
+    EXPECT_EQ(attention_decode_splits(8193, 64), 64);  // 65 tiles, capped at 64
+    EXPECT_EQ(attention_decode_splits(128, 64), 1);    // a window of 128 keys: one tile per warp
+    EXPECT_EQ(attention_decode_splits(200, 64), 2);    // 200 keys: 2 tiles of 128
+    EXPECT_EQ(attention_decode_splits(1000, 4), 4);    // the room given
+    EXPECT_EQ(attention_decode_splits(100, 0), 1);     // never below 1
+    EXPECT_EQ(attention_decode_splits(4096, attention_max_split(4096)), 32);
 }
 
 // The tensor-core path of prompt chunks (cuda/flash_attn.h): through attention() where it takes it
@@ -798,9 +847,63 @@ TEST_F(CudaOps, FlashAttentionMatchesCpu) {
     }
 }
 
+TEST_F(CudaOps, FusedDecodeRouterEqualsMatmulThenTopKBitForBit) {
+    // router_top_k: the router product and the top-k in one launch (the last block routes). Its
+    // logits, ids, weights and margins must be exactly those of matmul then top_k_route (which
+    // RouterMatchesCpuTopK checks against the CPU), at every lane count of the top-k, with and
+    // without a router bias; a second launch proves the block counter went back to 0.
+    for (bool softmax_all : {false, true})
+        for (auto [X, K, E] : {std::tuple<int, int, int>{32, 4, 2880}, {128, 8, 2048}, {512, 10, 2048}, {60, 4, 512}}) {
+            SCOPED_TRACE("X=" + std::to_string(X) + " K=" + std::to_string(K) + " softmax_all=" + std::to_string(softmax_all));
+            const HostWeight hw = make_weight(GgmlType::F32, E, X, 0.5f);
+            const DWeight dw = dev_weight(*ctx, hw);
+            float* x = to_dev(*ctx, randn(static_cast<size_t>(E)));
+            float* db = softmax_all ? nullptr : to_dev(*ctx, randn(static_cast<size_t>(X), 0.1f));
+            uint32_t* counter = ctx->alloc_n<uint32_t>(1, "counter");
+            NITRO_CUDA_CHECK(cudaMemset(counter, 0, 4));
+            struct Out { std::vector<float> lg, w, mg; std::vector<int32_t> ids; };
+            auto run = [&](bool fused) {
+                float* lg = ctx->alloc_n<float>(static_cast<size_t>(X), "logits");
+                int32_t* ids = ctx->alloc_n<int32_t>(static_cast<size_t>(K), "ids");
+                float* w = ctx->alloc_n<float>(static_cast<size_t>(K), "w");
+                float* mg = ctx->alloc_n<float>(1, "margin");
+                poison(lg, static_cast<size_t>(X));
+                poison(ids, static_cast<size_t>(K));
+                if (fused) {
+                    EXPECT_TRUE(router_top_k(ctx->compute(), dw, x, lg, db, K, softmax_all, ids, w, mg, nullptr, counter));
+                } else {
+                    matmul(ctx->compute(), dw, x, 1, E, lg, X, nullptr, false, nullptr);
+                    top_k_route(ctx->compute(), lg, db, 1, X, K, softmax_all, ids, w, mg, nullptr);
+                }
+                Out o{to_host(lg, static_cast<size_t>(X)), to_host(w, static_cast<size_t>(K)), to_host(mg, 1),
+                      to_host(ids, static_cast<size_t>(K))};
+                for (void* p : {static_cast<void*>(lg), static_cast<void*>(ids), static_cast<void*>(w), static_cast<void*>(mg)})
+                    ctx->alloc().free(p);
+                return o;
+            };
+            const Out ref = run(false), a = run(true), b = run(true);
+            for (const Out* o : {&a, &b}) {
+                EXPECT_EQ(std::memcmp(o->lg.data(), ref.lg.data(), ref.lg.size() * 4), 0) << "logits";
+                EXPECT_EQ(o->ids, ref.ids);
+                EXPECT_EQ(std::memcmp(o->w.data(), ref.w.data(), ref.w.size() * 4), 0) << "weights";
+                EXPECT_EQ(std::memcmp(o->mg.data(), ref.mg.data(), 4), 0) << "margin";
+            }
+            EXPECT_EQ(to_host(counter, 1)[0], 0u);
+            for (void* p : {static_cast<void*>(x), static_cast<void*>(db), static_cast<void*>(counter),
+                            static_cast<void*>(const_cast<uint8_t*>(dw.data))})
+                if (p) ctx->alloc().free(p);
+        }
+    // Not this path: a quantized router, or more rows than a launch of blocks per row takes.
+    const HostWeight q = make_weight(GgmlType::Q8_0, 512, 64);
+    const DWeight dq = dev_weight(*ctx, q);
+    EXPECT_FALSE(router_top_k(ctx->compute(), dq, nullptr, nullptr, nullptr, 4, false, nullptr, nullptr, nullptr, nullptr,
+                              reinterpret_cast<uint32_t*>(1)));
+    ctx->alloc().free(const_cast<uint8_t*>(dq.data));
+}
+
 TEST_F(CudaOps, RouterMatchesCpuTopK) {
     for (bool softmax_all : {false, true})
-        for (auto [X, K] : {std::pair<int, int>{32, 4}, {128, 8}, {16, 4}}) {
+        for (auto [X, K] : {std::pair<int, int>{32, 4}, {128, 8}, {16, 4}, {64, 6}, {256, 8}, {512, 10}}) {
             const int64_t n = 37;
             auto lg = randn(static_cast<size_t>(n * X));
             auto bias = randn(static_cast<size_t>(X), 0.1f);
