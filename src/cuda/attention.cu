@@ -7,10 +7,13 @@
 // j of a tile against every query head of the group (Q in shared memory, the K row read once for
 // all of them), the softmax is online per head (flash style), and each lane accumulates head_dim /
 // 32 contiguous value dims of every head. The warps' (max, sum, values) are merged in shared
-// memory in warp order; a second kernel merges the splits' partials in split order. A decode step
-// splits the keys over enough blocks to fill the GPU (attention_decode_splits), so a 600-key step
-// is one tile per warp rather than a serial walk of 150 keys per head. The value sum loads 8 keys'
-// rows before it weighs them (8 loads in flight, not one load's latency per key). The former
+// memory in warp order; a second kernel merges the active splits' partials in split order. A
+// decode step splits the keys one split per 128 keys of n_ctx (attention_decode_splits: a tile per
+// warp), blocks of splits that hold no keys yet returning at once; its group of query heads per
+// block depends on the depth (ops.h attention_decode_heads: 1 or 2 heads below 4,096 keys for
+// short chains, the whole group from there so K/V rows are read once per group). The value sum
+// loads the next 8 keys' rows while it weighs 8 (loads in flight, not one load's latency per
+// key). The former
 // kernel (one warp per query head over all of its split's keys, splits from n_ctx / 256) is the
 // "old" variant of dev/kernels/attention_decode.cu, with the MEASURED comparison in docs/cuda.md.
 // (Merging the splits in the last block to finish, to save the second launch, MEASURED 2-3x
