@@ -792,6 +792,20 @@ TEST(CudaAttentionSplits, ATilePerWarpWithinTheBuffersRoom) {
     EXPECT_EQ(attention_decode_splits(4096, attention_max_split(4096)), 32);
 }
 
+// The depth classes of decode attention by hand (ops.h): a position's keys are pos + 1, the long
+// class from 4,096 keys; in it a KV head's whole group per block, in the short class and in window
+// layers the kernel's default (0). Host code: it also runs without a GPU.
+TEST(CudaAttentionSplits, DepthClassesByHand) {
+    EXPECT_EQ(attention_depth_class(0), 0);
+    EXPECT_EQ(attention_depth_class(4094), 0);  // 4,095 keys
+    EXPECT_EQ(attention_depth_class(4095), 1);  // 4,096 keys
+    EXPECT_EQ(attention_decode_heads(32, 4, 0, 4094), 0);
+    EXPECT_EQ(attention_decode_heads(32, 4, 0, 4095), 8);       // qwen3-30b-a3b: the group of 8
+    EXPECT_EQ(attention_decode_heads(64, 8, 0, 100000), 8);     // gpt-oss full layer
+    EXPECT_EQ(attention_decode_heads(64, 8, 128, 100000), 0);   // gpt-oss window layer: 128 keys at most
+    EXPECT_EQ(attention_decode_heads(16, 2, 0, 8191), 8);       // qwen3-next (the kernel caps it at 4 for head_dim 256)
+}
+
 // The tensor-core path of prompt chunks (cuda/flash_attn.h): through attention() where it takes it
 // (n_q >= kFlashMinQueries, checked to be the flash kernel by its f16 rounding: not within 1e-5 of
 // the reference, where the per-query kernel is) and through flash_attention() for short chunks.
