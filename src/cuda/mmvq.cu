@@ -1,7 +1,8 @@
 // Integer decode products (mmvq.h): the 8-bit activation quantizer, the matrix-vector kernel and
 // the decode MoE's gate/up and down kernels. One warp per output row; each lane takes the row's
 // 16-value chunks lane, lane + 32, ... (q8dot.cuh), two at a time so two loads are in flight, and
-// the warp sums its lanes at the end.
+// the warp sums its lanes at the end. Q4_K and Q5_K rows go in units of two chunks that share
+// their quant bytes (lane_chunks, mmvq_pairs).
 #include "cuda/mmvq.h"
 
 #include "cpu/matmul.h"
@@ -12,6 +13,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 
 namespace nitro::cuda {
@@ -37,31 +39,71 @@ __global__ void __launch_bounds__(256) quantize_q8_kernel(const float* __restric
     if ((c & 31) == 0) d[r * (n / 32) + c / 32] = di;
 }
 
-/// Sum over this lane's chunks of one weight row, for NT tokens: U chunks loaded before they are
-/// multiplied (U loads in flight per lane), summed in chunk order (c, c + 32, ...) whatever U is,
-/// so every U gives the same bits.
-template <GgmlType T, int NT, int U>
+/// This lane's chunks of NR weight rows, in the order every decode kernel sums them. P = false:
+/// chunks c = lane, lane + 32, ... one at a time (Q8Dot::load). P = true (kPairChunks types):
+/// units u = lane, lane + 32, ... of two chunks, pair_chunk(u) and pair_chunk(u) + 2, from one
+/// Q8Dot::load_pair. U units are loaded (for every row) before use(r, chunk, c) consumes them, in
+/// unit order and, inside a unit, chunk order: the same sums whatever U is.
+template <GgmlType T, int U, bool P, int NR, class Use>
+__device__ __forceinline__ void lane_chunks(const uint8_t* const (&rows)[NR], int n_chunks, Use&& use) {
+    constexpr int kPer = P ? 2 : 1;  // chunks per unit
+    const int n_units = n_chunks / kPer;
+    auto first = [](int u) { return P ? pair_chunk(u) : u; };
+    auto load = [&](int u, Chunk(&k)[NR][kPer]) {
+#pragma unroll
+        for (int r = 0; r < NR; ++r) {
+            if constexpr (P)
+                Q8Dot<T>::load_pair(rows[r], first(u), k[r][0], k[r][1]);
+            else
+                Q8Dot<T>::load(rows[r], u, k[r][0]);
+        }
+    };
+    auto consume = [&](int u, const Chunk(&k)[NR][kPer]) {
+        const int c = first(u);
+#pragma unroll
+        for (int j = 0; j < kPer; ++j)
+#pragma unroll
+            for (int r = 0; r < NR; ++r) use(r, k[r][j], c + 2 * j);
+    };
+    int u = threadIdx.x % kWarp;
+    for (; u + (U - 1) * kWarp < n_units; u += U * kWarp) {
+        Chunk k[U][NR][kPer];
+#pragma unroll
+        for (int i = 0; i < U; ++i) load(u + i * kWarp, k[i]);
+#pragma unroll
+        for (int i = 0; i < U; ++i) consume(u + i * kWarp, k[i]);
+    }
+    for (; u < n_units; u += kWarp) {
+        Chunk k[NR][kPer];
+        load(u, k);
+        consume(u, k);
+    }
+}
+
+/// Sum over this lane's chunks of one weight row, for NT tokens (lane_chunks' order).
+template <GgmlType T, int NT, int U, bool P>
 __device__ __forceinline__ void row_dot(const uint8_t* __restrict__ row, int n_chunks, const int8_t* __restrict__ xq,
                                         const float* __restrict__ xd, int64_t ne0, int nt, float (&acc)[NT]) {
     const int64_t nb = ne0 / 32;
-    auto consume = [&](const Chunk& k, int c) {
+    const uint8_t* const rows[1] = {row};
+    lane_chunks<T, U, P>(rows, n_chunks, [&](int, const Chunk& k, int c) {
 #pragma unroll
         for (int t = 0; t < NT; ++t)
             if (t < nt) acc[t] += dot_chunk<T>(k, c, xq + t * ne0, xd + t * nb);
-    };
-    int c = threadIdx.x % kWarp;
-    for (; c + (U - 1) * kWarp < n_chunks; c += U * kWarp) {
-        Chunk k[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) Q8Dot<T>::load(row, c + u * kWarp, k[u]);
-#pragma unroll
-        for (int u = 0; u < U; ++u) consume(k[u], c + u * kWarp);
+    });
+}
+
+/// -1 until the first mmvq_pairs() (then NITRO_MMVQ_PAIRS, default on), or what set_mmvq_pairs set.
+std::atomic<int> g_pairs{-1};
+
+/// Calls f.template operator()<P>() with P = whether type T's lanes take units of two chunks
+/// (kPairChunks<T> and mmvq_pairs()).
+template <GgmlType T, class F>
+void with_pairs(F&& f) {
+    if constexpr (kPairChunks<T>) {
+        if (mmvq_pairs()) return f.template operator()<true>();
     }
-    for (; c < n_chunks; c += kWarp) {
-        Chunk k0;
-        Q8Dot<T>::load(row, c, k0);
-        consume(k0, c);
-    }
+    f.template operator()<false>();
 }
 
 /// -1 until the first mmvq_chunks() (then NITRO_MMVQ_CHUNKS or 0), or what set_mmvq_chunks set.
@@ -78,11 +120,11 @@ void with_chunks(F&& f) {
     }
 }
 
-template <GgmlType T, int NT, int U>
-__global__ void __launch_bounds__(kQ8Threads) mmvq_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n_rows,
-                                                          const int8_t* __restrict__ xq, const float* __restrict__ xd,
-                                                          int64_t ne0, int n_tok, float* __restrict__ out, int64_t ldo,
-                                                          const float* __restrict__ bias, int accumulate) {
+template <GgmlType T, int NT, int U, bool P>
+__global__ void __launch_bounds__(kQ8Threads)
+    mmvq_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n_rows, const int8_t* __restrict__ xq,
+                const float* __restrict__ xd, int64_t ne0, int n_tok, float* __restrict__ out, int64_t ldo,
+                const float* __restrict__ bias, int accumulate) {
     pdl_begin();
     const int r = blockIdx.x * kQ8Rows + threadIdx.x / kWarp;
     if (r >= n_rows) return;
@@ -91,8 +133,8 @@ __global__ void __launch_bounds__(kQ8Threads) mmvq_kernel(const uint8_t* __restr
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-    row_dot<T, NT, U>(W + static_cast<size_t>(r) * row_bytes, static_cast<int>(ne0 / 16), xq + t0 * ne0, xd + t0 * (ne0 / 32),
-                   ne0, nt, acc);
+    row_dot<T, NT, U, P>(W + static_cast<size_t>(r) * row_bytes, static_cast<int>(ne0 / 16), xq + t0 * ne0,
+                         xd + t0 * (ne0 / 32), ne0, nt, acc);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         const float v = warp_sum(acc[t]);
@@ -117,7 +159,7 @@ struct MultiArgs {
     int n;
 };
 
-template <GgmlType T, int NT, int U>
+template <GgmlType T, int NT, int U, bool P>
 __global__ void __launch_bounds__(kQ8Threads) mmvq_multi_kernel(const MultiArgs m, const int8_t* __restrict__ xq,
                                                                 const float* __restrict__ xd, int64_t ne0, int n_tok) {
     pdl_begin();
@@ -130,8 +172,8 @@ __global__ void __launch_bounds__(kQ8Threads) mmvq_multi_kernel(const MultiArgs 
     float acc[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-    row_dot<T, NT, U>(m.W[mi] + static_cast<size_t>(r) * m.row_bytes[mi], static_cast<int>(ne0 / 16), xq + t0 * ne0,
-                   xd + t0 * (ne0 / 32), ne0, nt, acc);
+    row_dot<T, NT, U, P>(m.W[mi] + static_cast<size_t>(r) * m.row_bytes[mi], static_cast<int>(ne0 / 16), xq + t0 * ne0,
+                         xd + t0 * (ne0 / 32), ne0, nt, acc);
     const float* bias = m.bias[mi];
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -156,7 +198,9 @@ void launch_mmvq_multi(cudaStream_t s, std::span<const MatmulTo> outs, const Q8A
     }
     const dim3 grid(static_cast<unsigned>(m.first_block[m.n]), ceil_div(n_tok, NT));
     auto go = [&]<int U>() {
-        launch_pdl(s, grid, kQ8Threads, 0, mmvq_multi_kernel<T, NT, U>, m, x.q, x.d, x.ne0, static_cast<int>(n_tok));
+        with_pairs<T>([&]<bool P>() {
+            launch_pdl(s, grid, kQ8Threads, 0, mmvq_multi_kernel<T, NT, U, P>, m, x.q, x.d, x.ne0, static_cast<int>(n_tok));
+        });
     };
     if constexpr (NT == 1) with_chunks<2>(go);  // (the knob is for decode steps: one token)
     else go.template operator()<2>();
@@ -168,8 +212,10 @@ void launch_mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_to
                  const float* bias, bool acc) {
     const dim3 grid(ceil_div(w.n_rows, kQ8Rows), ceil_div(n_tok, NT));
     auto go = [&]<int U>() {
-        launch_pdl(s, grid, kQ8Threads, 0, mmvq_kernel<T, NT, U>, w.data, w.row_bytes, static_cast<int>(w.n_rows), x.q, x.d,
-                   x.ne0, static_cast<int>(n_tok), out, ldo, bias, acc ? 1 : 0);
+        with_pairs<T>([&]<bool P>() {
+            launch_pdl(s, grid, kQ8Threads, 0, mmvq_kernel<T, NT, U, P>, w.data, w.row_bytes, static_cast<int>(w.n_rows),
+                       x.q, x.d, x.ne0, static_cast<int>(n_tok), out, ldo, bias, acc ? 1 : 0);
+        });
     };
     if constexpr (NT == 1) with_chunks<2>(go);  // (the knob is for decode steps: one token)
     else go.template operator()<2>();
@@ -178,13 +224,13 @@ void launch_mmvq(cudaStream_t s, const DWeight& w, const Q8Acts& x, int64_t n_to
 
 /// Gate and up rows f of pair r = t*K + j (expert ids[r], from its slot) -> act[r, f]. U: chunks of
 /// each of the two rows loaded per lane before they are multiplied (2U loads in flight), summed in
-/// chunk order whatever U is (the same bits).
-template <GgmlType T, int U>
-__global__ void __launch_bounds__(kQ8Threads) moe_gateup_q8_kernel(
-    const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t gstride, size_t ustride, size_t row_bytes,
-    int F, const int32_t* __restrict__ ids, const int32_t* __restrict__ slot_of, int K, const int8_t* __restrict__ xq,
-    const float* __restrict__ xd, int64_t E, const float* __restrict__ gb, const float* __restrict__ ub, int oai,
-    float* __restrict__ act) {
+/// lane_chunks' order whatever U is (the same bits).
+template <GgmlType T, int U, bool P>
+__global__ void __launch_bounds__(kQ8Threads)
+    moe_gateup_q8_kernel(const uint8_t* __restrict__ gate, const uint8_t* __restrict__ up, size_t gstride, size_t ustride,
+                         size_t row_bytes, int F, const int32_t* __restrict__ ids, const int32_t* __restrict__ slot_of,
+                         int K, const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t E,
+                         const float* __restrict__ gb, const float* __restrict__ ub, int oai, float* __restrict__ act) {
     pdl_begin();
     const int f = blockIdx.x * kQ8Rows + threadIdx.x / kWarp;
     const int r = blockIdx.y;
@@ -197,30 +243,10 @@ __global__ void __launch_bounds__(kQ8Threads) moe_gateup_q8_kernel(
     const uint8_t* gr = gate + slot * gstride + static_cast<size_t>(f) * row_bytes;
     const uint8_t* ur = up + slot * ustride + static_cast<size_t>(f) * row_bytes;
     const int n_chunks = static_cast<int>(E / 16);
-    float ag = 0.f, au = 0.f;
-    int c = threadIdx.x % kWarp;
-    for (; c + (U - 1) * kWarp < n_chunks; c += U * kWarp) {
-        Chunk kg[U], ku[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            Q8Dot<T>::load(gr, c + u * kWarp, kg[u]);
-            Q8Dot<T>::load(ur, c + u * kWarp, ku[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            ag += dot_chunk<T>(kg[u], c + u * kWarp, q, d);
-            au += dot_chunk<T>(ku[u], c + u * kWarp, q, d);
-        }
-    }
-    for (; c < n_chunks; c += kWarp) {
-        Chunk kg, ku;
-        Q8Dot<T>::load(gr, c, kg);
-        Q8Dot<T>::load(ur, c, ku);
-        ag += dot_chunk<T>(kg, c, q, d);
-        au += dot_chunk<T>(ku, c, q, d);
-    }
-    ag = warp_sum(ag);
-    au = warp_sum(au);
+    float a[2] = {0.f, 0.f};  // gate, up
+    const uint8_t* const rows[2] = {gr, ur};
+    lane_chunks<T, U, P>(rows, n_chunks, [&](int m, const Chunk& k, int c) { a[m] += dot_chunk<T>(k, c, q, d); });
+    float ag = warp_sum(a[0]), au = warp_sum(a[1]);
     if (threadIdx.x % kWarp == 0) {
         if (gb) ag += gb[static_cast<int64_t>(e) * F + f];
         if (ub) au += ub[static_cast<int64_t>(e) * F + f];
@@ -229,13 +255,11 @@ __global__ void __launch_bounds__(kQ8Threads) moe_gateup_q8_kernel(
 }
 
 /// Down row c of pair r (from its expert's slot) -> out[r, c] (no bias: moe_combine adds it).
-template <GgmlType T, int U>
-__global__ void __launch_bounds__(kQ8Threads) moe_down_q8_kernel(const uint8_t* __restrict__ down, size_t dstride,
-                                                                 size_t row_bytes, int E, const int32_t* __restrict__ ids,
-                                                                 const int32_t* __restrict__ slot_of,
-                                                                 const int8_t* __restrict__ xq,
-                                                                 const float* __restrict__ xd, int64_t F,
-                                                                 float* __restrict__ out) {
+template <GgmlType T, int U, bool P>
+__global__ void __launch_bounds__(kQ8Threads)
+    moe_down_q8_kernel(const uint8_t* __restrict__ down, size_t dstride, size_t row_bytes, int E,
+                       const int32_t* __restrict__ ids, const int32_t* __restrict__ slot_of, const int8_t* __restrict__ xq,
+                       const float* __restrict__ xd, int64_t F, float* __restrict__ out) {
     pdl_begin();
     const int c = blockIdx.x * kQ8Rows + threadIdx.x / kWarp;
     const int r = blockIdx.y;
@@ -243,48 +267,68 @@ __global__ void __launch_bounds__(kQ8Threads) moe_down_q8_kernel(const uint8_t* 
     const int slot = slot_of[ids[r]];
     if (slot < 0) return;
     float acc[1] = {0.f};
-    row_dot<T, 1, U>(down + slot * dstride + static_cast<size_t>(c) * row_bytes, static_cast<int>(F / 16), xq + r * F,
-                     xd + r * (F / 32), F, 1, acc);
+    row_dot<T, 1, U, P>(down + slot * dstride + static_cast<size_t>(c) * row_bytes, static_cast<int>(F / 16), xq + r * F,
+                        xd + r * (F / 32), F, 1, acc);
     const float v = warp_sum(acc[0]);
     if (threadIdx.x % kWarp == 0) out[static_cast<int64_t>(r) * E + c] = v;
 }
 
-/// moe_down_combine_q8 (mmvq.h): grid (ceil(E / cpb), n), cpb = kQ8Rows / wpc columns per CTA, wpc
-/// warps per column; warp w takes column c = blockIdx.x * cpb + w / wpc and the pairs j = w % wpc,
-/// + wpc, ... of token t = blockIdx.y. A pair's down row is moe_down_q8_kernel's (row_dot, warp_sum
-/// with the same lanes: the same value); one lane per column then sums them as moe_combine_kernel.
-template <GgmlType T, int U>
-__global__ void __launch_bounds__(kQ8Threads) moe_down_combine_q8_kernel(
-    const uint8_t* __restrict__ down, size_t dstride, size_t row_bytes, int E, const int32_t* __restrict__ ids,
-    const int32_t* __restrict__ slot_of, const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t F, int K,
-    int wpc, const float* __restrict__ w, const float* __restrict__ down_b, const float* __restrict__ partial,
-    float* __restrict__ x) {
+/// Pairs of one token whose down rows a warp of moe_down_combine_q8_kernel loads together.
+constexpr int kDownBatch = 4;
+
+/// moe_down_combine_q8 (mmvq.h): grid (ceil(E / 8), n), warp w of a CTA takes column c =
+/// blockIdx.x * 8 + w of token t = blockIdx.y and the down rows of t's K pairs, kDownBatch at a
+/// time (one unit of each in flight per lane, lane_chunks). Each row's sum has moe_down_q8_kernel's
+/// lanes and order (the same value); lane 0 then sums them as moe_combine_kernel does.
+template <GgmlType T, int U, bool P>
+__global__ void __launch_bounds__(kQ8Threads)
+    moe_down_combine_q8_kernel(const uint8_t* __restrict__ down, size_t dstride, size_t row_bytes, int E,
+                               const int32_t* __restrict__ ids, const int32_t* __restrict__ slot_of,
+                               const int8_t* __restrict__ xq, const float* __restrict__ xd, int64_t F, int K,
+                               const float* __restrict__ w, const float* __restrict__ down_b,
+                               const float* __restrict__ partial, float* __restrict__ x) {
     pdl_begin();
-    __shared__ float sv[kMaxFusedDownK];  // [cpb, K]: cpb * K <= max(kQ8Rows, K) <= kMaxFusedDownK
+    __shared__ float sv[kQ8Rows][kMaxFusedDownK];  // [warp, pair]: the pairs' down rows at column c
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int cl = warp / wpc, jw = warp % wpc;
-    const int c = blockIdx.x * (kQ8Rows / wpc) + cl;
+    const int c = blockIdx.x * kQ8Rows + warp;
     const int t = blockIdx.y;
-    if (c < E) {
-        for (int j = jw; j < K; j += wpc) {
-            const int r = t * K + j;
-            const int slot = slot_of[ids[r]];
-            if (slot < 0) continue;  // (the same for the whole warp)
-            float acc[1] = {0.f};
-            row_dot<T, 1, U>(down + slot * dstride + static_cast<size_t>(c) * row_bytes, static_cast<int>(F / 16), xq + r * F,
-                          xd + r * (F / 32), F, 1, acc);
-            const float v = warp_sum(acc[0]);
-            if (lane == 0) sv[cl * K + j] = v;
+    if (c >= E) return;  // (no block-wide synchronisation below)
+    const int n_chunks = static_cast<int>(F / 16);
+    for (int j0 = 0; j0 < K; j0 += kDownBatch) {
+        const uint8_t* rows[kDownBatch];
+        int64_t pr[kDownBatch];  // the pair whose activations row i takes
+        bool use[kDownBatch];
+        int first = -1;
+#pragma unroll
+        for (int i = 0; i < kDownBatch; ++i) {
+            const int j = j0 + i;
+            const int slot = j < K ? slot_of[ids[t * K + j]] : -1;  // (the same for the whole warp)
+            use[i] = slot >= 0;
+            rows[i] = down + (use[i] ? slot : 0) * dstride + static_cast<size_t>(c) * row_bytes;
+            pr[i] = static_cast<int64_t>(t) * K + j;
+            if (use[i] && first < 0) first = i;
+        }
+        if (first < 0) continue;
+#pragma unroll
+        for (int i = 0; i < kDownBatch; ++i)
+            if (!use[i]) rows[i] = rows[first], pr[i] = pr[first];  // rows that exist, loaded and not used
+        float acc[kDownBatch] = {};
+        lane_chunks<T, U, P>(rows, n_chunks, [&](int i, const Chunk& k, int ch) {
+            acc[i] += dot_chunk<T>(k, ch, xq + pr[i] * F, xd + pr[i] * (F / 32));
+        });
+#pragma unroll
+        for (int i = 0; i < kDownBatch; ++i) {
+            const float v = warp_sum(acc[i]);
+            if (lane == 0 && use[i]) sv[warp][j0 + i] = v;
         }
     }
-    __syncthreads();
-    if (c >= E || jw != 0 || lane != 0) return;
+    if (lane != 0) return;
     float a = 0.f;  // moe_combine_kernel's sum, in router order
     for (int j = 0; j < K; ++j) {
         const int r = t * K + j;
         const int e = ids[r];
         if (slot_of[e] < 0) continue;
-        float d = sv[cl * K + j];
+        float d = sv[warp][j];
         if (down_b) d += down_b[static_cast<int64_t>(e) * E + c];
         a = fmaf(w[r], d, a);
     }
@@ -309,6 +353,19 @@ int mmvq_chunks() {
     if (n != 0 && n != 1 && n != 2 && n != 4) cfail("NITRO_MMVQ_CHUNKS={}: 0, 1, 2 or 4 chunks in flight per lane", e);
     g_chunks.store(n);
     return n;
+}
+
+void set_mmvq_pairs(bool on) { g_pairs.store(on ? 1 : 0); }
+
+bool mmvq_pairs() {
+    int v = g_pairs.load();
+    if (v >= 0) return v != 0;
+    const char* e = std::getenv("NITRO_MMVQ_PAIRS");
+    if (e && *e && std::strcmp(e, "0") != 0 && std::strcmp(e, "1") != 0)
+        cfail("NITRO_MMVQ_PAIRS={}: 1 (units of two chunks for Q4_K / Q5_K, the default) or 0", e);
+    v = e && *e ? std::atoi(e) : 1;
+    g_pairs.store(v);
+    return v != 0;
 }
 
 bool q8_supported(GgmlType t) {
@@ -389,9 +446,12 @@ void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_
     const Q8Acts hx = ready ? *ready : quantize_q8(s, ex.gate.type, h, E, n, E, buf, bytes);
     bool ok = dispatch_q8_type(ex.gate.type, [&]<GgmlType T>() {
         with_chunks<1>([&]<int U>() {
-            launch_pdl(s, dim3(ceil_div(F, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, moe_gateup_q8_kernel<T, U>,
-                       ex.gate.data, ex.up.data, ex.gate_stride, ex.up_stride, ex.gate.row_bytes, static_cast<int>(F), ids,
-                       ex.slot_of, K, hx.q, hx.d, E, ex.gate_b, ex.up_b, ex.oai_act ? 1 : 0, sc.act);
+            with_pairs<T>([&]<bool P>() {
+                launch_pdl(s, dim3(ceil_div(F, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0,
+                           moe_gateup_q8_kernel<T, U, P>, ex.gate.data, ex.up.data, ex.gate_stride, ex.up_stride,
+                           ex.gate.row_bytes, static_cast<int>(F), ids, ex.slot_of, K, hx.q, hx.d, E, ex.gate_b, ex.up_b,
+                           ex.oai_act ? 1 : 0, sc.act);
+            });
         });
     });
     NITRO_CUDA_LAUNCH_CHECK();
@@ -404,9 +464,11 @@ void moe_decode_q8(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_
     }
     ok = ok && dispatch_q8_type(ex.down.type, [&]<GgmlType T>() {
              with_chunks<2>([&]<int U>() {
-                 launch_pdl(s, dim3(ceil_div(E, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0, moe_down_q8_kernel<T, U>,
-                            ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, ax.q,
-                            ax.d, F, sc.down);
+                 with_pairs<T>([&]<bool P>() {
+                     launch_pdl(s, dim3(ceil_div(E, kQ8Rows), static_cast<unsigned>(R)), kQ8Threads, 0,
+                                moe_down_q8_kernel<T, U, P>, ex.down.data, ex.down_stride, ex.down.row_bytes,
+                                static_cast<int>(E), ids, ex.slot_of, ax.q, ax.d, F, sc.down);
+                 });
              });
          });
     if (!ok)
@@ -423,14 +485,13 @@ void moe_down_combine_q8(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64
                          const float* w, const Q8Acts& act, const float* partial, float* x) {
     NITRO_CUDA_ASSERT(n <= kGemvMaxTokens && K >= 1 && K <= kMaxFusedDownK && act.ne0 == ex.down.ne0);
     if (n <= 0) return;
-    int wpc = 1;  // warps per column: K rounded up to a power of 2, at most the CTA's 8
-    while (wpc < K && wpc < kQ8Rows) wpc *= 2;
-    const int cpb = kQ8Rows / wpc;
     const bool ok = dispatch_q8_type(ex.down.type, [&]<GgmlType T>() {
-        with_chunks<2>([&]<int U>() {
-            launch_pdl(s, dim3(ceil_div(E, cpb), static_cast<unsigned>(n)), kQ8Threads, 0, moe_down_combine_q8_kernel<T, U>,
-                       ex.down.data, ex.down_stride, ex.down.row_bytes, static_cast<int>(E), ids, ex.slot_of, act.q, act.d,
-                       ex.down.ne0, K, wpc, w, ex.down_b, partial, x);
+        with_chunks<1>([&]<int U>() {
+            with_pairs<T>([&]<bool P>() {
+                launch_pdl(s, dim3(ceil_div(E, kQ8Rows), static_cast<unsigned>(n)), kQ8Threads, 0,
+                           moe_down_combine_q8_kernel<T, U, P>, ex.down.data, ex.down_stride, ex.down.row_bytes,
+                           static_cast<int>(E), ids, ex.slot_of, act.q, act.d, ex.down.ne0, K, w, ex.down_b, partial, x);
+            });
         });
     });
     if (!ok) cfail("CUDA moe_down_combine_q8: expert type {} has no integer decode path", type_display_name(ex.down.type));

@@ -58,9 +58,10 @@ inline Q8Acts q8_acts_view(const void* buf, int64_t rows, int64_t ne0) {
     return a;
 }
 
-/// Chunks (16 values of a row) each lane of the integer decode kernels loads before it multiplies
-/// them: 1, 2 or 4 (more loads in flight per lane), or 0 for the defaults (the MoE gate/up kernel 1
-/// of each of its two rows, the others 2). It applies to the MoE kernels and to one-token mmvq
+/// Chunks (16 values of a row; for Q4_K / Q5_K units of two, mmvq_pairs) each lane of the integer
+/// decode kernels loads before it multiplies them: 1, 2 or 4 (more loads in flight per lane), or 0
+/// for the defaults (the MoE gate/up kernel 1 of each of its two rows, the fused down + combine 1
+/// of each of 4 rows, the others 2). It applies to the MoE kernels and to one-token mmvq
 /// (chunks of 2-8 tokens keep 2). Every setting sums the chunks in the same order, so the
 /// results are the same bits; only the speed differs (a tuning knob for nitro_cuda_bench). The
 /// environment's NITRO_MMVQ_CHUNKS sets it at the first launch; set_mmvq_chunks overrides it and
@@ -68,6 +69,17 @@ inline Q8Acts q8_acts_view(const void* buf, int64_t rows, int64_t ne0) {
 /// a message for any other value.
 void set_mmvq_chunks(int n);
 int mmvq_chunks();
+
+/// Whether the lanes of the integer decode kernels take Q4_K and Q5_K rows in units of two chunks
+/// that share their quant bytes (sub-blocks 2j and 2j + 1, low and high nibbles: one 16-byte
+/// load and one scale decode for both; q8dot.cuh load_pair) instead of one chunk at a time. On by
+/// default; NITRO_MMVQ_PAIRS=0 turns it off (read at the first launch; set_mmvq_pairs overrides it
+/// and, like set_mmvq_chunks, must run before a decode graph is captured). The two settings sum a
+/// row's chunks in different orders: their results differ in the last bits (both are the CPU's
+/// integer block sums in another f32 order); within one setting, every U and every kernel gives
+/// the same bits. A knob for comparing the two in one build (nitro_cuda_bench).
+void set_mmvq_pairs(bool on);
+bool mmvq_pairs();
 
 /// True for the weight types with an integer decode path: Q8_0, Q4_0, MXFP4, Q4_K, Q5_K, Q6_K,
 /// IQ4_XS (F32, F16 and BF16 keep the f32 kernels of matmul.cu).
@@ -114,8 +126,8 @@ inline constexpr int kMaxFusedDownK = 32;
 /// c, the down row c of each resident expert of t's K pairs (8-bit GLU output `act` [n*K, F] from
 /// moe_decode_q8) and x[t, c] += partial[t, c] (if given) + sum_j w[t,j] * (down + down_b[e]) in
 /// router order, pairs with slot_of < 0 skipped: the same arithmetic as moe_down_q8 followed by
-/// moe_combine, so the same bits. A CTA of 8 warps takes 8 / W columns of one token, W =
-/// min(8, K rounded up to a power of 2) warps per column splitting its K rows.
+/// moe_combine, so the same bits. A warp takes one column of one token (8 a CTA) and the K down
+/// rows of that column, 4 at a time with their loads in flight together.
 void moe_down_combine_q8(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids,
                          const float* w, const Q8Acts& act, const float* partial, float* x);
 

@@ -119,6 +119,38 @@ NITRO_Q8_UNROLL
     for (int i = 0; i < N; ++i) w[i] = q8_fshr(v[i], v[i + 1], sh);
 }
 
+/// 16 bytes from p: one 16-byte load on the device where p is 16-byte aligned, else ld_words<4>.
+NITRO_HD void ld_words16(const uint8_t* p, uint32_t (&w)[4]) {
+#ifdef __CUDA_ARCH__
+    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+        return;
+    }
+#endif
+    ld_words<4>(p, w);
+}
+
+/// The fp16 in bits [16 * hi, 16 * hi + 16) of w, as f32.
+NITRO_HD float half_of(uint32_t w, int hi) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(hi ? w >> 16 : w & 0xFFFFu)));
+}
+
+/// scale_min_k4 (ggml's get_scale_min_k4) of sub-block j from the 12 scale bytes of a Q4_K / Q5_K
+/// super-block held as three little-endian words (bytes 0-3, 4-7, 8-11): the same sc and m.
+NITRO_HD void scale_min_k4_w(int j, uint32_t s0, uint32_t s1, uint32_t s2, int& sc, int& m) {
+    const int k = 8 * (j & 3);
+    const int a = static_cast<int>((s0 >> k) & 0xFF), b = static_cast<int>((s1 >> k) & 0xFF),
+              c = static_cast<int>((s2 >> k) & 0xFF);
+    if (j < 4) {
+        sc = a & 63;
+        m = b & 63;
+    } else {
+        sc = (c & 0xF) | ((a >> 6) << 4);
+        m = (c >> 4) | ((b >> 6) << 4);
+    }
+}
+
 /// A 16-entry int8 table as four words (bytes 0-3, 4-7, 8-11, 12-15).
 struct Lut16 {
     uint32_t t0, t1, t2, t3;
@@ -139,8 +171,30 @@ NITRO_HD Lut16 lut_mxfp4() { return {0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4
 // kvalues_iq4nl: -127 -104 -83 -65 -49 -35 -22 -10 | 1 13 25 38 53 69 89 113
 NITRO_HD Lut16 lut_iq4nl() { return {0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u}; }
 
+/// The scales and mins of sub-blocks s and s + 1 of a Q4_K / Q5_K super-block whose first 16
+/// bytes (d, dmin, 12 scale bytes) are hd: k.d = d * sc, k.m = dmin * m, as load computes them.
+NITRO_HD void k_scales_pair(int s, const uint32_t (&hd)[4], Chunk& ka, Chunk& kb) {
+    const float d = half_of(hd[0], 0), dmin = half_of(hd[0], 1);
+    int sc, m;
+    scale_min_k4_w(s, hd[1], hd[2], hd[3], sc, m);
+    ka.d = q8_fmul(d, static_cast<float>(sc));
+    ka.m = q8_fmul(dmin, static_cast<float>(m));
+    scale_min_k4_w(s + 1, hd[1], hd[2], hd[3], sc, m);
+    kb.d = q8_fmul(d, static_cast<float>(sc));
+    kb.m = q8_fmul(dmin, static_cast<float>(m));
+}
+
 /// Chunk c of a row of type T. kSplit: which activations the lanes pair with (see the top).
 template <GgmlType T> struct Q8Dot;
+
+/// Types whose Q8Dot has load_pair(row, c, ka, kb): chunks c and c + 2 share their quant bytes. The
+/// decode kernels then give each lane units of two chunks (pair_chunk).
+template <GgmlType T>
+inline constexpr bool kPairChunks = T == GgmlType::Q4_K || T == GgmlType::Q5_K;
+
+/// The first chunk of unit u of a row in pairs: chunks 4 (u / 2) + u % 2 and that + 2 (the same
+/// half of sub-blocks 2j and 2j + 1, j = u / 2 counted over the row's pairs of sub-blocks).
+NITRO_HD int pair_chunk(int u) { return 4 * (u >> 1) + (u & 1); }
 
 template <> struct Q8Dot<GgmlType::Q8_0> {
     static constexpr bool kSplit = false;
@@ -224,6 +278,22 @@ NITRO_Q8_UNROLL
         k.d = q8_fmul(d_fp16(b), static_cast<float>(sc));
         k.m = q8_fmul(d_fp16(b + 2), static_cast<float>(m));
     }
+    /// Chunks c and c + 2 (c of an even sub-block s): sub-blocks s and s + 1 are the low and high
+    /// nibbles of the same 32 bytes, so one 16-byte load serves both chunks and one more the
+    /// super-block's d, dmin and scales. The same Chunks as load(c) and load(c + 2).
+    NITRO_HD static void load_pair(const uint8_t* __restrict__ row, int c, Chunk& ka, Chunk& kb) {
+        const int sb = c >> 1, s = sb & 7;
+        const uint8_t* b = row + (sb >> 3) * 144;
+        uint32_t hd[4], w[4];
+        ld_words16(b, hd);
+        ld_words16(b + 16 + 32 * (s >> 1) + 16 * (c & 1), w);
+        NITRO_Q8_UNROLL
+        for (int i = 0; i < 4; ++i) {
+            ka.q[i] = static_cast<int>(w[i] & 0x0F0F0F0Fu);
+            kb.q[i] = static_cast<int>((w[i] >> 4) & 0x0F0F0F0Fu);
+        }
+        k_scales_pair(s, hd, ka, kb);
+    }
 };
 
 template <> struct Q8Dot<GgmlType::Q5_K> {
@@ -242,6 +312,22 @@ NITRO_Q8_UNROLL
         scale_min_k4(s, b + 4, sc, m);
         k.d = q8_fmul(d_fp16(b), static_cast<float>(sc));
         k.m = q8_fmul(d_fp16(b + 2), static_cast<float>(m));
+    }
+    /// Chunks c and c + 2 (c of an even sub-block s), as Q4_K's load_pair: one load of the 16
+    /// quant bytes both share, one of the fifth bits (bits s and s + 1), one of d, dmin and scales.
+    NITRO_HD static void load_pair(const uint8_t* __restrict__ row, int c, Chunk& ka, Chunk& kb) {
+        const int sb = c >> 1, s = sb & 7, h = c & 1;
+        const uint8_t* b = row + (sb >> 3) * 176;
+        uint32_t hd[4], w[4], qh[4];
+        ld_words16(b, hd);
+        ld_words16(b + 48 + 32 * (s >> 1) + 16 * h, w);
+        ld_words16(b + 16 + 16 * h, qh);
+        NITRO_Q8_UNROLL
+        for (int i = 0; i < 4; ++i) {
+            ka.q[i] = static_cast<int>((w[i] & 0x0F0F0F0Fu) | (((qh[i] >> s) & 0x01010101u) << 4));
+            kb.q[i] = static_cast<int>(((w[i] >> 4) & 0x0F0F0F0Fu) | (((qh[i] >> (s + 1)) & 0x01010101u) << 4));
+        }
+        k_scales_pair(s, hd, ka, kb);
     }
 };
 

@@ -1,9 +1,10 @@
-// nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--depth D1,D2,..] [--reps N] [--no-kernels]: GPU-all prefill and decode speed of a
-// model, and the kernel-level figures that explain them. Every figure printed is MEASURED on the
-// device it runs on (CUDA events or steady_clock around synchronised work), with units.
+// nitro_cuda_bench MODEL.gguf [--pp N] [--tg N] [--depth D1,D2,..] [--reps N] [--no-kernels]: GPU-all prefill and decode
+// speed of a model, and the kernel-level figures that explain them. Every figure printed is MEASURED on the device it runs
+// on (CUDA events or steady_clock around synchronised work), with units.
 //   - device-to-device copy bandwidth (read + write bytes / time): the ceiling for GEMVs;
 //   - decode GEMV bandwidth per weight type (weight bytes read / kernel time) on 256 MiB
-//     matrices (4x the H200's L2), one token;
+//     matrices (4x the H200's L2), one token (Q4_K / Q5_K also with chunk pairs off: mmvq_pairs);
+//   - the decode MoE at gpt-oss's (MXFP4) and qwen3-30b-a3b's (Q4_K) expert shapes;
 //   - f16 GEMM rate of cuBLAS (tensor cores) at expert shapes;
 //   - the prefill MoE's grouped GEMM (moe_gemm.h) at the expert shapes of gpt-oss and
 //     qwen3-30b-a3b with 512 and 4,096 tokens, against the former way (per expert: dequantize to
@@ -24,6 +25,7 @@
 #include "cuda/event_timing.h"
 #include "cuda/gpu_session.h"
 #include "cuda/moe_gemm.h"
+#include "cuda/mmvq.h"
 #include "cuda/moe_mmq.h"
 #include "cuda/op_profile.h"
 #include "cuda/ops.h"
@@ -47,22 +49,21 @@ using namespace nitro::cuda;
 
 namespace {
 
-
-/// The decode MoE at gpt-oss's expert shape (n_embd 2880, n_ff_exp 2880, MXFP4, 4 of 32 experts
-/// resident per token, biases, swiglu_oai), 1 and 4 tokens: expert bytes read per call / time,
-/// int8 dot products vs the f32 kernels on rounded activations. (Experts: 32 distinct slots, 420
-/// MB, beyond the L2.)
-void moe_decode_figures(DeviceContext& ctx, double copy_gbs) {
+/// The decode MoE (moe_experts, gate/up and down; no combine) at an expert shape: n_embd E,
+/// n_ff_exp F, X experts all resident, K per token, 1 and 4 tokens: expert bytes read per call /
+/// time, int8 dot products vs the f32 kernels on rounded activations, and for Q4_K / Q5_K the int8
+/// kernels with chunk pairs off (mmvq_pairs). gpt-oss: 2880 x 2880 MXFP4, 4 of 32 (420 MB);
+/// qwen3-30b-a3b: 2048 x 768 Q4_K, 8 of 128 (340 MB): both beyond the 60 MB L2.
+void moe_decode_figures(DeviceContext& ctx, double copy_gbs, const char* name, int64_t E, int64_t F, int64_t X, int K,
+                        GgmlType t) {
     cudaStream_t s = ctx.compute();
-    const int64_t E = 2880, F = 2880, X = 32;
-    const int K = 4;
-    const GgmlType t = GgmlType::MXFP4;
     const size_t rb = row_size(t, E);
     ExpertSlots ex;
     auto pool = [&](int64_t rows_per_expert, int64_t ne0) {
         const size_t bytes = row_size(t, ne0) * rows_per_expert * X;
         auto* p = static_cast<uint8_t*>(ctx.alloc().alloc(bytes, "moe pool"));
-        NITRO_CUDA_CHECK(cudaMemsetAsync(p, 0x37, bytes, s));  // valid MXFP4 bytes (scale 0x37, nibbles 7 and 3)
+        // valid bytes: MXFP4 scale 0x37 with nibbles 7 and 3; K-quant d/dmin 0x3737 (fp16 0.45)
+        NITRO_CUDA_CHECK(cudaMemsetAsync(p, 0x37, bytes, s));
         return p;
     };
     ex.gate = {t, pool(F, E), E, F, rb};
@@ -71,7 +72,7 @@ void moe_decode_figures(DeviceContext& ctx, double copy_gbs) {
     ex.gate_stride = ex.up_stride = rb * F;
     ex.down_stride = row_size(t, F) * E;
     ex.n_expert = X;
-    ex.oai_act = true;
+    ex.oai_act = t == GgmlType::MXFP4;
     std::vector<int32_t> slots(X);
     for (int64_t e = 0; e < X; ++e) slots[e] = static_cast<int32_t>(e);
     auto* d_slots = ctx.alloc_n<int32_t>(X, "slots");
@@ -90,18 +91,26 @@ void moe_decode_figures(DeviceContext& ctx, double copy_gbs) {
     std::vector<int32_t> hid(static_cast<size_t>(R));
     for (int64_t r = 0; r < R; ++r) hid[r] = static_cast<int32_t>((r * 7 + r / K) % X);  // distinct within a token
     NITRO_CUDA_CHECK(cudaMemcpy(ids, hid.data(), R * 4, cudaMemcpyHostToDevice));
-    std::printf("MEASURED decode MoE, gpt-oss expert shape (2880 x 2880 MXFP4, 4 experts per token): GB/s of expert bytes\n");
+    std::printf(
+        "MEASURED decode MoE, %s expert shape (%lld x %lld %s, %d of %lld experts per token): GB/s of expert bytes\n", name,
+        static_cast<long long>(E), static_cast<long long>(F), type_display_name(t).c_str(), K, static_cast<long long>(X));
+    const bool pairs_apply = t == GgmlType::Q4_K || t == GgmlType::Q5_K;
     for (int64_t n : {1, 4}) {
         const double bytes = static_cast<double>(n * K) * (2.0 * rb * F + row_size(t, F) * E);
         std::printf("  %lld token(s):", static_cast<long long>(n));
-        for (bool int8 : {false, true}) {
-            sc.gemm.int8_dot = int8;
+        for (int mode = 0; mode < (pairs_apply ? 3 : 2); ++mode) {
+            sc.gemm.int8_dot = mode > 0;
+            set_mmvq_pairs(mode != 2);
             const double t_ms =
                 time_ms(s, 20, [&] { moe_experts(s, ex, h, n, E, K, ids, nullptr, slots.data(), sc); });
             const double g = bytes / (t_ms * 1e6);
-            std::printf("  %s %7.0f GB/s (%4.1f%%, %.1f us)", int8 ? "int8 dot" : "f32 rounded", g, 100.0 * g / copy_gbs,
-                        t_ms * 1e3);
+            std::printf("  %s %7.0f GB/s (%4.1f%%, %.1f us)",
+                        mode == 0   ? "f32 rounded"
+                        : mode == 1 ? "int8 dot"
+                                    : "int8 pairs off",
+                        g, 100.0 * g / copy_gbs, t_ms * 1e3);
         }
+        set_mmvq_pairs(true);
         std::printf("\n");
     }
     for (void* p : {static_cast<void*>(const_cast<uint8_t*>(ex.gate.data)), static_cast<void*>(const_cast<uint8_t*>(ex.up.data)),
@@ -232,11 +241,18 @@ void kernel_figures() {
         cell(gbs(4, &xs));
         xs.int8_dot = true;
         cell(gbs(4, &xs));
+        if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) {  // the same integer kernels, chunk pairs off
+            set_mmvq_pairs(false);
+            std::printf("   pairs off: int8 dot 1");
+            cell(gbs(1, &xs));
+            set_mmvq_pairs(true);
+        }
         std::printf("\n");
         ctx.alloc().free(d);
         ctx.alloc().free(out);
     }
-    moe_decode_figures(ctx, copy_gbs);
+    moe_decode_figures(ctx, copy_gbs, "gpt-oss", 2880, 2880, 32, 4, GgmlType::MXFP4);
+    moe_decode_figures(ctx, copy_gbs, "qwen3-30b-a3b", 2048, 768, 128, 8, GgmlType::Q4_K);
     moe_prefill_figures(ctx);
     ctx.alloc().free(xs.xr);
     // f16 GEMM (tensor cores via cuBLAS) at gpt-oss expert shape 2880 x 2880 with 64 and 512 tokens

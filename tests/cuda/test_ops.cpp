@@ -375,7 +375,10 @@ TEST_F(CudaOps, MatmulGemmMatchesReference) {
 
 TEST_F(CudaOps, MmvqChunksInFlightGiveTheSameBits) {
     // mmvq_chunks (mmvq.h) changes how many chunks a lane loads before it multiplies, never the
-    // order of its sums: mmvq and mmvq_multi give the default's bits at every setting.
+    // order of its sums: mmvq and mmvq_multi give the default's bits at every setting, with Q4_K /
+    // Q5_K chunk pairs on (the default) and off. Pairs on and off sum the same exact integer block
+    // terms in another f32 order: they agree within the bound of the GEMV test against cpu::matmul
+    // (2e-5 normalised), and for Q4_K / Q5_K they must differ somewhere (the paired path ran).
     for (GgmlType t : kTypes) {
         if (!q8_supported(t)) continue;
         for (auto [ne0, rows] : kShapes) {
@@ -392,23 +395,43 @@ TEST_F(CudaOps, MmvqChunksInFlightGiveTheSameBits) {
                 const Q8Acts q = quantize_q8(ctx->compute(), t, dx, ne0, n, ne0, buf, qb);
                 const size_t on = static_cast<size_t>(n * rows);
                 float *o = ctx->alloc_n<float>(on, "o"), *m1 = ctx->alloc_n<float>(on, "m1"), *m2 = ctx->alloc_n<float>(on, "m2");
-                std::vector<float> ref, ref1, ref2;
-                for (int ch : {0, 1, 2, 4}) {
-                    set_mmvq_chunks(ch);
-                    mmvq(ctx->compute(), d, q, n, o, rows, nullptr, false);
-                    const MatmulTo outs[2] = {{&d, m1, rows, nullptr}, {&d2, m2, rows, nullptr}};
-                    mmvq_multi(ctx->compute(), outs, q, n);
-                    set_mmvq_chunks(0);
-                    auto g = to_host(o, on), g1 = to_host(m1, on), g2 = to_host(m2, on);
-                    if (ch == 0) {
-                        ref = g, ref1 = g1, ref2 = g2;
-                        continue;
+                std::vector<float> by_pairs[2];
+                for (bool pairs : {true, false}) {
+                    set_mmvq_pairs(pairs);
+                    std::vector<float> ref, ref1, ref2;
+                    for (int ch : {0, 1, 2, 4}) {
+                        set_mmvq_chunks(ch);
+                        mmvq(ctx->compute(), d, q, n, o, rows, nullptr, false);
+                        const MatmulTo outs[2] = {{&d, m1, rows, nullptr}, {&d2, m2, rows, nullptr}};
+                        mmvq_multi(ctx->compute(), outs, q, n);
+                        set_mmvq_chunks(0);
+                        auto g = to_host(o, on), g1 = to_host(m1, on), g2 = to_host(m2, on);
+                        if (ch == 0) {
+                            ref = g, ref1 = g1, ref2 = g2;
+                            continue;
+                        }
+                        for (size_t i = 0; i < on; ++i) {
+                            ASSERT_EQ(f32_to_bits(g[i]), f32_to_bits(ref[i]))
+                                << "pairs " << pairs << " chunks " << ch << ", mmvq " << i;
+                            ASSERT_EQ(f32_to_bits(g1[i]), f32_to_bits(ref1[i])) << "chunks " << ch << ", mmvq_multi " << i;
+                            ASSERT_EQ(f32_to_bits(g2[i]), f32_to_bits(ref2[i])) << "chunks " << ch << ", mmvq_multi " << i;
+                        }
+                        // mmvq_multi's rows are mmvq's
+                        for (size_t i = 0; i < on; ++i)
+                            ASSERT_EQ(f32_to_bits(g1[i]), f32_to_bits(ref[i])) << "multi vs mmvq " << i;
                     }
-                    for (size_t i = 0; i < on; ++i) {
-                        ASSERT_EQ(f32_to_bits(g[i]), f32_to_bits(ref[i])) << "chunks " << ch << ", mmvq " << i;
-                        ASSERT_EQ(f32_to_bits(g1[i]), f32_to_bits(ref1[i])) << "chunks " << ch << ", mmvq_multi " << i;
-                        ASSERT_EQ(f32_to_bits(g2[i]), f32_to_bits(ref2[i])) << "chunks " << ch << ", mmvq_multi " << i;
-                    }
+                    by_pairs[pairs ? 0 : 1] = ref;
+                }
+                set_mmvq_pairs(true);
+                const std::vector<double> off(by_pairs[1].begin(), by_pairs[1].end());
+                EXPECT_LT(nerr(by_pairs[0], off), 2e-5) << "pairs on vs off";
+                size_t differ = 0;
+                for (size_t i = 0; i < on; ++i) differ += f32_to_bits(by_pairs[0][i]) != f32_to_bits(by_pairs[1][i]);
+                const bool paired = t == GgmlType::Q4_K || t == GgmlType::Q5_K;
+                if (paired && rows * n >= 300) {
+                    EXPECT_GT(differ, 0u) << "Q4_K / Q5_K rows summed in the same order with pairs on and off";
+                } else if (!paired) {
+                    EXPECT_EQ(differ, 0u) << "the pairs setting changed a type without pairs";
                 }
                 for (void* p : {static_cast<void*>(dx), static_cast<void*>(buf), static_cast<void*>(o), static_cast<void*>(m1),
                                 static_cast<void*>(m2)})

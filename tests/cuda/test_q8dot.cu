@@ -102,6 +102,73 @@ TEST(Q8DotHost, ChunksUnpackToTheDequantizedValuesAndDotExactly) {
     }
 }
 
+namespace {
+
+bool same_chunk(const Chunk& a, const Chunk& b) {
+    for (int i = 0; i < 4; ++i)
+        if (a.q[i] != b.q[i]) return false;
+    return std::memcmp(&a.d, &b.d, sizeof(float)) == 0 && std::memcmp(&a.m, &b.m, sizeof(float)) == 0;
+}
+
+// load_pair(c) must be load(c) and load(c + 2), bit for bit, for every unit of a row, with the row
+// at every byte offset (the device takes 16-byte loads only where aligned, ld_words elsewhere).
+template <GgmlType T>
+void check_pairs(int64_t ne0, std::mt19937_64& rng) {
+    SCOPED_TRACE(type_display_name(T) + " ne0=" + std::to_string(ne0));
+    const size_t rb = row_size(T, ne0);
+    std::normal_distribution<float> nd(0.f, 0.05f);
+    std::vector<float> f(static_cast<size_t>(ne0));
+    for (auto& v : f) v = nd(rng);
+    f[3] = -0.7f;
+    std::vector<uint8_t> q(rb);
+    quantize(T, f.data(), q.data(), ne0);
+    for (int off = 0; off < 16; ++off) {
+        std::vector<uint32_t> store(rb / 4 + 8);
+        auto* row = reinterpret_cast<uint8_t*>(store.data()) + off;
+        std::memcpy(row, q.data(), rb);
+        const int n_units = static_cast<int>(ne0 / 32);
+        int bad = 0;
+        for (int u = 0; u < n_units; ++u) {
+            const int c = pair_chunk(u);
+            Chunk a, b, ra, rb2;
+            Q8Dot<T>::load_pair(row, c, a, b);
+            Q8Dot<T>::load(row, c, ra);
+            Q8Dot<T>::load(row, c + 2, rb2);
+            if ((!same_chunk(a, ra) || !same_chunk(b, rb2)) && bad++ < 3)
+                ADD_FAILURE() << "offset " << off << " unit " << u << " (chunks " << c << ", " << c + 2 << ")";
+        }
+        // the units cover every chunk of the row exactly once
+        std::vector<int> seen(static_cast<size_t>(ne0 / 16), 0);
+        for (int u = 0; u < n_units; ++u) ++seen[pair_chunk(u)], ++seen[pair_chunk(u) + 2];
+        for (int v : seen) ASSERT_EQ(v, 1);
+    }
+}
+
+}  // namespace
+
+TEST(Q8DotHost, ChunkPairsAreTheTwoChunksBitForBit) {
+    std::mt19937_64 rng(11);
+    for (int64_t ne0 : {256, 768, 2048}) {
+        check_pairs<GgmlType::Q4_K>(ne0, rng);
+        check_pairs<GgmlType::Q5_K>(ne0, rng);
+    }
+    // the scales of every sub-block from the three words equal ggml's get_scale_min_k4 on the bytes
+    std::uniform_int_distribution<int> bd(0, 255);
+    for (int rep = 0; rep < 2000; ++rep) {
+        uint8_t sc[12];
+        for (auto& b : sc) b = static_cast<uint8_t>(bd(rng));
+        uint32_t w[3];
+        std::memcpy(w, sc, 12);
+        for (int j = 0; j < 8; ++j) {
+            int s1, m1, s2, m2;
+            scale_min_k4(j, sc, s1, m1);
+            scale_min_k4_w(j, w[0], w[1], w[2], s2, m2);
+            ASSERT_EQ(s1, s2) << "sub-block " << j;
+            ASSERT_EQ(m1, m2) << "sub-block " << j;
+        }
+    }
+}
+
 TEST(Q8DotHost, TableLookupMatchesTheTables) {
     // every index in every byte position, both tables
     const int8_t mx[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
