@@ -581,8 +581,21 @@ TEST(CudaHybrid, LongPromptsAgreeAcrossPlacementsAndUbatch) {
                         lg.insert(lg.end(), l.begin(), l.end());
                     }
                     Stats st;
-                    check_teacher_forced(V, 0, want, want_routes, lg, &routes, st);
-                    EXPECT_GT(st.checked, st.steps / 2);
+                    // qwen3next at 13,000 tokens: the DeltaNet state carries every earlier rounding
+                    // difference (and the effect of each router divergence, 64-91 per run) forward,
+                    // so the largest |dp| away from ties depends on the random prompt: MEASURED
+                    // 0.0173, 0.0248, 0.031 and 0.0486 in four runs (H200, 2026-12-04); bound 0.08.
+                    CompareBounds bounds;
+                    if (std::string(arch) == "qwen3next" && L > 8192) bounds.prob_tol = 0.08;
+                    check_teacher_forced(V, 0, want, want_routes, lg, &routes, st, bounds);
+                    // Most positions have a clear argmax (76% at 100 tokens here); a 1-token prompt has
+                    // 5 positions, of which 2 or fewer qualify in ~10% of random prompts (CALCULATED,
+                    // binomial; MEASURED: 2 of 5, gpt-oss): there, at least one.
+                    if (st.steps >= 20) {
+                        EXPECT_GT(st.checked, st.steps / 2);
+                    } else {
+                        EXPECT_GE(st.checked, 1);
+                    }
                     const ExpertCounters& c = *gpu.expert_counters();
                     if (pl.mode == EngineMode::Hybrid && static_cast<int64_t>(L) > ub)
                         EXPECT_GT(c.prompt_groups, 0u) << "a prompt of several blocks ran without groups";

@@ -177,9 +177,15 @@ TEST_F(CudaOps, MoeThroughSlotTableWithPartialSum) {
                 // (moe_mmq.h), passes 0 and 3 the f16 one
                 const bool host_grouping = n > kGemvMaxTokens && (pass == 0 || pass == 2);
                 // integer products (decode, and prompts through moe_mmq) compute the CPU's block
-                // sums: the decode MoE's 1e-4; the f16 prompt path 5e-3
+                // sums: the decode MoE's 1e-4; the f16 prompt path 5e-3. Plus two flips of the GLU
+                // output's 8-bit rounding: the GPU's f32 gate/up sums and the reference's can sit on
+                // either side of a rounding edge, and one flip moves one activation by a quantum,
+                // amax / 127 ~ 3.5 / 127 of its block's rms for Gaussian values, i.e. its token's
+                // output by ~0.028 / sqrt(K F) and nerr over n tokens by that / sqrt(n)
+                // (CALCULATED; MEASURED once: Q5_K n=40, 1.63e-4, seed 15962385267799209382).
                 const bool int8 = round && sc.gemm.int8_dot && q8_supported(c.t);
-                const double tol_pass = int8 ? 1e-4 : tol;
+                const double flip = 0.028 / std::sqrt(static_cast<double>(c.K * c.F * n));
+                const double tol_pass = int8 ? 1e-4 + 2 * flip : tol;
                 moe_ffn(ctx->compute(), ex, dh, n, c.E, c.K, dids, dw, host_grouping ? ids.data() : nullptr,
                         slot_of.data(), dpartial, dx, sc);
                 auto got = to_host(dx, x0.size());
