@@ -24,8 +24,12 @@ namespace {
 std::string version_text() {
     using namespace nitro;
     const cpu::CpuFeatures& f = cpu::cpu_features();
-    std::string avail;
-    for (const std::string& l : cpu::available_isas()) avail += (avail.empty() ? "" : " ") + l;
+    std::string avail, lower;  // every level this CPU has; those below its best, for NITRO_ISA
+    const std::vector<std::string> levels = cpu::available_isas();
+    for (size_t i = 0; i < levels.size(); ++i) {
+        avail += (i ? " " : "") + levels[i];
+        if (i + 1 < levels.size()) lower += (i ? "|" : "") + levels[i];
+    }
     const char* env = std::getenv("NITRO_ISA");
     const std::string base = cpu::build_baseline_features();
     std::string s = fmt::format("nitro {} (git {})\n", version(), git_commit());
@@ -33,7 +37,9 @@ std::string version_text() {
                      std::thread::hardware_concurrency());
     s += fmt::format("cpu features: {}\n", cpu::cpu_feature_list(f));
     s += fmt::format("kernels: {} (this CPU can run: {}{})\n", cpu::kernel_isa(), avail,
-                     env && *env ? fmt::format("; NITRO_ISA={}", env) : std::string("; lower with NITRO_ISA=scalar|avx2"));
+                     env && *env     ? fmt::format("; NITRO_ISA={}", env)
+                     : lower.empty() ? std::string()
+                                     : "; lower with NITRO_ISA=" + lower);
     s += fmt::format("build: {}\n", base.empty() ? "portable x86-64, kernels chosen at run time"
                                                   : "compiled to require " + base);
 #ifdef NITRO_HAS_CUDA

@@ -19,6 +19,10 @@
 #include <cstdint>
 #include <cstring>
 
+namespace nitro::cpu {
+struct WeightView;  // matmul.h
+}  // namespace nitro::cpu
+
 namespace nitro::cpu::kernels {
 
 /// Tokens one TileFn call handles at most.
@@ -68,6 +72,9 @@ constexpr int lane_of_sub(ActOrder o, int j) {
 /// - sx: the min term's activation factor: Q8_1's block sum s (Q4_1, Q5_1); Q8_K: d * (sum of the
 ///   sub-block's quants) (Q2_K, Q4_K, Q5_K).
 /// Rows are padded with zero quants and zero factors to whole groups.
+/// F16 / BF16 weights have no image but an f32 view (`f32`): the row's F16 / BF16 activations as
+/// f32 (exactly the rounded values), so the SIMD kernels convert only the weights (on AVX2 the
+/// vcvtph2ps of both operands bounded the F16 GEMV below DRAM speed on a small machine).
 struct ActLayout {
     ActOrder order = ActOrder::None;
     int sub = 0;            ///< values per sub-block (32 or 16)
@@ -75,6 +82,7 @@ struct ActLayout {
     int64_t img_bytes = 0;  ///< n_sub * sub
     int32_t corr_offset = 0;
     size_t img = 0, dx = 0, corr = 0, sx = 0;  ///< byte offsets in the row; 0 = absent (img: order None)
+    bool f32 = false;                          ///< the f32 view at offset 0 (F16 / BF16 weights)
     size_t stride = 0;
 };
 
@@ -97,6 +105,7 @@ struct ActRow {
     const float* dx = nullptr;
     const int32_t* corr = nullptr;
     const float* sx = nullptr;
+    const float* f = nullptr;  ///< F16 / BF16 rows: the same values as f32 (ActLayout::f32), or nullptr
 };
 
 /// out[j] = dot(weight row w, activation row a[j]) for j in [0, nt), 1 <= nt <= kDotMaxTokens;
@@ -137,6 +146,13 @@ void fill_scalar(Table& t);
 /// Overrides the entries with AVX2+FMA+F16C kernels (vec_dot_avx2.cpp, kquants_avx2.cpp).
 void fill_avx2(Table& t);
 void fill_kquants_avx2(Table& t);
+/// Overrides the tile entries with the AVX-VNNI build of the AVX2 kernels (vec_dot_avxvnni.cpp,
+/// kquants_avxvnni.cpp: vpdpbusd on ymm), over an AVX2 table.
+void fill_avxvnni(Table& t);
+void fill_kquants_avxvnni(Table& t);
+/// matmul_isa (matmul.h) with the kernels of `table`: for tests that build a table themselves (the
+/// AVX-VNNI kernels with vpdpbusd emulated, tests/isa/avxvnni_emulated_*.cpp).
+void matmul_table(const Table& table, const WeightView& w, const void* const* arows, int nt, float* out);
 /// Overrides the entries with AVX-512 F/BW/VL/DQ/VNNI kernels (vec_dot_avx512.cpp, kquants_avx512.cpp).
 void fill_avx512(Table& t);
 void fill_kquants_avx512(Table& t);

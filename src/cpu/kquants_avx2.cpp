@@ -1,10 +1,13 @@
 // AVX2 + FMA + F16C tile kernels of the 256-value formats against Q8_K: Q2_K, Q3_K, Q4_K, Q5_K,
-// Q6_K, IQ4_XS (compiled with -mavx2 -mfma -mf16c; chosen at run time only on CPUs that have them).
+// Q6_K, IQ4_XS (compiled with -mavx2 -mfma -mf16c; chosen at run time only on CPUs that have them;
+// kquants_avxvnni.cpp compiles it again with -mavxvnni and NITRO_SIMD_VNNI 1 for the AVX-VNNI level).
 // The driver is tile_avx2.h; this file decodes weight half-groups, in the lane order of the
 // AVX-512 kernels (kquants_avx512.cpp): for Q4_K, Q5_K and IQ4_XS half h is super-block h of the
 // group, ymm lane j = 4L + q holding its sub-block 2q + L; for Q2_K, Q3_K and Q6_K half h is
 // sub-blocks 8h..8h+7 of the super-block, lane j holding sub-block 8h + j.
+#ifndef NITRO_SIMD_VNNI
 #define NITRO_SIMD_VNNI 0
+#endif
 #include "cpu/tile_avx2.h"
 
 namespace nitro::cpu::kernels {
@@ -79,24 +82,31 @@ struct DecQ45K {
 };
 
 /// IQ4_XS (136 bytes): sub-blocks 2q, 2q + 1 are 32 contiguous quant bytes; kvalues_iq4nl signed
-/// (sign trick).
+/// (sign trick; AVX-VNNI: + 128, unsigned).
 struct DecIq4Xs {
     static constexpr ActOrder kOrder = ActOrder::Slices32;
     static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 8, kSum16 = 1;
     static constexpr int64_t kUnitBytes = 136, kGroupBytes = 272;
-    static constexpr bool kCorr = false, kMin = false, kSigned = true;
-    static_assert(kSigned && kSum16 == 1 && !kCorr, "signed: the sign trick, one vpmaddwd per slice, no offset");
+    static constexpr bool kSigned = !NITRO_SIMD_VNNI, kCorr = !kSigned, kMin = false;
     __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
         const uint8_t* xb = x + h * 136;
         __m256i Q[4], T[4];
         for (int q = 0; q < 4; ++q) Q[q] = load256(xb + 8 + 32 * q);
         transpose4(Q, T);
-        const __m256i m4 = _mm256_set1_epi8(0x0F), tbl = _mm256_broadcastsi128_si256(load128(kLutIq4nlS.v));
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        const __m256i tbl = _mm256_broadcastsi128_si256(load128(kSigned ? kLutIq4nlS.v : kLutIq4nlU.v));
         for (int m = 0; m < 4; ++m) {
-            t.sg[m] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(T[m], m4));
-            t.sg[4 + m] = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(T[m], 4), m4));
-            t.w[m] = _mm256_sign_epi8(t.sg[m], t.sg[m]);
-            t.w[4 + m] = _mm256_sign_epi8(t.sg[4 + m], t.sg[4 + m]);
+            const __m256i lo = _mm256_shuffle_epi8(tbl, _mm256_and_si256(T[m], m4));
+            const __m256i hi = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(T[m], 4), m4));
+            if constexpr (kSigned) {
+                t.sg[m] = lo;
+                t.sg[4 + m] = hi;
+                t.w[m] = _mm256_sign_epi8(lo, lo);
+                t.w[4 + m] = _mm256_sign_epi8(hi, hi);
+            } else {
+                t.w[m] = lo;
+                t.w[4 + m] = hi;
+            }
         }
         static constexpr auto perm = LaneInts8([](int j) { return sub32_half(j); });
         t.ws = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(scales_iq4xs(xb + 2), perm.load())),
@@ -178,7 +188,13 @@ void tile_kernel(const TileArgs& a) { Tile256<D>::run(a); }
 
 }  // namespace
 
+#if NITRO_VNNI_EMULATE
+void fill_kquants_avxvnni_emulated(Table& t) {  // tests/isa/avxvnni_emulated_kquants.cpp
+#elif NITRO_SIMD_VNNI
+void fill_kquants_avxvnni(Table& t) {  // kquants_avxvnni.cpp: the same decoders with vpdpbusd
+#else
 void fill_kquants_avx2(Table& t) {
+#endif
     t.tile[static_cast<int>(GgmlType::Q2_K)] = tile_kernel<DecQ2K>;
     t.tile[static_cast<int>(GgmlType::Q3_K)] = tile_kernel<DecQ3K>;
     t.tile[static_cast<int>(GgmlType::Q4_K)] = tile_kernel<DecQ45K<false>>;

@@ -37,34 +37,73 @@ using kernels::kMaxTokens;
 /// Rows per scheduling chunk (upper bound; smaller when there are few rows per thread).
 constexpr int64_t kRowsPerChunk = 32;
 
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+/// Kernel levels, in order of preference. They are not nested: AVX-VNNI (the VEX-encoded vpdpbusd
+/// of Alder Lake and later, Zen 5) is missing on AVX-512 CPUs such as Zen 4 and Ice Lake, so each
+/// level is checked on its own (has_isa).
+enum class Isa { Scalar = 0, Avx2 = 1, AvxVnni = 2, Avx512 = 3 };
+constexpr int kIsaCount = 4;
 
-/// Best level this CPU supports, from cpu_features() (CPUID + XCR0). The AVX2 file is compiled with
-/// -mavx2 -mfma -mf16c and needs all three; the AVX-512 file adds F, BW, VL, DQ and VNNI (a CPU
-/// with AVX-512 but no VNNI, e.g. Skylake-X, uses the AVX2 kernels).
-Isa detect_isa() {
+/// Whether this CPU runs the kernels of `isa`, from cpu_features() (CPUID + XCR0). The AVX2 files are
+/// compiled with -mavx2 -mfma -mf16c and need all three; the AVX-VNNI files add -mavxvnni; the
+/// AVX-512 files add F, BW, VL, DQ and VNNI (a CPU with AVX-512 but no VNNI, e.g. Skylake-X, uses
+/// the AVX2 kernels).
+bool has_isa(Isa isa) {
     const CpuFeatures& f = cpu_features();
     const bool avx2 = f.avx2 && f.fma && f.f16c;
-    const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
-    return avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;
+    switch (isa) {
+        case Isa::Scalar:
+            return true;
+        case Isa::Avx2:
+            return avx2;
+        case Isa::AvxVnni:
+            return avx2 && f.avx_vnni;
+        case Isa::Avx512:
+            return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
+    }
+    return false;
 }
 
-/// Detected level, lowered by NITRO_ISA=scalar|avx2|avx512 (never raised above the hardware).
+/// The best level this CPU has at or below `limit`.
+Isa best_isa(Isa limit = Isa::Avx512) {
+    for (int i = static_cast<int>(limit); i > 0; --i)
+        if (has_isa(static_cast<Isa>(i))) return static_cast<Isa>(i);
+    return Isa::Scalar;
+}
+
+Isa parse_isa(std::string_view isa) {
+    if (isa == "scalar") return Isa::Scalar;
+    if (isa == "avx2") return Isa::Avx2;
+    if (isa == "avxvnni") return Isa::AvxVnni;
+    if (isa == "avx512") return Isa::Avx512;
+    fail("unknown instruction set '{}' (expected scalar, avx2, avxvnni or avx512)", isa);
+}
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::Avx512:
+            return "avx512";
+        case Isa::AvxVnni:
+            return "avxvnni";
+        case Isa::Avx2:
+            return "avx2";
+        default:
+            return "scalar";
+    }
+}
+
+/// Best level, lowered by NITRO_ISA=scalar|avx2|avxvnni|avx512 to the best level the CPU has at or
+/// below it (never raised above the hardware).
 Isa selected_isa() {
-    Isa isa = detect_isa();
     if (const char* env = std::getenv("NITRO_ISA"); env && *env) {
         const std::string_view v(env);
-        Isa want;
-        if (v == "scalar") want = Isa::Scalar;
-        else if (v == "avx2") want = Isa::Avx2;
-        else if (v == "avx512") want = Isa::Avx512;
-        else fail("NITRO_ISA={} is not one of scalar, avx2, avx512", v);
-        isa = std::min(isa, want);
+        if (v != "scalar" && v != "avx2" && v != "avxvnni" && v != "avx512")
+            fail("NITRO_ISA={} is not one of scalar, avx2, avxvnni, avx512", v);
+        return best_isa(parse_isa(v));
     }
-    return isa;
+    return best_isa();
 }
 
-/// The kernel table of one level: scalar entries overridden by every level up to `isa`.
+/// The kernel table of one level: scalar entries overridden by AVX2's and then by the level's own.
 kernels::Table make_table(Isa isa) {
     kernels::Table t;
     kernels::fill_scalar(t);
@@ -72,26 +111,39 @@ kernels::Table make_table(Isa isa) {
         kernels::fill_avx2(t);
         kernels::fill_kquants_avx2(t);
     }
-    if (isa >= Isa::Avx512) {
+    if (isa == Isa::AvxVnni) {
+        kernels::fill_avxvnni(t);
+        kernels::fill_kquants_avxvnni(t);
+    }
+    if (isa == Isa::Avx512) {
         kernels::fill_avx512(t);
         kernels::fill_kquants_avx512(t);
     }
     return t;
 }
 
-/// The table of `isa`, built on first use. Only levels the CPU has may be asked for: fill_avx2 and
-/// fill_avx512 are compiled with their ISA's flags, so even filling the table may use its
-/// instructions (callers check against detect_isa()).
+/// The table of `isa`, built on first use. Only levels the CPU has may be asked for: the fill_*
+/// functions are compiled with their ISA's flags, so even filling the table may use its
+/// instructions (callers check has_isa()).
 const kernels::Table& table_for(Isa isa) {
-    NITRO_CHECK(isa <= detect_isa());
+    NITRO_CHECK(has_isa(isa));
     static const kernels::Table scalar = make_table(Isa::Scalar);
-    if (isa == Isa::Scalar) return scalar;
-    if (isa == Isa::Avx2) {
-        static const kernels::Table avx2 = make_table(Isa::Avx2);
-        return avx2;
+    switch (isa) {
+        case Isa::Avx2: {
+            static const kernels::Table avx2 = make_table(Isa::Avx2);
+            return avx2;
+        }
+        case Isa::AvxVnni: {
+            static const kernels::Table avxvnni = make_table(Isa::AvxVnni);
+            return avxvnni;
+        }
+        case Isa::Avx512: {
+            static const kernels::Table avx512 = make_table(Isa::Avx512);
+            return avx512;
+        }
+        default:
+            return scalar;
     }
-    static const kernels::Table avx512 = make_table(Isa::Avx512);
-    return avx512;
 }
 
 struct Dispatch {
@@ -103,8 +155,9 @@ struct Dispatch {
 std::atomic<const Dispatch*> g_dispatch{nullptr};
 
 const Dispatch& dispatch_of(Isa isa) {
-    static Dispatch d[3] = {{Isa::Scalar, nullptr}, {Isa::Avx2, nullptr}, {Isa::Avx512, nullptr}};
-    static std::once_flag once[3];
+    static Dispatch d[kIsaCount] = {
+        {Isa::Scalar, nullptr}, {Isa::Avx2, nullptr}, {Isa::AvxVnni, nullptr}, {Isa::Avx512, nullptr}};
+    static std::once_flag once[kIsaCount];
     std::call_once(once[static_cast<int>(isa)], [isa] { d[static_cast<int>(isa)].table = &table_for(isa); });
     return d[static_cast<int>(isa)];
 }
@@ -118,21 +171,6 @@ const Dispatch& dispatch() {
         d = g_dispatch.load(std::memory_order_acquire);
     }
     return *d;
-}
-
-Isa parse_isa(std::string_view isa) {
-    if (isa == "scalar") return Isa::Scalar;
-    if (isa == "avx2") return Isa::Avx2;
-    if (isa == "avx512") return Isa::Avx512;
-    fail("unknown instruction set '{}' (expected scalar, avx2 or avx512)", isa);
-}
-
-const char* isa_name(Isa isa) {
-    switch (isa) {
-        case Isa::Avx512: return "avx512";
-        case Isa::Avx2: return "avx2";
-        default: return "scalar";
-    }
 }
 
 kernels::Kernel kernel_of(const kernels::Table& tb, GgmlType t) {
@@ -164,6 +202,7 @@ kernels::ActRow kernels::act_row(const ActBuffer& a, int64_t t) {
         if (a.simd_dx) r.dx = reinterpret_cast<const float*>(s + a.simd_dx);
         if (a.simd_corr) r.corr = reinterpret_cast<const int32_t*>(s + a.simd_corr);
         if (a.simd_sx) r.sx = reinterpret_cast<const float*>(s + a.simd_sx);
+        if (a.simd_f32) r.f = reinterpret_cast<const float*>(s);
     }
     return r;
 }
@@ -345,6 +384,7 @@ void act_buffer_init(ActBuffer& out, int64_t n_tokens, int64_t ne0, GgmlType wei
     out.simd_dx = l.dx;
     out.simd_corr = l.corr;
     out.simd_sx = l.sx;
+    out.simd_f32 = l.f32;
     out.simd.resize(l.stride * static_cast<size_t>(n_tokens));
 }
 
@@ -501,22 +541,27 @@ const char* prefetch_hint() { return kPrefetchHints[kernels::g_prefetch_hint]; }
 
 void set_kernel_isa(std::string_view isa) {
     const Isa level = parse_isa(isa);
-    if (level > detect_isa()) fail("this CPU cannot run the {} kernels", isa);
+    if (!has_isa(level)) fail("this CPU cannot run the {} kernels", isa);
     g_dispatch.store(&dispatch_of(level), std::memory_order_release);
 }
 
 std::vector<std::string> available_isas() {
     std::vector<std::string> r;
-    for (int i = 0; i <= static_cast<int>(detect_isa()); ++i) r.emplace_back(isa_name(static_cast<Isa>(i)));
+    for (int i = 0; i < kIsaCount; ++i)
+        if (has_isa(static_cast<Isa>(i))) r.emplace_back(isa_name(static_cast<Isa>(i)));
     return r;
 }
 
 void matmul_isa(std::string_view isa, const WeightView& w, const void* const* arows, int nt, float* out) {
     const Isa level = parse_isa(isa);
-    if (level > detect_isa()) fail("this CPU cannot run the {} kernels", isa);
+    if (!has_isa(level)) fail("this CPU cannot run the {} kernels", isa);
+    kernels::matmul_table(table_for(level), w, arows, nt, out);
+}
+
+void kernels::matmul_table(const Table& table, const WeightView& w, const void* const* arows, int nt, float* out) {
     if (nt < 1 || nt > kMaxTokens) fail("matmul_isa: {} tokens, expected 1..{}", nt, kMaxTokens);
     row_size(w.type, w.ne0);  // throws if ne0 is not a multiple of the block size
-    const kernels::Kernel k = kernel_of(table_for(level), w.type);
+    const kernels::Kernel k = kernel_of(table, w.type);
     // Rows come as bare vec-dot-type bytes: derive the block scales and SIMD views as quantize_acts does.
     const int64_t n = w.ne0;
     const GgmlType vt = vec_dot_type(w.type);
@@ -535,6 +580,7 @@ void matmul_isa(std::string_view isa, const WeightView& w, const void* const* ar
     buf.simd_dx = l.dx;
     buf.simd_corr = l.corr;
     buf.simd_sx = l.sx;
+    buf.simd_f32 = l.f32;
     buf.simd.assign(l.stride * static_cast<size_t>(nt), 0xCD);  // stale bytes must not matter
     const int64_t nb = has_block_scales(vt) ? n / 32 : 0;
     buf.block_scales.resize(static_cast<size_t>(nb * nt));

@@ -69,10 +69,11 @@ struct ActBuffer {
     std::vector<float> block_scales;
     /// The SIMD kernels' views of every row (src/cpu/kernels.h ActLayout, act_layout.cpp): per token
     /// `simd_stride` bytes, the quants permuted for weight_type's kernels and per-lane block scales
-    /// and offsets. Derived from `data`; empty for float types.
+    /// and offsets; for F16 / BF16 the row as f32. Derived from `data`; empty for F32.
     std::vector<uint8_t, Aligned64<uint8_t>> simd;
     size_t simd_stride = 0;
     size_t simd_dx = 0, simd_corr = 0, simd_sx = 0;  ///< offsets in a row's views (0: absent)
+    bool simd_f32 = false;                           ///< F16 / BF16: the row as f32 at offset 0
     /// First byte of token t's row.
     const uint8_t* row(int64_t t) const { return data.data() + static_cast<size_t>(t) * row_bytes; }
 };
@@ -127,9 +128,11 @@ void axpy_f16(int64_t n, float w, const uint16_t* v, float* acc);
 /// The scalar reference, used by tests; kernels may reassociate within a block.
 float vec_dot_reference(GgmlType w, int64_t n, const void* wrow, const void* arow);
 
-/// Name of the instruction set the kernels use on this machine ("avx512", "avx2", "scalar").
-/// NITRO_ISA=scalar|avx2|avx512 in the environment forces a lower level (for tests); it is read
-/// once, on the first matmul. "avx512" needs AVX-512 F/BW/VL/DQ and VNNI; without VNNI, AVX2.
+/// Name of the instruction set the kernels use on this machine ("avx512", "avxvnni", "avx2",
+/// "scalar"). NITRO_ISA=scalar|avx2|avxvnni|avx512 in the environment forces a lower level (the
+/// best one this CPU has at or below it; for tests); it is read once, on the first matmul.
+/// "avx512" needs AVX-512 F/BW/VL/DQ and VNNI (without VNNI: AVX2); "avxvnni" needs AVX2, FMA,
+/// F16C and AVX-VNNI (Alder Lake and later with AVX-512 off, Zen 5 has AVX-512).
 const char* kernel_isa();
 
 /// Switches the level every later product uses (one of available_isas(); throws nitro::Error
@@ -152,7 +155,7 @@ void set_prefetch_hint(std::string_view hint);
 const char* prefetch_hint();
 
 /// Instruction sets whose kernels this CPU can run, lowest first ("scalar", then "avx2",
-/// "avx512" where supported), whatever NITRO_ISA says. For tests and benchmarks.
+/// "avxvnni", "avx512" where supported), whatever NITRO_ISA says. For tests and benchmarks.
 std::vector<std::string> available_isas();
 
 /// out[t * w.n_rows + r] = dot(w.row(r), arows[t]) for every row and t in [0, nt), 1 <= nt <= 16,

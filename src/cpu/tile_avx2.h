@@ -9,7 +9,9 @@
 // int16: kSum16 * 2 * max(w) * 127 < 2^15), then vpmaddwd by ones into the int32 lane; each lane
 // then holds the exact integer dot of its sub-block (with the activations' corr for the types
 // stored with an offset). Types whose weights reach 127 in magnitude (Q8_0, IQ4_NL, IQ4_XS) keep
-// them signed and use the sign trick (|w| x sign(y, w), one vpmaddwd per slice). The float part is
+// them signed and use the sign trick (|w| x sign(y, w), one vpmaddwd per slice). With AVX-VNNI
+// (NITRO_SIMD_VNNI 1: the *_avxvnni.cpp files compile the AVX2 files again with -mavxvnni) every
+// type is unsigned, value + offset as on AVX-512, and a slice costs one vpdpbusd. The float part is
 // acc += float(isum) * (ws * dy) (+ wm * sx) on 8 lanes; a row's result is hsum8(acc), lane j
 // summing its sub-blocks half by half in row order.
 //
@@ -30,6 +32,27 @@ struct W8 {
     __m256 ws, wm;
 };
 
+#if NITRO_SIMD_VNNI
+#if NITRO_VNNI_EMULATE
+/// vpdpbusd computed exactly with AVX2 (tests only: tests/isa/avxvnni_emulated_*.cpp build the
+/// AVX-VNNI kernels with it, since neither the development machines nor qemu 7.2 run AVX-VNNI):
+/// per dword, acc + the four products u8(a) x s8(b), no saturation. The even and odd bytes are
+/// widened to 16 bits (a zero-extended, b sign-extended) and vpmaddwd adds each pair of products
+/// into a dword exactly (|a b| <= 255 x 128).
+__attribute__((always_inline)) inline __m256i dpbusd(__m256i acc, __m256i a, __m256i b) {
+    const __m256i lo8 = _mm256_set1_epi16(0x00FF);
+    const __m256i a_even = _mm256_and_si256(a, lo8), a_odd = _mm256_srli_epi16(a, 8);
+    const __m256i b_even = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8), b_odd = _mm256_srai_epi16(b, 8);
+    return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(a_even, b_even), _mm256_madd_epi16(a_odd, b_odd)));
+}
+#else
+/// vpdpbusd (AVX-VNNI, VEX-encoded): per dword, acc + the four products u8(a) x s8(b).
+__attribute__((always_inline)) inline __m256i dpbusd(__m256i acc, __m256i a, __m256i b) {
+    return _mm256_dpbusd_avx_epi32(acc, a, b);
+}
+#endif
+#endif
+
 /// acc + half h of group g of one token; with `mask` (a last group's real sub-blocks, all-ones
 /// dwords) only those lanes change.
 template <class D, bool kMasked = false>
@@ -38,8 +61,20 @@ __attribute__((always_inline)) inline __m256 consume(const W8<D::kSlices>& t, co
     const int8_t* y = a.img + g * (64 * D::kSlices) + 32 * h;
     const int64_t lane = 16 * g + 8 * h;
     auto img = [&](int s) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(y + 64 * s)); };
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i p;
+#if NITRO_SIMD_VNNI
+    // AVX-VNNI: every type unsigned (value + offset), one vpdpbusd per slice, in two chains (even
+    // and odd slices) so one row's slices are not one latency chain; integer sums, so the same value.
+    static_assert(!D::kSigned, "AVX-VNNI decoders are unsigned");
+    p = D::kCorr ? _mm256_load_si256(reinterpret_cast<const __m256i*>(a.corr + lane)) : _mm256_setzero_si256();
+    __m256i p1 = _mm256_setzero_si256();
+    for (int s = 0; s < D::kSlices; s += 2) {
+        p = dpbusd(p, t.w[s], img(s));
+        p1 = dpbusd(p1, t.w[s + 1], img(s + 1));
+    }
+    p = _mm256_add_epi32(p, p1);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
     if constexpr (D::kSigned) {
         p = _mm256_madd_epi16(_mm256_maddubs_epi16(t.w[0], _mm256_sign_epi8(img(0), t.sg[0])), ones);
         for (int s = 1; s < D::kSlices; ++s)
@@ -52,6 +87,7 @@ __attribute__((always_inline)) inline __m256 consume(const W8<D::kSlices>& t, co
             p = _mm256_add_epi32(p, _mm256_madd_epi16(q, ones));
         }
     }
+#endif
     const __m256 d = _mm256_mul_ps(t.ws, _mm256_load_ps(a.dx + lane));
     __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), d, acc);
     if constexpr (D::kMin) r = _mm256_fmadd_ps(t.wm, _mm256_load_ps(a.sx + lane), r);

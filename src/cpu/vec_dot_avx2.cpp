@@ -1,14 +1,17 @@
 // AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma -mf16c; chosen at run time by matmul.cpp
 // only on CPUs that have them): the 32-value block formats (MXFP4, IQ4_NL, Q4_0, Q4_1, Q5_0, Q5_1,
 // Q8_0) as tile kernels (tile_avx2.h), and F16, BF16, F32 (one row and 1..4 tokens per call). The
-// K-quants and IQ4_XS are in kquants_avx2.cpp.
+// K-quants and IQ4_XS are in kquants_avx2.cpp. vec_dot_avxvnni.cpp compiles this file again with
+// -mavxvnni and NITRO_SIMD_VNNI 1: the tile kernels of the AVX-VNNI level (fill_avxvnni).
 //
 // Half h of a group is blocks 8h..8h+7. Their quants are loaded as four ymm holding blocks
 // [8h + 2q, 8h + 2q + 1] in their 128-bit lanes (q = 0..3); a 4x4 dword transpose inside both
 // lanes turns them into slices whose dword lane j = 4L + q is block 8h + 2q + L (the AVX-512 lane
 // order, kernels.h). The per-block fields come from 32-byte loads of the same block pairs, whose
 // fields vpshufb moves into dword q of each lane.
+#ifndef NITRO_SIMD_VNNI
 #define NITRO_SIMD_VNNI 0
+#endif
 #include "cpu/tile_avx2.h"
 
 #include <cmath>
@@ -16,6 +19,7 @@
 namespace nitro::cpu::kernels {
 namespace {
 
+#if !NITRO_SIMD_VNNI  // the float kernels: AVX2 only (the AVX-VNNI table keeps them)
 // ------------------------------------------------------------------------- float types
 
 /// Loads 8 weights/activations of a float type as f32.
@@ -44,32 +48,62 @@ struct LdBF16 {
     }
 };
 
-/// Two 8-lane accumulators per token (16 values per step), tail (n % 16) added in order at the end.
+/// Four 8-lane accumulators per token (32 values per step; a remainder of whole 8-value chunks
+/// continues the same pattern: chunk c goes to accumulator c % 4), summed (0 + 1) + (2 + 3), then the
+/// n % 8 tail in order. Four independent FMA chains: with two, their latency bounded one core at
+/// ~8 weight bytes per cycle, below a small machine's DRAM share. At most two tokens per pass (16
+/// ymm registers), so 3-4 tokens take two passes over the row (the second from L1), each token with
+/// the same operations in the same order as alone. F16 / BF16 activations are read from their f32
+/// view (ActRow::f) where the row has one: the same values, so the same result, with half the
+/// conversions.
 template <class L>
 struct FloatDot {
     template <int NT>
     struct K {
         static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-            __m256 acc0[NT], acc1[NT];
-            for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
-            const int64_t n16 = n - n % 16;
-            for (int64_t i = 0; i < n16; i += 16) {
-                if (L::kSize == 4 || (i & 16) == 0) prefetch_w(w + i * L::kSize);
-                const __m256 w0 = L::load(w + i * L::kSize), w1 = L::load(w + (i + 8) * L::kSize);
-                for (int t = 0; t < NT; ++t) {
-                    acc0[t] = _mm256_fmadd_ps(w0, L::load(a[t].q + i * L::kSize), acc0[t]);
-                    acc1[t] = _mm256_fmadd_ps(w1, L::load(a[t].q + (i + 8) * L::kSize), acc1[t]);
-                }
+            if (L::kSize == 2 && a[0].f) return body<true>(n, w, a, out);
+            body<false>(n, w, a, out);
+        }
+        template <bool kF>
+        __attribute__((always_inline)) static void body(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
+            auto act = [&](int t, int64_t i) { return kF ? _mm256_loadu_ps(a[t].f + i) : L::load(a[t].q + i * L::kSize); };
+            static_assert(NT <= 2);
+            __m256 acc[NT][4];
+            for (int t = 0; t < NT; ++t)
+                for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_setzero_ps();
+            const int64_t n32 = n - n % 32, n8 = n - n % 8;
+            for (int64_t i = 0; i < n32; i += 32) {
+                prefetch_w(w + i * L::kSize);
+                if constexpr (L::kSize == 4) prefetch_w(w + i * L::kSize + 64);
+                __m256 wk[4];
+                for (int k = 0; k < 4; ++k) wk[k] = L::load(w + (i + 8 * k) * L::kSize);
+                for (int t = 0; t < NT; ++t)
+                    for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_fmadd_ps(wk[k], act(t, i + 8 * k), acc[t][k]);
+            }
+            for (int64_t i = n32; i < n8; i += 8) {
+                const __m256 wv = L::load(w + i * L::kSize);
+                const int k = static_cast<int>((i / 8) % 4);
+                for (int t = 0; t < NT; ++t) acc[t][k] = _mm256_fmadd_ps(wv, act(t, i), acc[t][k]);
             }
             for (int t = 0; t < NT; ++t) {
-                float s = hsum8(_mm256_add_ps(acc0[t], acc1[t]));
-                for (int64_t i = n16; i < n; ++i) s += L::one(w + i * L::kSize) * L::one(a[t].q + i * L::kSize);
+                float s = hsum8(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
+                for (int64_t i = n8; i < n; ++i)
+                    s += L::one(w + i * L::kSize) * (kF ? a[t].f[i] : L::one(a[t].q + i * L::kSize));
                 out[t] = s;
             }
         }
     };
-    static void dot(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) { by_nt<K>(n, w, a, nt, out); }
+    static void dot(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) {
+        for (int t0 = 0; t0 < nt; t0 += 2) {
+            if (nt - t0 >= 2)
+                K<2>::run(n, w, a + t0, out + t0);
+            else
+                K<1>::run(n, w, a + t0, out + t0);
+        }
+    }
 };
+
+#endif
 
 // ------------------------------------------------------------------------- 32-value blocks
 
@@ -104,13 +138,14 @@ __attribute__((always_inline)) inline void add_fifth_bits(__m256i qh, __m256i* w
 
 /// The nibble formats (see vec_dot_avx512.cpp Nib32): 16 quant bytes per block at kQs, an fp16
 /// scale d at byte 0 (MXFP4: E8M0), an fp16 min at byte 2 (Q4_1, Q5_1), Q5's qh at kQh.
-/// kLut: 0 none, 1 MXFP4 (+ 12, unsigned), 2 IQ4_NL (signed: the sign trick).
+/// kLut: 0 none, 1 MXFP4 (+ 12, unsigned), 2 IQ4_NL (signed: the sign trick; AVX-VNNI: + 128, unsigned).
 template <int kB_, int kQs, int kQh, bool kMin_, bool kCorr_, int kLut, int kSum16_>
 struct Nib32 {
     static constexpr ActOrder kOrder = ActOrder::Slices32;
     static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 1, kSum16 = kSum16_;
     static constexpr int64_t kGroupBytes = 16 * kB_, kUnitBytes = kB_;
-    static constexpr bool kCorr = kCorr_, kMin = kMin_, kSigned = kLut == 2;
+    static constexpr bool kSigned = kLut == 2 && !NITRO_SIMD_VNNI;
+    static constexpr bool kCorr = kCorr_ || (kLut == 2 && NITRO_SIMD_VNNI), kMin = kMin_;
     __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
         const uint8_t* xb = x + 8 * h * kB_;
         __m256i Q[4], T[4];
@@ -120,7 +155,9 @@ struct Nib32 {
         for (int m = 0; m < 4; ++m) {
             __m256i lo = _mm256_and_si256(T[m], m4), hi = _mm256_and_si256(_mm256_srli_epi16(T[m], 4), m4);
             if constexpr (kLut != 0) {
-                const __m256i tbl = _mm256_broadcastsi128_si256(load128(kLut == 1 ? kLutMxfp4U.v : kLutIq4nlS.v));
+                const __m256i tbl = _mm256_broadcastsi128_si256(load128(kLut == 1 ? kLutMxfp4U.v
+                                                                        : kSigned ? kLutIq4nlS.v
+                                                                                  : kLutIq4nlU.v));
                 lo = _mm256_shuffle_epi8(tbl, lo);
                 hi = _mm256_shuffle_epi8(tbl, hi);
             }
@@ -156,23 +193,27 @@ using DecQ4_1 = Nib32<20, 4, 0, true, false, 0, 8>;
 using DecQ5_0 = Nib32<22, 6, 2, false, true, 0, 4>;
 using DecQ5_1 = Nib32<24, 8, 4, true, false, 0, 4>;
 
-/// Q8_0 (34 bytes: d, qs[32]): slices of each 16-byte half of the quants (signed, sign trick); d
-/// from [16 bytes of block b | of block b + 1].
+/// Q8_0 (34 bytes: d, qs[32]): slices of each 16-byte half of the quants (signed, sign trick;
+/// AVX-VNNI: + 128, unsigned); d from [16 bytes of block b | of block b + 1].
 struct DecQ8_0 {
     static constexpr ActOrder kOrder = ActOrder::Slices32;
     static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 1, kSum16 = 1;
     static constexpr int64_t kGroupBytes = 16 * 34, kUnitBytes = 34;
-    static constexpr bool kCorr = false, kMin = false, kSigned = true;
-    static_assert(kSigned && kSum16 == 1 && !kCorr, "signed: the sign trick, one vpmaddwd per slice, no offset");
+    static constexpr bool kSigned = !NITRO_SIMD_VNNI, kCorr = !kSigned, kMin = false;
     __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
         const uint8_t* xb = x + 8 * h * 34;
+        const __m256i b128 = _mm256_set1_epi8(static_cast<char>(0x80));
         for (int u = 0; u < 2; ++u) {
             __m256i Q[4], T[4];
             for (int q = 0; q < 4; ++q) Q[q] = pair16<34>(xb, 2 * q, 2 + 16 * u);
             transpose4(Q, T);
             for (int m = 0; m < 4; ++m) {
-                t.sg[4 * u + m] = T[m];
-                t.w[4 * u + m] = _mm256_sign_epi8(T[m], T[m]);
+                if constexpr (kSigned) {
+                    t.sg[4 * u + m] = T[m];
+                    t.w[4 * u + m] = _mm256_sign_epi8(T[m], T[m]);
+                } else {
+                    t.w[4 * u + m] = _mm256_xor_si256(T[m], b128);  // value + 128
+                }
             }
         }
         __m256i Z[4];
@@ -184,6 +225,7 @@ struct DecQ8_0 {
 template <class D>
 void tile_kernel(const TileArgs& a) { Tile256<D>::run(a); }
 
+#if !NITRO_SIMD_VNNI
 /// acc += w * v, 8 F16 values per step (F16C + FMA), tail one by one.
 void axpy_f16_avx2(int64_t n, float w, const uint16_t* v, float* acc) {
     const __m256 wv = _mm256_set1_ps(w);
@@ -194,11 +236,21 @@ void axpy_f16_avx2(int64_t n, float w, const uint16_t* v, float* acc) {
     }
     for (; i < n; ++i) acc[i] = std::fma(w, h2f(reinterpret_cast<const uint8_t*>(v + i)), acc[i]);
 }
+#endif
 
 }  // namespace
 
+#if NITRO_VNNI_EMULATE
+void fill_avxvnni_emulated(Table& t) {  // tests/isa/avxvnni_emulated_vec_dot.cpp: vpdpbusd emulated
+#elif NITRO_SIMD_VNNI
+void fill_avxvnni(Table& t) {  // vec_dot_avxvnni.cpp: the tile kernels with vpdpbusd
+#else
 void fill_avx2(Table& t) {
     t.axpy_f16 = axpy_f16_avx2;
+    t.dot[static_cast<int>(GgmlType::F32)] = FloatDot<LdF32>::dot;
+    t.dot[static_cast<int>(GgmlType::F16)] = FloatDot<LdF16>::dot;
+    t.dot[static_cast<int>(GgmlType::BF16)] = FloatDot<LdBF16>::dot;
+#endif
     t.tile[static_cast<int>(GgmlType::Q8_0)] = tile_kernel<DecQ8_0>;
     t.tile[static_cast<int>(GgmlType::Q4_0)] = tile_kernel<DecQ4_0>;
     t.tile[static_cast<int>(GgmlType::Q4_1)] = tile_kernel<DecQ4_1>;
@@ -206,9 +258,6 @@ void fill_avx2(Table& t) {
     t.tile[static_cast<int>(GgmlType::Q5_1)] = tile_kernel<DecQ5_1>;
     t.tile[static_cast<int>(GgmlType::MXFP4)] = tile_kernel<DecMxfp4>;
     t.tile[static_cast<int>(GgmlType::IQ4_NL)] = tile_kernel<DecIq4Nl>;
-    t.dot[static_cast<int>(GgmlType::F32)] = FloatDot<LdF32>::dot;
-    t.dot[static_cast<int>(GgmlType::F16)] = FloatDot<LdF16>::dot;
-    t.dot[static_cast<int>(GgmlType::BF16)] = FloatDot<LdBF16>::dot;
 }
 
 }  // namespace nitro::cpu::kernels

@@ -1,5 +1,5 @@
 // nitro vs llama.cpp (the live peer, tools/peer/llama_peer.mjs) on synthetic models, with nitro at
-// every kernel level this CPU has (NITRO_ISA=scalar|avx2|avx512) against one llama.cpp run.
+// every kernel level this CPU has (NITRO_ISA=scalar|avx2|avxvnni|avx512) against one llama.cpp run.
 //
 // For models made by `nitro synth --preset tiny` (gpt-oss with expert types mxfp4, q8_0, q4_k, q6_k,
 // iq4_xs; qwen3moe with q8_0, q4_k, q5_k; the real tokenizer copied from the matching fixture with

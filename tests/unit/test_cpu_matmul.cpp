@@ -19,6 +19,7 @@
 // nibble, scale or block offset gives e ~ 1e-2..1, far above them.
 #include "core/error.h"
 #include "core/fp16.h"
+#include "cpu/cpu_features.h"
 #include "cpu/matmul.h"
 #include "cpu/thread_pool.h"
 #include "quant/types.h"
@@ -27,6 +28,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -278,6 +280,77 @@ TEST(CpuMatmul, KernelIsaIsOneOfTheAvailable) {
         }
     } else {
         EXPECT_EQ(k, isas.back());  // the best the CPU has
+    }
+}
+
+TEST(CpuMatmul, AvailableLevelsFollowTheCpuFeatures) {
+    // The levels are not nested (Zen 4 has AVX-512 VNNI but not AVX-VNNI), so each is listed only
+    // where this CPU has its features.
+    const CpuFeatures& f = cpu_features();
+    const bool avx2 = f.avx2 && f.fma && f.f16c;
+    std::vector<std::string> want = {"scalar"};
+    if (avx2) want.emplace_back("avx2");
+    if (avx2 && f.avx_vnni) want.emplace_back("avxvnni");
+    if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni) want.emplace_back("avx512");
+    EXPECT_EQ(available_isas(), want);
+    for (const char* level : {"avxvnni", "avx512", "avx2"})
+        if (std::find(want.begin(), want.end(), level) == want.end())
+            EXPECT_THROW(set_kernel_isa(level), nitro::Error) << level;
+}
+
+TEST(CpuMatmul, NitroIsaLowersToTheBestLevelAtOrBelowIt) {
+    // In a fresh process (the level is read once): NITRO_ISA=avxvnni runs avxvnni where the CPU has
+    // it, else the best level below it (avx2 on Zen 4 and older Intel, scalar without AVX2).
+    const auto isas = available_isas();
+    auto has = [&](const char* l) { return std::find(isas.begin(), isas.end(), l) != isas.end(); };
+    auto version = [](const std::string& env) {
+        const std::string cmd = env + " " + std::string(NITRO_BINARY) + " --version 2>&1";
+        FILE* p = popen(cmd.c_str(), "r");
+        std::string out;
+        char buf[256];
+        while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+        if (p) pclose(p);
+        return out;
+    };
+    const std::string want = has("avxvnni") ? "avxvnni" : has("avx2") ? "avx2" : "scalar";
+    EXPECT_NE(version("NITRO_ISA=avxvnni").find("kernels: " + want + " "), std::string::npos)
+        << version("NITRO_ISA=avxvnni");
+    const std::string bad = version("NITRO_ISA=avx10");
+    EXPECT_NE(bad.find("NITRO_ISA=avx10 is not one of scalar, avx2, avxvnni, avx512"), std::string::npos) << bad;
+}
+
+TEST(CpuMatmul, F16AndBf16ActivationsAsF32GiveTheSameBits) {
+    // quantize_acts keeps F16 / BF16 activations also as f32 (the view the SIMD kernels read, so
+    // they convert only the weights). The values are exactly the rounded ones, so the product must
+    // equal, bit for bit, the same kernel reading the F16 row itself (dot_f16, the attention path).
+    for (int64_t n : {8, 37, 64, 100, 2880}) {
+        const auto w = make_weights(GgmlType::F16, 3, n, 5);
+        ActBuffer acts;
+        quantize_acts(make_acts(1, n, 11).data(), 1, n, GgmlType::F16, acts);
+        ASSERT_TRUE(acts.simd_f32);
+        const auto* h = reinterpret_cast<const uint16_t*>(acts.row(0));
+        const auto* f = reinterpret_cast<const float*>(acts.simd.data());
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(f[i], nitro::fp16_to_f32(h[i])) << i;
+        const size_t rb = nitro::row_size(GgmlType::F16, n);
+        for (int64_t r = 0; r < 3; ++r) {
+            const void* a[1] = {acts.row(0)};
+            float via_view;
+            vec_dot_isa(kernel_isa(), GgmlType::F16, n, w.data() + r * rb, a, 1, &via_view);
+            const float direct = dot_f16(n, reinterpret_cast<const uint16_t*>(w.data() + r * rb), h);
+            EXPECT_EQ(std::memcmp(&via_view, &direct, 4), 0)
+                << "n " << n << " row " << r << ": " << via_view << " vs " << direct;
+        }
+        ActBuffer b16;
+        quantize_acts(make_acts(1, n, 11).data(), 1, n, GgmlType::BF16, b16);
+        ASSERT_TRUE(b16.simd_f32);
+        const auto* hb = reinterpret_cast<const uint16_t*>(b16.row(0));
+        const auto* fb = reinterpret_cast<const float*>(b16.simd.data());
+        for (int64_t i = 0; i < n; ++i) {
+            const uint32_t bits = static_cast<uint32_t>(hb[i]) << 16;
+            float v;
+            std::memcpy(&v, &bits, 4);
+            ASSERT_EQ(std::memcmp(&fb[i], &v, 4), 0) << i;
+        }
     }
 }
 

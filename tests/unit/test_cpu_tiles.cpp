@@ -14,17 +14,25 @@
 //    garbage) equals the same row read from a zero-padded copy (the end of the readable weights).
 #include "core/error.h"
 #include "core/fp16.h"
+#include "cpu/kernels.h"
 #include "cpu/matmul.h"
 #include "quant/types.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
+
+namespace nitro::cpu::kernels {
+// tests/isa/avxvnni_emulated_*.cpp: the AVX-VNNI tile kernels with vpdpbusd emulated.
+void fill_avxvnni_emulated(Table& t);
+void fill_kquants_avxvnni_emulated(Table& t);
+}  // namespace nitro::cpu::kernels
 
 namespace {
 
@@ -155,6 +163,49 @@ TEST(CpuMatmulTiles, EveryLevelTileEqualsOneTokenAndTheReference) {
             }
         }
     }
+}
+
+TEST(CpuMatmulTiles, AvxVnniKernelsEqualAvx2BitForBit) {
+    // The AVX-VNNI level runs AVX2's decoders with one vpdpbusd per slice, every type unsigned
+    // (Q8_0, IQ4_NL and IQ4_XS + 128 with the offset correction, where AVX2 uses the sign trick).
+    // Every sub-block's integer dot is exact either way and the float operations are the same, so
+    // every value must equal AVX2's bit for bit, at 1..16 tokens and every row length. Checked with
+    // vpdpbusd emulated exactly in AVX2 (tests/isa/avxvnni_emulated_*.cpp: no development machine
+    // and no qemu here has AVX-VNNI), and with the real level where this CPU has it.
+    const auto isas = available_isas();
+    if (std::find(isas.begin(), isas.end(), "avx2") == isas.end()) GTEST_SKIP() << "no AVX2 on this CPU";
+    const bool real = std::find(isas.begin(), isas.end(), "avxvnni") != isas.end();
+    kernels::Table emu;
+    kernels::fill_scalar(emu);
+    kernels::fill_avx2(emu);
+    kernels::fill_kquants_avx2(emu);
+    kernels::fill_avxvnni_emulated(emu);
+    kernels::fill_kquants_avxvnni_emulated(emu);
+    constexpr int kTokens = 16;
+    constexpr int64_t kRows = 11;
+    for (GgmlType wt : kQuantTypes) {
+        for (int64_t n : row_lengths(wt)) {
+            const std::string where = tname(wt) + " n " + std::to_string(n);
+            const auto w = make_weights(wt, kRows, n, 31 + static_cast<uint32_t>(n));
+            const WeightView view{wt, w.data(), n, kRows, nitro::row_size(wt, n)};
+            const auto acts = make_act_rows(wt, kTokens, n, 17 + static_cast<uint32_t>(n));
+            std::vector<const void*> arows(kTokens);
+            for (int t = 0; t < kTokens; ++t) arows[static_cast<size_t>(t)] = acts[static_cast<size_t>(t)].data();
+            for (int nt : {1, 2, 5, 16}) {
+                std::vector<float> avx2(static_cast<size_t>(nt * kRows)), vnni(avx2.size(), std::nanf(""));
+                matmul_isa("avx2", view, arows.data(), nt, avx2.data());
+                kernels::matmul_table(emu, view, arows.data(), nt, vnni.data());
+                ASSERT_EQ(std::memcmp(avx2.data(), vnni.data(), 4 * avx2.size()), 0)
+                    << where << ", " << nt << " tokens, emulated";
+                if (real) {
+                    matmul_isa("avxvnni", view, arows.data(), nt, vnni.data());
+                    ASSERT_EQ(std::memcmp(avx2.data(), vnni.data(), 4 * avx2.size()), 0) << where << ", " << nt << " tokens";
+                }
+            }
+        }
+    }
+    std::printf("[ avxvnni ] every type equals avx2 bit for bit (emulated vpdpbusd%s)\n",
+                real ? ", and this CPU's AVX-VNNI" : "; this CPU has no AVX-VNNI");
 }
 
 TEST(CpuMatmulTiles, LastPartialGroupInPlaceEqualsAPaddedCopy) {
