@@ -48,14 +48,11 @@ struct LdBF16 {
     }
 };
 
-/// Four 8-lane accumulators per token (32 values per step; a remainder of whole 8-value chunks
-/// continues the same pattern: chunk c goes to accumulator c % 4), summed (0 + 1) + (2 + 3), then the
-/// n % 8 tail in order. Four independent FMA chains: with two, their latency bounded one core at
-/// ~8 weight bytes per cycle, below a small machine's DRAM share. At most two tokens per pass (16
-/// ymm registers), so 3-4 tokens take two passes over the row (the second from L1), each token with
-/// the same operations in the same order as alone. F16 / BF16 activations are read from their f32
-/// view (ActRow::f) where the row has one: the same values, so the same result, with half the
-/// conversions.
+/// Two 8-lane accumulators per token (16 values per step), tail (n % 16) added in order at the end.
+/// F16 / BF16 activations are read from their f32 view (ActRow::f) where the row has one: the same
+/// values, so the same result, with half the conversions. (Four accumulators, with 3-4 tokens in two
+/// passes to fit 16 registers, were tried: no faster at DRAM speed on the 2-core VM, and the passes
+/// converted the weights twice: a 32-token prompt's F16 projections took 1.35x as long.)
 template <class L>
 struct FloatDot {
     template <int NT>
@@ -67,40 +64,26 @@ struct FloatDot {
         template <bool kF>
         __attribute__((always_inline)) static void body(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
             auto act = [&](int t, int64_t i) { return kF ? _mm256_loadu_ps(a[t].f + i) : L::load(a[t].q + i * L::kSize); };
-            static_assert(NT <= 2);
-            __m256 acc[NT][4];
-            for (int t = 0; t < NT; ++t)
-                for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_setzero_ps();
-            const int64_t n32 = n - n % 32, n8 = n - n % 8;
-            for (int64_t i = 0; i < n32; i += 32) {
-                prefetch_w(w + i * L::kSize);
-                if constexpr (L::kSize == 4) prefetch_w(w + i * L::kSize + 64);
-                __m256 wk[4];
-                for (int k = 0; k < 4; ++k) wk[k] = L::load(w + (i + 8 * k) * L::kSize);
-                for (int t = 0; t < NT; ++t)
-                    for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_fmadd_ps(wk[k], act(t, i + 8 * k), acc[t][k]);
-            }
-            for (int64_t i = n32; i < n8; i += 8) {
-                const __m256 wv = L::load(w + i * L::kSize);
-                const int k = static_cast<int>((i / 8) % 4);
-                for (int t = 0; t < NT; ++t) acc[t][k] = _mm256_fmadd_ps(wv, act(t, i), acc[t][k]);
+            __m256 acc0[NT], acc1[NT];
+            for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+            const int64_t n16 = n - n % 16;
+            for (int64_t i = 0; i < n16; i += 16) {
+                if (L::kSize == 4 || (i & 16) == 0) prefetch_w(w + i * L::kSize);
+                const __m256 w0 = L::load(w + i * L::kSize), w1 = L::load(w + (i + 8) * L::kSize);
+                for (int t = 0; t < NT; ++t) {
+                    acc0[t] = _mm256_fmadd_ps(w0, act(t, i), acc0[t]);
+                    acc1[t] = _mm256_fmadd_ps(w1, act(t, i + 8), acc1[t]);
+                }
             }
             for (int t = 0; t < NT; ++t) {
-                float s = hsum8(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
-                for (int64_t i = n8; i < n; ++i)
+                float s = hsum8(_mm256_add_ps(acc0[t], acc1[t]));
+                for (int64_t i = n16; i < n; ++i)
                     s += L::one(w + i * L::kSize) * (kF ? a[t].f[i] : L::one(a[t].q + i * L::kSize));
                 out[t] = s;
             }
         }
     };
-    static void dot(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) {
-        for (int t0 = 0; t0 < nt; t0 += 2) {
-            if (nt - t0 >= 2)
-                K<2>::run(n, w, a + t0, out + t0);
-            else
-                K<1>::run(n, w, a + t0, out + t0);
-        }
-    }
+    static void dot(int64_t n, const uint8_t* w, const ActRow* a, int nt, float* out) { by_nt<K>(n, w, a, nt, out); }
 };
 
 #endif

@@ -48,9 +48,7 @@ struct LdBF16 {
     static constexpr int kSize = 2;
 };
 
-/// Four 16-lane accumulators per token (64 values per step; a remainder of whole 16-value chunks
-/// continues the pattern: chunk c goes to accumulator c % 4), summed (0 + 1) + (2 + 3), then the
-/// n % 16 tail in order: four independent FMA chains (as the AVX2 kernel, vec_dot_avx2.cpp).
+/// Two 16-lane accumulators per token (32 values per step), tail (n % 32) added in order.
 template <class L>
 struct FloatDot {
     template <int NT>
@@ -63,25 +61,21 @@ struct FloatDot {
         template <bool kF>
         __attribute__((always_inline)) static void body(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
             auto act = [&](int t, int64_t i) { return kF ? _mm512_loadu_ps(a[t].f + i) : L::load(a[t].q + i * L::kSize); };
-            __m512 acc[NT][4];
-            for (int t = 0; t < NT; ++t)
-                for (int k = 0; k < 4; ++k) acc[t][k] = _mm512_setzero_ps();
-            const int64_t n64 = n - n % 64, n16 = n - n % 16;
-            for (int64_t i = 0; i < n64; i += 64) {
-                for (int l = 0; l < 64 * L::kSize; l += 64) prefetch_w(w + i * L::kSize + l);
-                __m512 wk[4];
-                for (int k = 0; k < 4; ++k) wk[k] = L::load(w + (i + 16 * k) * L::kSize);
-                for (int t = 0; t < NT; ++t)
-                    for (int k = 0; k < 4; ++k) acc[t][k] = _mm512_fmadd_ps(wk[k], act(t, i + 16 * k), acc[t][k]);
-            }
-            for (int64_t i = n64; i < n16; i += 16) {
-                const __m512 wv = L::load(w + i * L::kSize);
-                const int k = static_cast<int>((i / 16) % 4);
-                for (int t = 0; t < NT; ++t) acc[t][k] = _mm512_fmadd_ps(wv, act(t, i), acc[t][k]);
+            __m512 acc0[NT], acc1[NT];
+            for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+            const int64_t n32 = n - n % 32;
+            for (int64_t i = 0; i < n32; i += 32) {
+                prefetch_w(w + i * L::kSize);
+                if (L::kSize == 4) prefetch_w(w + i * L::kSize + 64);
+                const __m512 w0 = L::load(w + i * L::kSize), w1 = L::load(w + (i + 16) * L::kSize);
+                for (int t = 0; t < NT; ++t) {
+                    acc0[t] = _mm512_fmadd_ps(w0, act(t, i), acc0[t]);
+                    acc1[t] = _mm512_fmadd_ps(w1, act(t, i + 16), acc1[t]);
+                }
             }
             for (int t = 0; t < NT; ++t) {
-                float s = hsum16(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]), _mm512_add_ps(acc[t][2], acc[t][3])));
-                for (int64_t i = n16; i < n; ++i)
+                float s = hsum16(_mm512_add_ps(acc0[t], acc1[t]));
+                for (int64_t i = n32; i < n; ++i)
                     s += L::one(w + i * L::kSize) * (kF ? a[t].f[i] : L::one(a[t].q + i * L::kSize));
                 out[t] = s;
             }
