@@ -34,13 +34,8 @@ ActLayout act_layout(GgmlType w, int64_t ne0) {
         case GgmlType::Q2_K: l.order = ActOrder::Slices16, min_term = true; break;
         case GgmlType::Q3_K: l.order = ActOrder::Slices16, l.corr_offset = 4; break;
         case GgmlType::Q6_K: l.order = ActOrder::Slices16, l.corr_offset = 32; break;
-        case GgmlType::F16:
-        case GgmlType::BF16:  // no image: an f32 view of the row
-            l.f32 = true;
-            l.stride = align64(static_cast<size_t>(ne0) * 4);
-            return l;
         default:
-            return l;  // F32: the kernels read the row itself
+            return l;  // float types: the kernels read the row itself
     }
     l.sub = l.order == ActOrder::Slices32 ? 32 : 16;
     l.n_sub = (ne0 / l.sub + 15) / 16 * 16;
@@ -63,16 +58,8 @@ ActLayout act_layout(GgmlType w, int64_t ne0) {
 }
 
 void fill_act_simd(const ActLayout& l, GgmlType w, int64_t ne0, const uint8_t* q, int64_t v0, int64_t nv, uint8_t* simd) {
-    const GgmlType vt = vec_dot_type(w);
-    if (l.f32) {  // F16 / BF16 activations -> f32, exactly
-        auto* f = reinterpret_cast<float*>(simd);
-        for (int64_t i = v0; i < v0 + nv; ++i) {
-            const uint16_t h = load_u16(q + 2 * i);
-            f[i] = vt == GgmlType::F16 ? fp16_to_f32(h) : std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-        }
-        return;
-    }
     if (l.order == ActOrder::None) return;
+    const GgmlType vt = vec_dot_type(w);
     const bool k8 = vt == GgmlType::Q8_K;
     const size_t bs = type_traits(vt).type_size;  // 34 (Q8_0), 36 (Q8_1), 292 (Q8_K)
     const int64_t qk = k8 ? 256 : 32;              // values per activation block

@@ -72,9 +72,6 @@ constexpr int lane_of_sub(ActOrder o, int j) {
 /// - sx: the min term's activation factor: Q8_1's block sum s (Q4_1, Q5_1); Q8_K: d * (sum of the
 ///   sub-block's quants) (Q2_K, Q4_K, Q5_K).
 /// Rows are padded with zero quants and zero factors to whole groups.
-/// F16 / BF16 weights have no image but an f32 view (`f32`): the row's F16 / BF16 activations as
-/// f32 (exactly the rounded values), so the SIMD kernels convert only the weights (on AVX2 the
-/// vcvtph2ps of both operands bounded the F16 GEMV below DRAM speed on a small machine).
 struct ActLayout {
     ActOrder order = ActOrder::None;
     int sub = 0;            ///< values per sub-block (32 or 16)
@@ -82,7 +79,6 @@ struct ActLayout {
     int64_t img_bytes = 0;  ///< n_sub * sub
     int32_t corr_offset = 0;
     size_t img = 0, dx = 0, corr = 0, sx = 0;  ///< byte offsets in the row; 0 = absent (img: order None)
-    bool f32 = false;                          ///< the f32 view at offset 0 (F16 / BF16 weights)
     size_t stride = 0;
 };
 
@@ -105,7 +101,6 @@ struct ActRow {
     const float* dx = nullptr;
     const int32_t* corr = nullptr;
     const float* sx = nullptr;
-    const float* f = nullptr;  ///< F16 / BF16 rows: the same values as f32 (ActLayout::f32), or nullptr
 };
 
 /// out[j] = dot(weight row w, activation row a[j]) for j in [0, nt), 1 <= nt <= kDotMaxTokens;

@@ -202,7 +202,6 @@ kernels::ActRow kernels::act_row(const ActBuffer& a, int64_t t) {
         if (a.simd_dx) r.dx = reinterpret_cast<const float*>(s + a.simd_dx);
         if (a.simd_corr) r.corr = reinterpret_cast<const int32_t*>(s + a.simd_corr);
         if (a.simd_sx) r.sx = reinterpret_cast<const float*>(s + a.simd_sx);
-        if (a.simd_f32) r.f = reinterpret_cast<const float*>(s);
     }
     return r;
 }
@@ -384,7 +383,6 @@ void act_buffer_init(ActBuffer& out, int64_t n_tokens, int64_t ne0, GgmlType wei
     out.simd_dx = l.dx;
     out.simd_corr = l.corr;
     out.simd_sx = l.sx;
-    out.simd_f32 = l.f32;
     out.simd.resize(l.stride * static_cast<size_t>(n_tokens));
 }
 
@@ -580,7 +578,6 @@ void kernels::matmul_table(const Table& table, const WeightView& w, const void* 
     buf.simd_dx = l.dx;
     buf.simd_corr = l.corr;
     buf.simd_sx = l.sx;
-    buf.simd_f32 = l.f32;
     buf.simd.assign(l.stride * static_cast<size_t>(nt), 0xCD);  // stale bytes must not matter
     const int64_t nb = has_block_scales(vt) ? n / 32 : 0;
     buf.block_scales.resize(static_cast<size_t>(nb * nt));

@@ -69,11 +69,10 @@ struct ActBuffer {
     std::vector<float> block_scales;
     /// The SIMD kernels' views of every row (src/cpu/kernels.h ActLayout, act_layout.cpp): per token
     /// `simd_stride` bytes, the quants permuted for weight_type's kernels and per-lane block scales
-    /// and offsets; for F16 / BF16 the row as f32. Derived from `data`; empty for F32.
+    /// and offsets. Derived from `data`; empty for float types.
     std::vector<uint8_t, Aligned64<uint8_t>> simd;
     size_t simd_stride = 0;
     size_t simd_dx = 0, simd_corr = 0, simd_sx = 0;  ///< offsets in a row's views (0: absent)
-    bool simd_f32 = false;                           ///< F16 / BF16: the row as f32 at offset 0
     /// First byte of token t's row.
     const uint8_t* row(int64_t t) const { return data.data() + static_cast<size_t>(t) * row_bytes; }
 };

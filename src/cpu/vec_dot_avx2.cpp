@@ -49,21 +49,14 @@ struct LdBF16 {
 };
 
 /// Two 8-lane accumulators per token (16 values per step), tail (n % 16) added in order at the end.
-/// F16 / BF16 activations are read from their f32 view (ActRow::f) where the row has one: the same
-/// values, so the same result, with half the conversions. (Four accumulators, with 3-4 tokens in two
-/// passes to fit 16 registers, were tried: no faster at DRAM speed on the 2-core VM, and the passes
-/// converted the weights twice: a 32-token prompt's F16 projections took 1.35x as long.)
+/// Tried and removed (docs/cpu-kernels.md, 2026-12-04): the activations kept as f32 (half the
+/// conversions, twice the activation bytes through L1: F16 projections 1.3x slower on the 2-core
+/// AVX2 VM) and four accumulators (3-4 tokens in two passes: the weights converted twice).
 template <class L>
 struct FloatDot {
     template <int NT>
     struct K {
         static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-            if (L::kSize == 2 && a[0].f) return body<true>(n, w, a, out);
-            body<false>(n, w, a, out);
-        }
-        template <bool kF>
-        __attribute__((always_inline)) static void body(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-            auto act = [&](int t, int64_t i) { return kF ? _mm256_loadu_ps(a[t].f + i) : L::load(a[t].q + i * L::kSize); };
             __m256 acc0[NT], acc1[NT];
             for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
             const int64_t n16 = n - n % 16;
@@ -71,14 +64,13 @@ struct FloatDot {
                 if (L::kSize == 4 || (i & 16) == 0) prefetch_w(w + i * L::kSize);
                 const __m256 w0 = L::load(w + i * L::kSize), w1 = L::load(w + (i + 8) * L::kSize);
                 for (int t = 0; t < NT; ++t) {
-                    acc0[t] = _mm256_fmadd_ps(w0, act(t, i), acc0[t]);
-                    acc1[t] = _mm256_fmadd_ps(w1, act(t, i + 8), acc1[t]);
+                    acc0[t] = _mm256_fmadd_ps(w0, L::load(a[t].q + i * L::kSize), acc0[t]);
+                    acc1[t] = _mm256_fmadd_ps(w1, L::load(a[t].q + (i + 8) * L::kSize), acc1[t]);
                 }
             }
             for (int t = 0; t < NT; ++t) {
                 float s = hsum8(_mm256_add_ps(acc0[t], acc1[t]));
-                for (int64_t i = n16; i < n; ++i)
-                    s += L::one(w + i * L::kSize) * (kF ? a[t].f[i] : L::one(a[t].q + i * L::kSize));
+                for (int64_t i = n16; i < n; ++i) s += L::one(w + i * L::kSize) * L::one(a[t].q + i * L::kSize);
                 out[t] = s;
             }
         }

@@ -54,13 +54,6 @@ struct FloatDot {
     template <int NT>
     struct K {
         static void run(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-            if (L::kSize == 2 && a[0].f) return body<true>(n, w, a, out);
-            body<false>(n, w, a, out);
-        }
-        /// kF: F16 / BF16 activations from their f32 view (ActRow::f): the same values, half the conversions.
-        template <bool kF>
-        __attribute__((always_inline)) static void body(int64_t n, const uint8_t* w, const ActRow* a, float* out) {
-            auto act = [&](int t, int64_t i) { return kF ? _mm512_loadu_ps(a[t].f + i) : L::load(a[t].q + i * L::kSize); };
             __m512 acc0[NT], acc1[NT];
             for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
             const int64_t n32 = n - n % 32;
@@ -69,14 +62,13 @@ struct FloatDot {
                 if (L::kSize == 4) prefetch_w(w + i * L::kSize + 64);
                 const __m512 w0 = L::load(w + i * L::kSize), w1 = L::load(w + (i + 16) * L::kSize);
                 for (int t = 0; t < NT; ++t) {
-                    acc0[t] = _mm512_fmadd_ps(w0, act(t, i), acc0[t]);
-                    acc1[t] = _mm512_fmadd_ps(w1, act(t, i + 16), acc1[t]);
+                    acc0[t] = _mm512_fmadd_ps(w0, L::load(a[t].q + i * L::kSize), acc0[t]);
+                    acc1[t] = _mm512_fmadd_ps(w1, L::load(a[t].q + (i + 16) * L::kSize), acc1[t]);
                 }
             }
             for (int t = 0; t < NT; ++t) {
                 float s = hsum16(_mm512_add_ps(acc0[t], acc1[t]));
-                for (int64_t i = n32; i < n; ++i)
-                    s += L::one(w + i * L::kSize) * (kF ? a[t].f[i] : L::one(a[t].q + i * L::kSize));
+                for (int64_t i = n32; i < n; ++i) s += L::one(w + i * L::kSize) * L::one(a[t].q + i * L::kSize);
                 out[t] = s;
             }
         }

@@ -319,41 +319,6 @@ TEST(CpuMatmul, NitroIsaLowersToTheBestLevelAtOrBelowIt) {
     EXPECT_NE(bad.find("NITRO_ISA=avx10 is not one of scalar, avx2, avxvnni, avx512"), std::string::npos) << bad;
 }
 
-TEST(CpuMatmul, F16AndBf16ActivationsAsF32GiveTheSameBits) {
-    // quantize_acts keeps F16 / BF16 activations also as f32 (the view the SIMD kernels read, so
-    // they convert only the weights). The values are exactly the rounded ones, so the product must
-    // equal, bit for bit, the same kernel reading the F16 row itself (dot_f16, the attention path).
-    for (int64_t n : {8, 37, 64, 100, 2880}) {
-        const auto w = make_weights(GgmlType::F16, 3, n, 5);
-        ActBuffer acts;
-        quantize_acts(make_acts(1, n, 11).data(), 1, n, GgmlType::F16, acts);
-        ASSERT_TRUE(acts.simd_f32);
-        const auto* h = reinterpret_cast<const uint16_t*>(acts.row(0));
-        const auto* f = reinterpret_cast<const float*>(acts.simd.data());
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(f[i], nitro::fp16_to_f32(h[i])) << i;
-        const size_t rb = nitro::row_size(GgmlType::F16, n);
-        for (int64_t r = 0; r < 3; ++r) {
-            const void* a[1] = {acts.row(0)};
-            float via_view;
-            vec_dot_isa(kernel_isa(), GgmlType::F16, n, w.data() + r * rb, a, 1, &via_view);
-            const float direct = dot_f16(n, reinterpret_cast<const uint16_t*>(w.data() + r * rb), h);
-            EXPECT_EQ(std::memcmp(&via_view, &direct, 4), 0)
-                << "n " << n << " row " << r << ": " << via_view << " vs " << direct;
-        }
-        ActBuffer b16;
-        quantize_acts(make_acts(1, n, 11).data(), 1, n, GgmlType::BF16, b16);
-        ASSERT_TRUE(b16.simd_f32);
-        const auto* hb = reinterpret_cast<const uint16_t*>(b16.row(0));
-        const auto* fb = reinterpret_cast<const float*>(b16.simd.data());
-        for (int64_t i = 0; i < n; ++i) {
-            const uint32_t bits = static_cast<uint32_t>(hb[i]) << 16;
-            float v;
-            std::memcpy(&v, &bits, 4);
-            ASSERT_EQ(std::memcmp(&fb[i], &v, 4), 0) << i;
-        }
-    }
-}
-
 /// out[t * stride + r] for every job, computed one dot at a time with the active ISA's kernel.
 std::vector<float> expected_job(const MatmulJob& j) {
     std::vector<float> out(static_cast<size_t>(j.n_tokens * j.w.n_rows));
