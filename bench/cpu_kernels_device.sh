@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU expert kernels at DRAM speed (issue 19), measured on one machine in one go:
-#   - the read probe and the expert kernel GB/s per weight type and ISA level (avx2 and the best
-#     this CPU has), for 1, 4 and 16 tokens, as % of the probe of the same run (nitro bench
+#   - the read probe and the expert kernel GB/s per weight type and ISA level (every SIMD level
+#     this CPU has: avx2, avxvnni where present, avx512), for 1, 4 and 16 tokens, as % of the probe of the same run (nitro bench
 #     kernel table: cpu::moe_ffn on random experts, gpt-oss-20b and Qwen3-30B-A3B expert shapes);
 #   - the real models' expert products through moe_ffn, file mapping vs --no-mmap (huge pages);
 #   - the one-token kernels' software prefetch: distance x cache level (t0 = L1, t1 = L2), both levels;
