@@ -6,8 +6,8 @@
 #   .carry/fixtures.tar.xz  shared/fixtures (the tiny GGUFs and their llama.cpp goldens)
 #   .carry/llama-src.tar.xz llama.cpp 80fb11a's source from node-llama-cpp's bundle (git archive,
 #                           without models/docs/tests) for llama-bench with CUDA (only with --llama)
-#   .carry/cpu.tar.xz       (only with --cpu CPU_BUILD, alone) cpu/{nitro, the Debian libraries,
-#                           llama-peer/}: the CPU build and llama.cpp's CPU peer for
+#   .carry/cpu.tar.xz       (only with --cpu CPU_BUILD, alone) cpu/{nitro, nitro_tests, the Debian
+#                           libraries, llama-peer/}: the CPU build and llama.cpp's CPU peer for
 #                           bench/cpu_kernels_device.sh (run it with LD_LIBRARY_PATH=cpu)
 # usage: bench/make_carry.sh [--llama] [BUILD_DIR=build-cuda]
 #        bench/make_carry.sh --cpu [CPU_BUILD_DIR=build]
@@ -19,6 +19,9 @@ if [ "${1:-}" = --cpu ]; then
     T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
     mkdir -p "$T/cpu/llama-peer"
     cp "$B/nitro" "$T/cpu/" && strip --strip-unneeded "$T/cpu/nitro"
+    # the unit tests, for the kernel levels the development machine lacks (AVX-VNNI, AVX-512):
+    # cpu/nitro_tests --gtest_filter='CpuMatmul*:CpuMoe*' needs no reference data
+    cp "$B/tests/nitro_tests" "$T/cpu/" && strip --strip-unneeded "$T/cpu/nitro_tests"
     for lib in libfmt.so.9 libxxhash.so.0 libpcre2-8.so.0 libcpp-httplib.so.0.11; do cp -L "/lib/x86_64-linux-gnu/$lib" "$T/cpu/"; done
     # llama.cpp's peer with the CPU variants the ggml loader would choose on the lent Xeon
     # (sapphirerapids), the AVX2 comparison (haswell) and the baseline (x64)
