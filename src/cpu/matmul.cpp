@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -70,11 +71,17 @@ Isa best_isa(Isa limit = Isa::Avx512) {
     return Isa::Scalar;
 }
 
-Isa parse_isa(std::string_view isa) {
+/// The level named `isa`, or nullopt for another name.
+std::optional<Isa> find_isa(std::string_view isa) {
     if (isa == "scalar") return Isa::Scalar;
     if (isa == "avx2") return Isa::Avx2;
     if (isa == "avxvnni") return Isa::AvxVnni;
     if (isa == "avx512") return Isa::Avx512;
+    return std::nullopt;
+}
+
+Isa parse_isa(std::string_view isa) {
+    if (const auto l = find_isa(isa)) return *l;
     fail("unknown instruction set '{}' (expected scalar, avx2, avxvnni or avx512)", isa);
 }
 
@@ -95,10 +102,9 @@ const char* isa_name(Isa isa) {
 /// below it (never raised above the hardware).
 Isa selected_isa() {
     if (const char* env = std::getenv("NITRO_ISA"); env && *env) {
-        const std::string_view v(env);
-        if (v != "scalar" && v != "avx2" && v != "avxvnni" && v != "avx512")
-            fail("NITRO_ISA={} is not one of scalar, avx2, avxvnni, avx512", v);
-        return best_isa(parse_isa(v));
+        const auto want = find_isa(env);
+        if (!want) fail("NITRO_ISA={} is not one of scalar, avx2, avxvnni, avx512", env);
+        return best_isa(*want);
     }
     return best_isa();
 }
