@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
         app.parse(static_cast<int>(argv2.size()), argv2.data());
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
+    } catch (const nitro::Error& e) {  // from --version (e.g. a bad NITRO_ISA), which runs while parsing
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
     }
     try {
         for (auto& [sub, action] : actions)

@@ -25,6 +25,7 @@
 #include "quant/types.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -303,13 +304,15 @@ TEST(CpuMatmul, NitroIsaLowersToTheBestLevelAtOrBelowIt) {
     // it, else the best level below it (avx2 on Zen 4 and older Intel, scalar without AVX2).
     const auto isas = available_isas();
     auto has = [&](const char* l) { return std::find(isas.begin(), isas.end(), l) != isas.end(); };
-    auto version = [](const std::string& env) {
+    int status = -1;  // exit status of the last run
+    auto version = [&](const std::string& env) {
         const std::string cmd = env + " " + std::string(NITRO_BINARY) + " --version 2>&1";
         FILE* p = popen(cmd.c_str(), "r");
         std::string out;
         char buf[256];
         while (p && std::fgets(buf, sizeof buf, p)) out += buf;
-        if (p) pclose(p);
+        const int w = p ? pclose(p) : -1;
+        status = w != -1 && WIFEXITED(w) ? WEXITSTATUS(w) : -1;  // -1: killed by a signal (e.g. abort)
         return out;
     };
     const std::string want = has("avxvnni") ? "avxvnni" : has("avx2") ? "avx2" : "scalar";
@@ -317,6 +320,7 @@ TEST(CpuMatmul, NitroIsaLowersToTheBestLevelAtOrBelowIt) {
         << version("NITRO_ISA=avxvnni");
     const std::string bad = version("NITRO_ISA=avx10");
     EXPECT_NE(bad.find("NITRO_ISA=avx10 is not one of scalar, avx2, avxvnni, avx512"), std::string::npos) << bad;
+    EXPECT_EQ(status, 1) << "a bad NITRO_ISA must be an error exit, not an abort: " << bad;
 }
 
 /// out[t * stride + r] for every job, computed one dot at a time with the active ISA's kernel.
