@@ -1,6 +1,8 @@
 // libFuzzer target for the GGUF reader: any byte string must either open (and then be fully
 // walkable: metadata, tensor infos, model summary) or raise nitro::Error. Crashes, hangs, leaks,
-// sanitizer reports and any other exception type are bugs.
+// sanitizer reports and any other exception type are bugs. Each input goes through a file named
+// after the process (the reader opens paths); it is removed after each input, since libFuzzer ends
+// the process without running static destructors.
 //
 // Build: cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DNITRO_FUZZ=ON
 // Run:   ./build-fuzz/tests/fuzz/fuzz_gguf -max_total_time=600 tests/fuzz/corpus
@@ -30,5 +32,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)nitro::summarize_model(m);
     } catch (const nitro::Error&) {
     }
+    std::remove(path.c_str());
     return 0;
 }
