@@ -46,6 +46,7 @@ struct ServeOptions {
     std::string route_replay;
     int parallel = 1;
     bool ctx_given = false;  ///< -c was given (else the default is capped to the model's context without a warning)
+    bool api_key_given = false;  ///< --api-key (or NITRO_API_KEY) was given, maybe empty
     bool no_prefault = false;
     EngineCli engine;
 };
@@ -92,6 +93,12 @@ int serve(const ServeOptions& opts) {
             fail("--chat-date: {}", e.what());
         }
     }
+    // An empty key would mean no key: refuse it rather than serve without one by accident (a
+    // `--api-key "$KEY"` whose variable is unset, an exported empty NITRO_API_KEY).
+    if (o.api_key_given && o.http.api_key.empty())
+        fail("--api-key is empty (an unset variable?): give a key, or leave --api-key out for a server without one");
+    if (const char* env = std::getenv("NITRO_API_KEY"); env && !*env && o.http.api_key.empty())
+        fail("NITRO_API_KEY is set but empty: give a key, or unset it for a server without one");
     if (o.model.empty()) o.model = default_model_path();  // the embedded model, as `nitro run`
     // SIGINT/SIGTERM are taken by a dedicated thread (below); every other thread inherits the mask.
     sigset_t sigs;
@@ -169,6 +176,9 @@ int serve(const ServeOptions& opts) {
         std::fprintf(stderr, "auth       none; requests must be addressed to an IP address, localhost%s%s (Host check, "
                              "against DNS rebinding)\n",
                      o.http.allowed_hosts.empty() ? "" : " or ", join_names(o.http.allowed_hosts).c_str());
+    if (o.http.api_key.empty() && !server::is_loopback_host(o.http.host))
+        std::fprintf(stderr, "WARNING    --host %s without --api-key: anyone who can reach this port can use the server\n",
+                     o.http.host.c_str());
     const std::string url = "http://" + server::url_authority(o.http.host, port);
     std::fprintf(stderr, "listening on %s (OpenAI base URL %s/v1)\n", url.c_str(), url.c_str());
     std::fflush(stderr);
@@ -197,11 +207,12 @@ Action add_serve(CLI::App& app) {
     sub->add_option("--port", o->http.port, "Port to listen on (0 = any free port, printed at startup)")
         ->check(CLI::Range(0, 65535))
         ->capture_default_str()->envname("NITRO_PORT");
-    sub->add_option("--api-key", o->http.api_key,
-                    "Require 'Authorization: Bearer KEY' (or x-api-key) on every route but /health. Without a key, any "
-                    "local program can use the server, and requests must name an IP address, localhost or an "
-                    "--allowed-host in their Host header (web pages cannot reach it through DNS rebinding)")
-        ->envname("NITRO_API_KEY");
+    CLI::Option* key_opt =
+        sub->add_option("--api-key", o->http.api_key,
+                        "Require 'Authorization: Bearer KEY' (or x-api-key) on every route but /health. Without a key, any "
+                        "local program can use the server, and requests must name an IP address, localhost or an "
+                        "--allowed-host in their Host header (web pages cannot reach it through DNS rebinding)")
+            ->envname("NITRO_API_KEY");
     sub->add_option("--allowed-host", o->http.allowed_hosts,
                     "Without --api-key: also accept requests whose Host header names this host (repeatable; '*' = any, "
                     "which lets web pages reach the server through DNS rebinding)")
@@ -256,7 +267,8 @@ Action add_serve(CLI::App& app) {
     sub->add_flag("--no-prefault", o->no_prefault, "Do not read the weights at startup (pages load on first use)");
     auto mem = std::make_shared<MemoryFlags>();
     add_memory_flags(sub, *mem);
-    return [o, mem, ctx_opt]() {
+    return [o, mem, ctx_opt, key_opt]() {
+        o->api_key_given = key_opt->count() > 0;
         o->ctx_given = ctx_opt->count() > 0;
         apply_memory_flags(*mem);
         return serve(*o);

@@ -32,6 +32,20 @@ bool is_ip_literal(const std::string& h) {
     return inet_pton(AF_INET, h.c_str(), &a4) == 1 || inet_pton(AF_INET6, h.c_str(), &a6) == 1;
 }
 
+}  // namespace
+
+bool is_loopback_host(std::string_view host) {
+    std::string h = lower(host);
+    if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+    if (h == "localhost" || h.ends_with(".localhost")) return true;
+    in_addr a4{};
+    if (inet_pton(AF_INET, h.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    in6_addr a6{};
+    return inet_pton(AF_INET6, h.c_str(), &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+namespace {
+
 int port_of(const sockaddr_storage& ss) {
     if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(ss).sin_port);
     if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(ss).sin6_port);

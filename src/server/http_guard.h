@@ -54,6 +54,12 @@ std::string host_of_header(std::string_view host_header);
 /// browsers always send one).
 bool host_allowed(std::string_view host_header, std::string_view bound_host, const std::vector<std::string>& allowed);
 
+/// True if a --host value listens on loopback only: "localhost" (or a name under .localhost), an
+/// IPv4 address in 127.0.0.0/8, or "::1" (bracketed or not). "0.0.0.0", "::", a LAN address or
+/// another name reach the network: a server there without an API key serves anyone who can reach
+/// the port (the Host check admits every IP address).
+bool is_loopback_host(std::string_view host);
+
 /// What is known about the client end of a connected socket without reading from it.
 enum class PeerState {
     OPEN,         ///< nothing received, or more request bytes

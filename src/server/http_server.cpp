@@ -117,6 +117,14 @@ ApiError server_error(const std::string& message) {
     return e;
 }
 
+/// 503 for a job that ended without its answer: the server is stopping (or the client left, when
+/// nobody reads it).
+ApiError cancelled_error(const std::string& why) {
+    ApiError e = server_error("the request was cancelled: " + why);
+    e.status = 503;
+    return e;
+}
+
 std::string file_stem(const std::string& path) {
     std::string name = std::filesystem::path(path).filename().string();
     if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
@@ -446,7 +454,11 @@ struct HttpServer::Impl {
                         if (state->cause() == FinishCause::ERROR) {
                             metrics->requests_server_error++;
                             write("data: " + dump(server_error(state->error()).to_json()) + "\n\n");
-                        } else if (state->cause() != FinishCause::CANCELLED) {
+                        } else if (state->cause() == FinishCause::CANCELLED) {
+                            // The server is stopping (a client that left reads nothing): say so, or
+                            // the stream would look complete.
+                            write("data: " + dump(cancelled_error(state->error()).to_json()) + "\n\n");
+                        } else {
                             metrics->requests_ok++;
                         }
                         write("data: [DONE]\n\n");
@@ -472,8 +484,7 @@ struct HttpServer::Impl {
     void finish_body(httplib::Response& res, RequestState& state) {
         switch (state.cause()) {
             case FinishCause::CANCELLED:
-                send_error(res, server_error("the request was cancelled: " + state.error()));
-                res.status = 503;
+                send_error(res, cancelled_error(state.error()));
                 break;
             case FinishCause::ERROR:
                 ctx.metrics->requests_server_error++;

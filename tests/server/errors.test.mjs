@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
-import { startServer, metrics, sleep, GPTOSS, API_KEY } from './helpers.mjs';
+import { spawn } from 'node:child_process';
+import { startServer, metrics, sleep, GPTOSS, API_KEY, NITRO } from './helpers.mjs';
 
 const run = promisify(execFile);
 let server, client, auth;
@@ -194,4 +195,65 @@ test('/metrics is Prometheus text with the documented families', async () => {
   const m = await metrics(server.baseURL, auth);
   assert.ok(m['nitro_requests_total{endpoint="chat_completions"}'] >= 5);
   assert.ok(m['nitro_requests_finished_total{outcome="client_error"}'] >= 8);
+});
+
+test('a stream cut by the server stopping ends with an error event, then [DONE] (not a bare [DONE])', async () => {
+  const own = await startServer(GPTOSS, ['-c', '4096']);
+  const res = await fetch(`${own.baseURL}/v1/completions`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: 'import os', max_tokens: 3000, ignore_eos: true, stream: true }),
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  const dec = new TextDecoder();
+  let text = '';
+  while (!text.includes('data: {')) {
+    const { value, done } = await reader.read();
+    assert.ok(!done, 'the stream ended before its first chunk');
+    text += dec.decode(value, { stream: true });
+  }
+  const stopped = own.stop();  // SIGTERM while the answer streams
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += dec.decode(value, { stream: true });
+  }
+  assert.equal(await stopped, 0);
+  const lines = text.split('\n').filter((l) => l.startsWith('data: '));
+  assert.equal(lines.at(-1), 'data: [DONE]');
+  const last = JSON.parse(lines.at(-2).slice(6));
+  assert.equal(last.error?.type, 'server_error', lines.at(-2));
+  assert.match(last.error.message, /cancelled: the server is shutting down/);
+  const chunks = lines.slice(0, -2).map((l) => JSON.parse(l.slice(6)));
+  assert.ok(chunks.length >= 1);
+  assert.ok(chunks.every((c) => c.choices[0].finish_reason === null), 'no chunk claims the answer finished');
+});
+
+/** Runs `nitro serve ARGS` until it exits or prints its listening line; resolves {code, log}. */
+function serveUntilListening(args, env = {}) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(NITRO, ['serve', '-m', GPTOSS, '--port', '0', '-t', '1', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`no exit and no listening line in 30 s:\n${log}`)); }, 30000);
+    proc.stderr.on('data', (d) => {
+      log += d.toString();
+      if (/listening on /.test(log)) proc.kill('SIGTERM');
+    });
+    proc.on('exit', (code) => { clearTimeout(timer); resolve({ code, log }); });
+  });
+}
+
+test('an empty API key is refused (not a server without a key); a non-loopback --host without a key warns', async () => {
+  const empty = await serveUntilListening(['--host', '127.0.0.1', '--api-key', '']);
+  assert.equal(empty.code, 1, empty.log);
+  assert.match(empty.log, /--api-key is empty/);
+  const emptyEnv = await serveUntilListening(['--host', '127.0.0.1'], { NITRO_API_KEY: '' });
+  assert.equal(emptyEnv.code, 1, emptyEnv.log);
+  assert.match(emptyEnv.log, /NITRO_API_KEY is set but empty/);
+  const open = await serveUntilListening(['--host', '0.0.0.0']);
+  assert.match(open.log, /WARNING +--host 0\.0\.0\.0 without --api-key: anyone who can reach this port can use the server/);
+  const local = await serveUntilListening(['--host', '127.0.0.1']);
+  assert.doesNotMatch(local.log, /WARNING/);
+  const keyed = await serveUntilListening(['--host', '0.0.0.0', '--api-key', API_KEY]);
+  assert.doesNotMatch(keyed.log, /without --api-key/);
 });

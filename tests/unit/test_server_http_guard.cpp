@@ -58,6 +58,15 @@ TEST(ServerHttpGuard, HostCheckAgainstDnsRebinding) {
     EXPECT_EQ(host_of_header("Example.COM.:80"), "example.com");
 }
 
+TEST(ServerHttpGuard, LoopbackHostsAreThoseThatOnlyThisMachineReaches) {
+    for (const char* h :
+         {"127.0.0.1", "127.1.2.3", "localhost", "LOCALHOST", "app.localhost", "::1", "[::1]", "0:0:0:0:0:0:0:1"})
+        EXPECT_TRUE(is_loopback_host(h)) << h;
+    for (const char* h : {"0.0.0.0", "::", "[::]", "10.0.0.7", "192.168.1.2", "128.0.0.1", "::ffff:10.0.0.1", "example.com",
+                          "localhost.example.com", "", "127.0.0"})
+        EXPECT_FALSE(is_loopback_host(h)) << h;
+}
+
 TEST(ServerHttpGuard, UrlAuthorityBracketsIpv6) {
     EXPECT_EQ(url_authority("::1", 8080), "[::1]:8080");
     EXPECT_EQ(url_authority("fe80::1%lo", 1), "[fe80::1%lo]:1");
