@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 #include <variant>
 
@@ -64,14 +65,23 @@ ModelHparams read_hparams(const GgufMetadata& m) {
     h.n_ff_shexp = m.get_int(a + "expert_shared_feed_forward_length").value_or(0);
     h.n_ctx_train = m.get_int(a + "context_length").value_or(0);
     h.sliding_window = m.get_int(a + "attention.sliding_window").value_or(0);
-    h.rms_eps = m.get_float(a + "attention.layer_norm_rms_epsilon").value_or(0);
-    h.rope_freq_base = m.get_float(a + "rope.freq_base").value_or(10000.0);
+    // Float keys: a NaN, an infinity or a non-positive base/epsilon makes every logit NaN (found
+    // with a patched file that loaded and then decoded token 0 at uniform probabilities).
+    auto real = [&](const std::string& k, double fallback, bool positive) {
+        const auto v = m.get_float(a + k);
+        if (!v) return fallback;
+        if (!std::isfinite(*v) || (positive ? *v <= 0 : *v < 0))
+            fail("{}: metadata key '{}' = {} must be a finite number {}", m.source, a + k, *v, positive ? "> 0" : ">= 0");
+        return *v;
+    };
+    h.rms_eps = real("attention.layer_norm_rms_epsilon", 0, true);
+    h.rope_freq_base = real("rope.freq_base", 10000.0, true);
     h.rope_dim = m.get_int(a + "rope.dimension_count").value_or(h.head_dim);
     h.rope_scaling = m.get_string(a + "rope.scaling.type").value_or("");
-    h.rope_scaling_factor = m.get_float(a + "rope.scaling.factor").value_or(0);
+    h.rope_scaling_factor = real("rope.scaling.factor", 0, false);
     h.rope_orig_ctx = m.get_int(a + "rope.scaling.original_context_length").value_or(0);
-    h.rope_yarn_beta_fast = m.get_float(a + "rope.scaling.yarn_beta_fast").value_or(32.0);
-    h.rope_yarn_beta_slow = m.get_float(a + "rope.scaling.yarn_beta_slow").value_or(1.0);
+    h.rope_yarn_beta_fast = real("rope.scaling.yarn_beta_fast", 32.0, false);
+    h.rope_yarn_beta_slow = real("rope.scaling.yarn_beta_slow", 1.0, false);
     h.swa_period = m.get_int(a + "attention.sliding_window_pattern").value_or(0);
     // Gated DeltaNet layers (llama.cpp LLM_KV_SSM_*, qwen3next / qwen35moe load_arch_hparams).
     h.ssm_d_conv = m.get_int(a + "ssm.conv_kernel").value_or(0);

@@ -55,7 +55,11 @@ Model::Model(const std::string& path) : gguf_(std::make_unique<GgufModel>(path))
     config_ = arch->config(hp_);
     if (hp_.n_expert <= 0 || hp_.n_expert_used <= 0)
         fail("{}: {} needs {}.expert_count and expert_used_count > 0", path, hp_.arch, hp_.arch);
-    if (hp_.n_ff_exp <= 0) fail("{}: metadata key '{}.expert_feed_forward_length' is missing", path, hp_.arch);
+    if (hp_.n_ff_exp <= 0)
+        fail("{}: metadata key '{}.expert_feed_forward_length' is {}", path, hp_.arch,
+             gguf_->metadata().find(hp_.arch + ".expert_feed_forward_length")
+                 ? fmt::format("{}: it must be positive", hp_.n_ff_exp)
+                 : std::string("missing"));
     if (config_.swa_period > 0 && hp_.sliding_window <= 0)
         fail("{}: sliding-window layers need {}.attention.sliding_window > 0", path, hp_.arch);
     if (config_.recurrent) check_ssm_hparams(path);
