@@ -46,7 +46,7 @@ TEST_P(ChatMarkup, GoldenConversationsGiveTheOfficialIds) {
         for (size_t i = 0; i < c.markup.size(); ++i) {  // sorted, disjoint, inside the text
             EXPECT_LT(c.markup[i].first, c.markup[i].second);
             EXPECT_LE(c.markup[i].second, c.text.size());
-            if (i) EXPECT_LT(c.markup[i - 1].second, c.markup[i].first);  // adjacent ones are merged
+            if (i) { EXPECT_LT(c.markup[i - 1].second, c.markup[i].first); }  // adjacent ones are merged
         }
         ++n;
     }

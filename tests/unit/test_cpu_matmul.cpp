@@ -295,8 +295,9 @@ TEST(CpuMatmul, AvailableLevelsFollowTheCpuFeatures) {
     if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni) want.emplace_back("avx512");
     EXPECT_EQ(available_isas(), want);
     for (const char* level : {"avxvnni", "avx512", "avx2"})
-        if (std::find(want.begin(), want.end(), level) == want.end())
+        if (std::find(want.begin(), want.end(), level) == want.end()) {
             EXPECT_THROW(set_kernel_isa(level), nitro::Error) << level;
+        }
 }
 
 TEST(CpuMatmul, NitroIsaLowersToTheBestLevelAtOrBelowIt) {

@@ -287,12 +287,13 @@ TEST(ExpertCache, RandomStepsNeverOverwriteASlotTheStepComputes) {
                 const auto st = c.access(l, ids);
                 for (const Admission& a : st.admissions) {
                     EXPECT_EQ(std::count(ids.begin(), ids.end(), static_cast<int32_t>(a.evicted)), 0);
-                    if (a.evicted != kNoExpert) EXPECT_EQ(before[static_cast<size_t>(a.slot)], a.evicted);
+                    if (a.evicted != kNoExpert) { EXPECT_EQ(before[static_cast<size_t>(a.slot)], a.evicted); }
                 }
                 c.commit(l);
                 for (int e = 0; e < 16; ++e)
-                    if (c.slot_of(l)[static_cast<size_t>(e)] >= 0)
+                    if (c.slot_of(l)[static_cast<size_t>(e)] >= 0) {
                         EXPECT_EQ(c.slots(l)[static_cast<size_t>(c.slot_of(l)[static_cast<size_t>(e)])], e);
+                    }
             }
         }
         EXPECT_GT(c.total().admissions, 0u);

@@ -256,8 +256,8 @@ TEST(GrammarMask, RandomWalksAreJsonThatNlohmannParsesAndTheSchemaHolds) {
         for (const auto& [k, x] : v.items()) EXPECT_TRUE(k == "name" || k == "age" || k == "role" || k == "tags") << k;
         ASSERT_TRUE(v.contains("name") && v["name"].is_string()) << t;
         EXPECT_LE(v["name"].get<std::string>().size(), 12u * 4) << t;  // 12 characters, at most 4 bytes each
-        if (v.contains("age")) EXPECT_TRUE(v["age"].is_number_integer()) << t;
-        if (v.contains("role")) EXPECT_TRUE(v["role"] == "admin" || v["role"] == "user") << t;
+        if (v.contains("age")) { EXPECT_TRUE(v["age"].is_number_integer()) << t; }
+        if (v.contains("role")) { EXPECT_TRUE(v["role"] == "admin" || v["role"] == "user") << t; }
         ASSERT_TRUE(v.contains("tags") && v["tags"].is_array()) << t;
         EXPECT_LE(v["tags"].size(), 3u) << t;
         for (const auto& x : v["tags"]) EXPECT_TRUE(x.is_string()) << t;

@@ -109,7 +109,7 @@ TEST(Placement, BudgetLadderFillsWhatIsLeftEvenly) {
             EXPECT_LE(p.group_bytes, lo + 13 * 256 + 4 * 64 + (2u << 20)) << gib << " GiB";
             EXPECT_LE(p.group_bytes, p.budget_bytes / 8) << gib << " GiB";
             // shrunk only as far as the eighth of the budget needs
-            if (G < 4 * ub) EXPECT_GT(static_cast<uint64_t>(G + ub / 16) * 103'768, p.budget_bytes / 8) << gib << " GiB";
+            if (G < 4 * ub) { EXPECT_GT(static_cast<uint64_t>(G + ub / 16) * 103'768, p.budget_bytes / 8) << gib << " GiB"; }
         }
         const int64_t want = std::min<int64_t>(36 * 128, static_cast<int64_t>((left - stage - group) / p.expert_bytes));
         EXPECT_EQ(p.n_resident(), want) << gib << " GiB";

@@ -141,7 +141,7 @@ TEST(ServerScheduler, FourConcurrentJobsGiveTheTokensTheyGiveAlone) {
                 EXPECT_EQ(runs[i].sink->ids, ref[i]) << family << (greedy ? " greedy" : " sampled") << ": job " << i
                                                      << " differs from the same job run alone";
             }
-            if (!greedy) EXPECT_NE(ref[0], ref[1]) << "seeded sampling must differ between jobs for the test to mean anything";
+            if (!greedy) { EXPECT_NE(ref[0], ref[1]) << "seeded sampling must differ between jobs for the test to mean anything"; }
             // Really batched: far fewer forward steps than one at a time, several decode rows per step.
             const double steps = metric(m, "nitro_batch_steps_total");
             const double decode_rows = metric(m, "nitro_batch_rows_total{kind=\"decode\"}");

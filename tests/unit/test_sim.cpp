@@ -199,7 +199,7 @@ TEST(SimCli, SynthFromFixtureThenSimPrintsTableJsonAndSvg) {
     const uint64_t lru4 = replay_policy(rt, parse_policy_list("lru")[0], prof, 4).total.hits;
     for (const auto& r : j["results"]) {
         EXPECT_EQ(r["accesses"].get<uint64_t>(), rt.accesses());
-        if (r["policy"] == "lru" && r["capacity"] == 4) EXPECT_EQ(r["hits"].get<uint64_t>(), lru4);
+        if (r["policy"] == "lru" && r["capacity"] == 4) { EXPECT_EQ(r["hits"].get<uint64_t>(), lru4); }
     }
 
     // Table and SVG; the JSON Lines form gives the same numbers.
