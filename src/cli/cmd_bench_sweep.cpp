@@ -3,6 +3,7 @@
 #include "cli/bench_sweep_cli.h"
 
 #include "core/error.h"
+#include "core/user_file.h"
 #include "core/version.h"
 #include "cpu/thread_pool.h"
 #include "runtime/bench.h"
@@ -78,7 +79,8 @@ std::ofstream open_records(const std::string& dir, bool append, bool overwrite, 
     const std::string path = (fs::path(dir) / "records.jsonl").string();
     records.clear();
     if (append) {
-        std::ifstream in(path);
+        std::ifstream in;
+        if (fs::exists(path, ec)) in = open_user_file(path, "--append: the records file");
         int line_no = 0;
         for (std::string line; std::getline(in, line);) {
             ++line_no;

@@ -2,6 +2,7 @@
 #include "arch/convert_hf.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/user_file.h"
 
 #include <fmt/format.h>
 
@@ -30,6 +31,7 @@ Action add_convert(CLI::App& app) {
         const auto t = type_from_name(*expert);
         if (!t) fail("nitro convert: unknown weight type '{}'", *expert);
         o->expert_type = *t;
+        if (!o->chat_template.empty()) check_user_file(o->chat_template, "--chat-template");
         std::function<void(const std::string&)> log;
         if (!*quiet) log = [](const std::string& s) { std::puts(s.c_str()); };
         const ConvertHfResult r = convert_hf_gptoss(*o, log);

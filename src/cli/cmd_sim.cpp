@@ -1,6 +1,7 @@
 // nitro sim TRACE --policy lru,lfu,opt --capacity 2:7 [--json] [--csv F] [--svg F] (docs/sim.md)
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/user_file.h"
 #include "gguf/gguf.h"
 #include "runtime/expert_cache.h"
 #include "runtime/generate.h"
@@ -16,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <memory>
 
 namespace nitro::cli {
@@ -37,11 +38,12 @@ struct SimCliOptions {
 
 /// The per-layer counters of an engine run (TRACE.counters.json "experts"."layers"[i]."cache").
 std::vector<CacheCounters> read_engine_counters(const std::string& path) {
-    std::ifstream f(path);
-    if (!f) return {};
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return {};
+    const std::string text = read_user_file(path, "engine counters");
     std::vector<CacheCounters> out;
     try {
-        const nlohmann::json j = nlohmann::json::parse(f);
+        const nlohmann::json j = nlohmann::json::parse(text);
         for (const auto& l : j.at("experts").at("layers")) {
             const auto& c = l.at("cache");
             CacheCounters k;
@@ -66,12 +68,15 @@ std::vector<CacheCounters> read_engine_counters(const std::string& path) {
 /// engine's counters are beside the trace, prints live and simulated counts per layer.
 int simulate_engine(const ReplayTrace& rt, const std::string& setup_path, const std::string& counters_path,
                     int64_t ubatch, bool json) {
-    std::ifstream f(setup_path);
-    if (!f) fail("{}: cannot open the engine's residency setup (written next to `nitro run --trace FILE` as FILE.residency.json)",
-                 setup_path);
+    std::error_code ec;
+    if (!std::filesystem::exists(setup_path, ec))
+        fail(
+            "{}: cannot open the engine's residency setup (written next to `nitro run --trace FILE` as FILE.residency.json)",
+            setup_path);
+    const std::string setup_text = read_user_file(setup_path, "engine residency setup");
     nlohmann::json sj;
     try {
-        sj = nlohmann::json::parse(f);
+        sj = nlohmann::json::parse(setup_text);
     } catch (const nlohmann::json::exception& e) {
         fail("{}: {}", setup_path, e.what());
     }

@@ -6,6 +6,7 @@
 // tokens parsed.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/user_file.h"
 #include "gguf/gguf.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
@@ -13,7 +14,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -49,12 +49,20 @@ int run_tokenize(const TokenizeOptions& o, bool text_given) {
     nlohmann::ordered_json out;
     if (!o.chat.empty()) {
         if (text_given) fail("nitro tokenize: give either TEXT or --chat FILE, not both");
-        std::ifstream in(o.chat);
-        if (!in) fail("--chat: cannot open '{}'", o.chat);
-        nlohmann::ordered_json conv = nlohmann::ordered_json::parse(in, nullptr, false);
-        if (conv.is_discarded() || !conv.is_object())
-            fail("--chat: '{}' is not a JSON object with \"messages\"", o.chat);
+        const std::string body = read_user_file(o.chat, "--chat");
+        nlohmann::ordered_json conv;
+        try {
+            conv = nlohmann::ordered_json::parse(body);
+        } catch (const nlohmann::json::parse_error& e) {
+            fail("--chat: '{}' is not valid JSON: {}", o.chat, e.what());
+        }
+        if (!conv.is_object())
+            fail(
+                "--chat: '{}' holds a JSON {}, not an object {{\"messages\": [...], \"tools\": [...], \"kwargs\": {{...}}}}",
+                o.chat, conv.type_name());
         if (!conv.contains("messages")) fail("--chat: '{}' has no \"messages\"", o.chat);
+        if (!conv["messages"].is_array())
+            fail("--chat: '{}': \"messages\" is a JSON {}, not an array of messages", o.chat, conv["messages"].type_name());
         ChatOptions copt = ChatOptions::from_kwargs(conv.value("kwargs", nlohmann::ordered_json()));
         if (!o.date.empty()) copt.date = chat_date_from_iso(o.date);
         // Only the template's markup becomes control tokens; message text stays plain text.

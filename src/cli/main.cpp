@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
         app.parse(static_cast<int>(argv2.size()), argv2.data());
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
-    } catch (const nitro::Error& e) {  // from --version (e.g. a bad NITRO_ISA), which runs while parsing
+    } catch (const std::exception& e) {  // from --version (e.g. a bad NITRO_ISA), which runs while parsing
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
@@ -99,6 +99,11 @@ int main(int argc, char** argv) {
         return 1;
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "error: out of memory\n");
+        return 1;
+    } catch (const std::exception& e) {
+        // Any other std exception (a stream failure, a length_error from a bad size) is a bug to fix
+        // where it is thrown, but it must still end the command with a message, not an abort.
+        std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
     return 0;

@@ -1,6 +1,7 @@
 #include "runtime/bench_requests.h"
 
 #include "core/error.h"
+#include "core/user_file.h"
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -79,8 +80,7 @@ std::string error_message(const std::string& body) {
 }  // namespace
 
 std::vector<SavedRequest> read_saved_requests(const std::string& path) {
-    std::ifstream f(path);
-    if (!f) fail("--requests {}: cannot open the file", path);
+    std::ifstream f = open_user_file(path, "--requests");
     std::vector<SavedRequest> out;
     std::map<std::string, int> turns;
     int line_no = 0;
@@ -128,6 +128,7 @@ std::vector<SavedRequest> read_saved_requests(const std::string& path) {
         q.turn = turns[q.conversation]++;
         out.push_back(std::move(q));
     }
+    if (f.bad()) fail("--requests {}: cannot read the file after line {}", path, line_no);
     if (out.empty()) fail("--requests {}: no requests in the file", path);
     return out;
 }

@@ -1,6 +1,7 @@
 #include "runtime/generate.h"
 
 #include "core/error.h"
+#include "core/user_file.h"
 #include "runtime/default_model.h"
 #include "runtime/route_replay.h"
 #include "runtime/route_trace.h"
@@ -60,9 +61,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     } else {
         std::string text = opt.prompt;
         if (!opt.prompt_file.empty()) {
-            std::ifstream in(opt.prompt_file, std::ios::binary);
-            if (!in) fail("cannot open prompt file '{}'", opt.prompt_file);
-            text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+            text = read_user_file(opt.prompt_file, "prompt file");
         }
         if (opt.chat) {
             // Only the template's markup becomes control tokens; the prompt text is plain text.

@@ -2,6 +2,7 @@
 
 #include "arch/synth.h"
 #include "core/error.h"
+#include "core/user_file.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -51,11 +52,10 @@ TensorOverride parse_tensor_override(const std::string& arg) {
 }
 
 HotSet read_hot_set(const std::string& path, int64_t n_layer, int64_t n_expert) {
-    std::ifstream in(path);
-    if (!in) fail("cannot open hot-set file '{}'", path);
+    const std::string text = read_user_file(path, "hot-set file");
     nlohmann::json j;
     try {
-        j = nlohmann::json::parse(in);
+        j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
         fail("hot-set file '{}' is not valid JSON: {}", path, e.what());
     }

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/user_file.h"
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -192,6 +193,7 @@ void write_trace(const std::string& path, const Trace& trace, TraceWriterOptions
 // Reader
 
 bool is_binary_trace(const std::string& path) {
+    check_user_file(path, "trace");
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) fail("{}: cannot open: {}", path, std::strerror(errno));
     char m[4] = {};

@@ -1,6 +1,7 @@
 #include "trace/trace_jsonl.h"
 
 #include "core/error.h"
+#include "core/user_file.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -85,6 +86,7 @@ Trace import_jsonl(std::istream& in, const std::string& name, const JsonlImportO
         }
         lines.push_back(std::move(l));
     }
+    if (in.bad()) fail("{}: cannot read the input after line {}", name, line_no);
     if (lines.empty()) fail("{}: no records", name);
 
     // Header: from the model, else inferred from the lines.
@@ -154,8 +156,7 @@ Trace import_jsonl(std::istream& in, const std::string& name, const JsonlImportO
 }
 
 Trace import_jsonl_file(const std::string& path, const JsonlImportOptions& opt) {
-    std::ifstream f(path);
-    if (!f) fail("{}: cannot open JSON Lines trace", path);
+    std::ifstream f = open_user_file(path, "JSON Lines trace");
     return import_jsonl(f, path, opt);
 }
 

@@ -1,0 +1,85 @@
+// `nitro` end to end on bad command-line input: each case gives a clear message naming the file or
+// flag and a clean exit status (never an abort), and the warnings a new user should see.
+#include "gguf_bytes.h"
+
+#include <gtest/gtest.h>
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+namespace nitro {
+namespace {
+
+const std::string kModel = std::string(NITRO_SOURCE_DIR) + "/models/tiny-moe-pystd.gguf";
+const int kValidationError = static_cast<int>(CLI::ExitCodes::ValidationError);
+
+struct Ran {
+    int status = -1;  ///< exit status; 128 + N when killed by signal N (an abort is 134)
+    std::string out;  ///< stdout and stderr together
+};
+
+/// Runs `nitro ARGS` with stdout and stderr into one file.
+Ran nitro_cli(const std::string& args) {
+    static const std::string log = test::temp_dir("cli-errors") + "/log";
+    const int rc = std::system((std::string(NITRO_BINARY) + " " + args + " >" + log + " 2>&1").c_str());
+    Ran r;
+    r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : WIFSIGNALED(rc) ? 128 + WTERMSIG(rc) : -1;
+    std::ifstream f(log);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    r.out = ss.str();
+    return r;
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(CliErrors, DirectoryOrMissingInputFileIsAnErrorNamingThePath) {
+    const std::string dir = test::temp_dir("cli-dir-input");
+    const std::string missing = dir + "/missing.txt";
+    // Every user-named input file, given a directory: an error naming it, exit status 1.
+    const std::pair<std::string, std::string> cases[] = {
+        {"run -n 2 -f " + dir, "prompt file '" + dir + "' is a directory"},
+        {"tokenize -m " + kModel + " --chat " + dir, "--chat '" + dir + "' is a directory"},
+        {"sim " + dir, "trace '" + dir + "' is a directory"},
+        {"sim --import-jsonl " + dir, "JSON Lines trace '" + dir + "' is a directory"},
+        {"trace import " + dir + " -o " + dir + "/t.nmtr --n-layer 1 --n-expert 2",
+         "JSON Lines trace '" + dir + "' is a directory"},
+        {"bench -m " + kModel + " -o " + dir + "/out --requests " + dir, "--requests '" + dir + "' is a directory"},
+        {"run --mode cpu -n 1 -p x --hot-set " + dir, "--hot-set '" + dir + "' is a directory"},
+        {"run -n 2 -f " + missing, "prompt file '" + missing + "': cannot open: No such file or directory"},
+        {"tokenize -m " + kModel + " --chat " + missing, "--chat '" + missing + "': cannot open: No such file"},
+        {"sim " + missing, "trace '" + missing + "': cannot open: No such file"},
+    };
+    for (const auto& [args, message] : cases) {
+        const Ran r = nitro_cli(args);
+        EXPECT_EQ(r.status, 1) << args << "\n" << r.out;
+        EXPECT_TRUE(has(r.out, "error: " + message)) << args << "\n" << r.out;
+    }
+}
+
+TEST(CliErrors, TokenizeChatTellsInvalidJsonFromAWrongShape) {
+    const std::string dir = test::temp_dir("cli-chat-shape");
+    std::ofstream(dir + "/bad.json") << "{bad";
+    std::ofstream(dir + "/array.json") << R"([{"role": "user", "content": "hi"}])";
+    std::ofstream(dir + "/messages.json") << R"({"messages": {"role": "user", "content": "hi"}})";
+    const std::pair<std::string, std::string> cases[] = {
+        {"bad.json", "is not valid JSON: [json.exception.parse_error.101]"},
+        {"array.json", "holds a JSON array, not an object {\"messages\": [...]"},
+        {"messages.json", ": \"messages\" is a JSON object, not an array of messages"},
+    };
+    for (const auto& [file, message] : cases) {
+        const Ran r = nitro_cli("tokenize -m " + kModel + " --chat " + dir + "/" + file);
+        EXPECT_EQ(r.status, 1) << file << "\n" << r.out;
+        EXPECT_TRUE(has(r.out, "error: --chat: '" + dir + "/" + file + "' " + message) ||
+                    has(r.out, "error: --chat: '" + dir + "/" + file + "'" + message))
+            << file << "\n"
+            << r.out;
+    }
+}
+
+}  // namespace
+}  // namespace nitro
