@@ -5,6 +5,7 @@
 #include "cli/bench_sweep_cli.h"
 #include "cli/commands.h"
 #include "cli/memory_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "runtime/bench.h"
@@ -79,8 +80,8 @@ Action add_bench(CLI::App& app) {
         "bench", "Measure memory bandwidth, the expert kernels per type and ISA level, prompt and decode tok/s, page faults");
     sub->add_option("-m,--model", o->model, "GGUF model")->required();
     sub->add_flag("--cpu", o->cpu, "Benchmark the CPU engine (the default)");
-    sub->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens")->capture_default_str();
-    sub->add_option("-n,--n-gen", o->n_gen, "Generated tokens")->capture_default_str();
+    sub->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens")->capture_default_str()->check(integer_at_least(1));
+    sub->add_option("-n,--n-gen", o->n_gen, "Generated tokens")->capture_default_str()->check(integer_at_least(1));
     sub->add_option("-t,--threads", o->threads, "CPU threads (0 = all)")
         ->check(CLI::Range(0, 65536))
         ->capture_default_str()
@@ -93,12 +94,18 @@ Action add_bench(CLI::App& app) {
         ->delimiter(',');
     sub->add_option("--kernel-tokens", o->tokens, "Token counts for the kernel table (tokens sharing the same experts)")
         ->delimiter(',')
-        ->capture_default_str();
-    sub->add_option("--kernel-seconds", o->kernel_seconds, "Seconds per kernel measurement")->capture_default_str();
+        ->capture_default_str()
+        ->check(integer_at_least(1));
+    sub->add_option("--kernel-seconds", o->kernel_seconds, "Seconds per kernel measurement")
+        ->capture_default_str()
+        ->check(positive_number());
     sub->add_option("--kernel-pool", o->kernel_pool_gib, "GiB of random experts the kernel table rotates through")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(positive_number());
     sub->add_option("--kernel-shape", o->kernel_shape, "Expert shape n_embd x n_ff for the kernel table, e.g. 2880x2880 (default: the model's)");
-    sub->add_option("--kernel-experts", o->kernel_experts, "Experts per step in the kernel table (default: the model's n_expert_used)");
+    sub->add_option("--kernel-experts", o->kernel_experts,
+                    "Experts per step in the kernel table (default: the model's n_expert_used)")
+        ->check(integer_at_least(1));
     sub->add_option("--prefetch-bytes", o->prefetch_bytes,
                     "Software-prefetch distance of the CPU kernels in the weight stream, bytes (0 = none ahead), for tuning")
         ->capture_default_str()
@@ -130,8 +137,11 @@ Action add_bench(CLI::App& app) {
     sub->add_option("--peer-timeout", o->sweep.peer_timeout_s, "Sweep: seconds before a peer run is killed")
         ->capture_default_str();
     sub->add_option("--read-probe", o->sweep.read_probe_mib, "Sweep: MiB the DRAM read-bandwidth probe reads")
-        ->capture_default_str();
-    sub->add_option("--gpu", o->sweep.gpu_device, "Sweep: CUDA device index")->capture_default_str();
+        ->capture_default_str()
+        ->check(positive_number());
+    sub->add_option("--gpu", o->sweep.gpu_device, "Sweep: CUDA device index")
+        ->capture_default_str()
+        ->check(integer_at_least(0));
     sub->add_option("--routing", o->sweep.routing,
                     "Sweep: routing scenarios, comma-separated: file (the file's own: uniform or zipf:S for nitro synth "
                     "files, model otherwise), uniform, zipf:S, model (must be the file's), replay:TRACE (BENCHMARK ONLY: "

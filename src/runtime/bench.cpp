@@ -1,5 +1,6 @@
 #include "runtime/bench.h"
 
+#include "arch/summary.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "cpu/moe.h"
@@ -33,7 +34,7 @@ uint64_t xorshift(uint64_t& s) {
 BenchBuffer::BenchBuffer(cpu::ThreadPool& pool, size_t bytes) : size_(bytes) {
     map_ = (bytes + kHuge - 1) / kHuge * kHuge + kHuge;
     void* raw = ::mmap(nullptr, map_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED) fail("bench: cannot allocate {} bytes: {}", map_, std::strerror(errno));
+    if (raw == MAP_FAILED) fail("bench: cannot allocate {} ({} bytes): {}", format_bytes(map_), map_, std::strerror(errno));
     const auto a = reinterpret_cast<uintptr_t>(raw);
     data_ = reinterpret_cast<uint8_t*>((a + kHuge - 1) / kHuge * kHuge);
     ::madvise(data_, (bytes + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
@@ -263,7 +264,11 @@ std::vector<KernelBenchRow> bench_expert_kernels(cpu::ThreadPool& pool, const Ke
         const size_t up_bytes = row_size(t, E) * static_cast<size_t>(F), down_bytes = row_size(t, F) * static_cast<size_t>(E);
         const size_t per_expert = 2 * up_bytes + down_bytes;
         const int64_t X = static_cast<int64_t>(o.pool_bytes / per_expert);
-        if (X < 2 * K) fail("bench: {} of experts hold only {} {} experts of {}x{}", o.pool_bytes, X, type_display_name(t), E, F);
+        if (X < 2 * K)
+            fail(
+                "bench: a kernel pool of {} ({} bytes) holds only {} {} experts of {}x{} ({} each); the kernel table needs "
+                "at least {} (twice the {} experts per step): raise --kernel-pool",
+                format_bytes(o.pool_bytes), o.pool_bytes, X, type_display_name(t), E, F, format_bytes(per_expert), 2 * K, K);
         fill_random_blocks(pool, t, mem.data(), static_cast<size_t>(X) * per_expert, static_cast<uint64_t>(t) + 1);
         GgufTensorInfo gate, up, down;
         gate.name = "bench.ffn_gate_exps", up.name = "bench.ffn_up_exps", down.name = "bench.ffn_down_exps";

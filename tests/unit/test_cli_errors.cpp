@@ -61,6 +61,41 @@ TEST(CliErrors, DirectoryOrMissingInputFileIsAnErrorNamingThePath) {
     }
 }
 
+TEST(CliErrors, BenchRejectsCountsOutOfRangeNamingTheFlag) {
+    const std::string bench = "bench -m " + kModel + " -t 1 --kernels none ";
+    const std::pair<std::string, std::string> cases[] = {
+        {"-p -1", "--n-prompt: must be at least 1, got -1"},
+        {"-p 0", "--n-prompt: must be at least 1, got 0"},
+        {"-n 0", "--n-gen: must be at least 1, got 0"},
+        {"-n -1", "--n-gen: must be at least 1, got -1"},
+        {"--no-engine --kernel-tokens -3", "--kernel-tokens: must be at least 1, got -3"},
+        {"--kernel-tokens 1,0", "--kernel-tokens: must be at least 1, got 0"},
+        {"--kernel-pool -1", "--kernel-pool: must be greater than 0, got -1"},
+        {"--kernel-pool 0", "--kernel-pool: must be greater than 0, got 0"},
+        {"--kernel-pool nan", "--kernel-pool: must be greater than 0, got nan"},
+        {"--kernel-experts 0", "--kernel-experts: must be at least 1, got 0"},
+        {"--kernel-seconds 0", "--kernel-seconds: must be greater than 0, got 0"},
+        {"--kernel-seconds -0.5", "--kernel-seconds: must be greater than 0, got -0.5"},
+        {"--read-probe -1", "--read-probe: must be greater than 0, got -1"},
+    };
+    for (const auto& [args, message] : cases) {
+        const Ran r = nitro_cli(bench + args);
+        EXPECT_EQ(r.status, kValidationError) << args << "\n" << r.out;
+        EXPECT_TRUE(has(r.out, message)) << args << "\n" << r.out;
+    }
+}
+
+TEST(CliErrors, BenchKernelPoolTooSmallStatesItsUnits) {
+    const Ran r =
+        nitro_cli("bench -m " + kModel + " -t 1 --kernels q4_k --kernel-pool 0.0001 --kernel-seconds 0.01 --no-engine");
+    EXPECT_EQ(r.status, 1) << r.out;
+    // 0.0001 GiB = 107374 bytes; a 256x256 Q4_K expert takes 3 x 36,864 bytes.
+    EXPECT_TRUE(has(r.out,
+                    "error: bench: a kernel pool of 104.86 KiB (107374 bytes) holds only 0 Q4_K experts of 256x256 "
+                    "(108.00 KiB each)"))
+        << r.out;
+}
+
 TEST(CliErrors, TokenizeChatTellsInvalidJsonFromAWrongShape) {
     const std::string dir = test::temp_dir("cli-chat-shape");
     std::ofstream(dir + "/bad.json") << "{bad";
