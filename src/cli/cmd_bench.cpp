@@ -78,7 +78,9 @@ Action add_bench(CLI::App& app) {
     auto o = std::make_shared<Opts>();
     CLI::App* sub = app.add_subcommand(
         "bench", "Measure memory bandwidth, the expert kernels per type and ISA level, prompt and decode tok/s, page faults");
-    sub->add_option("-m,--model", o->model, "GGUF model")->required();
+    // Required except with -o DIR --render-only, which reads no model (checked in the action: CLI11's
+    // required() cannot depend on another flag).
+    sub->add_option("-m,--model", o->model, "GGUF model (required, except with -o DIR --render-only)");
     sub->add_flag("--cpu", o->cpu, "Benchmark the CPU engine (the default)");
     sub->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens")->capture_default_str()->check(integer_at_least(1));
     sub->add_option("-n,--n-gen", o->n_gen, "Generated tokens")->capture_default_str()->check(integer_at_least(1));
@@ -167,11 +169,13 @@ Action add_bench(CLI::App& app) {
                   "--append or --overwrite)")
         ->excludes(append);
     sub->add_flag("--render-only", o->sweep.render_only,
-                  "Sweep: run nothing; write the report of DIR/records.jsonl as it is (-m is not opened)");
+                  "Sweep: run nothing; write the report of DIR/records.jsonl as it is (-m is not needed, and not opened)");
     sub->add_option("--request-timeout", o->sweep.request_timeout_s,
                     "Sweep with --requests: seconds a request, or the start of a nitro serve, may take")
         ->capture_default_str();
     return [o, ctx_opt]() {
+        if (o->model.empty() && !o->sweep.render_only)
+            fail("nitro bench: -m/--model is required (a GGUF model; only -o DIR --render-only runs without one)");
         apply_memory_flags(o->mem);
         cpu::set_prefetch_bytes(o->prefetch_bytes);
         cpu::set_prefetch_hint(o->prefetch_hint);

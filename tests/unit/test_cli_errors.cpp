@@ -96,6 +96,17 @@ TEST(CliErrors, BenchKernelPoolTooSmallStatesItsUnits) {
         << r.out;
 }
 
+TEST(CliErrors, BenchRenderOnlyNeedsNoModelButOtherRunsDo) {
+    const std::string dir = test::temp_dir("cli-render-only");
+    // No -m with --render-only: the command gets as far as the records (none here), as the help says.
+    Ran r = nitro_cli("bench -o " + dir + " --render-only");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out, "error: --render-only: " + dir + "/records.jsonl does not exist")) << r.out;
+    r = nitro_cli("bench -p 4 -n 2");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out, "error: nitro bench: -m/--model is required")) << r.out;
+}
+
 TEST(CliErrors, TokenizeChatTellsInvalidJsonFromAWrongShape) {
     const std::string dir = test::temp_dir("cli-chat-shape");
     std::ofstream(dir + "/bad.json") << "{bad";
