@@ -176,6 +176,7 @@ Action add_bench(CLI::App& app) {
     return [o, ctx_opt]() {
         if (o->model.empty() && !o->sweep.render_only)
             fail("nitro bench: -m/--model is required (a GGUF model; only -o DIR --render-only runs without one)");
+        warn_threads_over_hardware(o->threads);
         apply_memory_flags(o->mem);
         cpu::set_prefetch_bytes(o->prefetch_bytes);
         cpu::set_prefetch_hint(o->prefetch_hint);

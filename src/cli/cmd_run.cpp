@@ -2,37 +2,79 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/memory_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "runtime/generate.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <cstdio>
+#include <limits>
 #include <memory>
 
 namespace nitro::cli {
+
+namespace {
+
+/// --prompt-ids 1,2,3: every comma-separated item must be a token id; an empty item ("1,,2") or a
+/// non-integer one is an error naming it, not dropped.
+std::vector<int32_t> parse_prompt_ids(const std::vector<std::string>& args) {
+    std::vector<int32_t> ids;
+    for (const std::string& arg : args) {
+        size_t start = 0;
+        for (int k = 1;; ++k) {
+            const size_t comma = arg.find(',', start);
+            std::string item = arg.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+            item.erase(0, item.find_first_not_of(' '));
+            item.erase(item.find_last_not_of(' ') + 1);
+            if (item.empty())
+                fail("--prompt-ids '{}': item {} is empty (expected token ids separated by single commas, e.g. 1,2,3)", arg,
+                     k);
+            int32_t v = 0;
+            const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+            if (ec != std::errc() || end != item.data() + item.size() || v < 0)
+                fail("--prompt-ids '{}': item {} ('{}') is not a token id (an integer >= 0)", arg, k, item);
+            ids.push_back(v);
+            if (comma == std::string::npos) break;
+            start = comma + 1;
+        }
+    }
+    return ids;
+}
+
+}  // namespace
 
 Action add_run(CLI::App& app) {
     auto o = std::make_shared<GenerateOptions>();
     auto json = std::make_shared<bool>(false);
     auto eng = std::make_shared<EngineCli>();
+    auto prompt_ids = std::make_shared<std::vector<std::string>>();
     CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt (on the CPU, the GPU, or both: --mode)");
     sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model); default: the embedded models/tiny-moe-pystd.gguf")->envname("NITRO_MODEL");
     sub->add_option("-p,--prompt", o->prompt, "Prompt text");
     sub->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
-    sub->add_option("--prompt-ids", o->prompt_ids, "Prompt as token ids, comma-separated (no tokenization)")->delimiter(',');
+    sub->add_option("--prompt-ids", *prompt_ids, "Prompt as token ids, comma-separated (no tokenization)");
     sub->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")->capture_default_str();
-    sub->add_option("--temp", o->sampling.temperature, "Temperature (0 = greedy)")->capture_default_str();
-    sub->add_option("--top-k", o->sampling.top_k, "Top-k (0 = off)")->capture_default_str();
-    sub->add_option("--top-p", o->sampling.top_p, "Top-p (1 = off)")->capture_default_str();
-    sub->add_option("--min-p", o->sampling.min_p, "Min-p (0 = off)")->capture_default_str();
+    // The server's bounds for the same fields (src/server/openai_schema.cpp parse_generation:
+    // temperature [0, 2], top_p [0, 1], min_p [0, 1], top_k [0, 2^31-1]), so a setting that works
+    // on the command line works in a request and the other way round.
+    sub->add_option("--temp", o->sampling.temperature, "Temperature (0 = greedy)")
+        ->capture_default_str()
+        ->check(number_in(0.0, 2.0));
+    sub->add_option("--top-k", o->sampling.top_k, "Top-k (0 = off)")->capture_default_str()->check(integer_at_least(0));
+    sub->add_option("--top-p", o->sampling.top_p, "Top-p (1 = off)")->capture_default_str()->check(number_in(0.0, 1.0));
+    sub->add_option("--min-p", o->sampling.min_p, "Min-p (0 = off)")->capture_default_str()->check(number_in(0.0, 1.0));
     sub->add_option("--seed", o->sampling.seed, "Sampling seed")->capture_default_str();
     sub->add_option("-t,--threads", o->session.n_threads, "CPU threads (0 = all)")
         ->check(CLI::Range(0, 65536))
         ->capture_default_str()
         ->envname("NITRO_THREADS");
-    sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str();
+    CLI::Option* ctx_opt = sub->add_option("-c,--ctx-size", o->session.n_ctx,
+                                           "Context length, tokens (capped at the model's training context; a -c above "
+                                           "it warns)")
+                               ->capture_default_str();
     sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk")->capture_default_str();
     add_engine_options(sub, *eng);
     sub->add_flag("-v,--verbose", o->gpu.verbose, "The plan per layer at startup and the expert counters per layer at the end");
@@ -47,7 +89,10 @@ Action add_run(CLI::App& app) {
     sub->add_flag("--echo", o->echo, "With --json --n-probs: also the top-K after every prompt position (prompt_probs)");
     auto mem = std::make_shared<MemoryFlags>();
     add_memory_flags(sub, *mem);
-    return [o, json, eng, mem]() {
+    return [o, json, eng, mem, prompt_ids, ctx_opt]() {
+        warn_threads_over_hardware(o->session.n_threads);
+        o->prompt_ids = parse_prompt_ids(*prompt_ids);
+        o->ctx_given = ctx_opt->count() > 0;
         apply_memory_flags(*mem);
         const bool verbose = o->gpu.verbose;
         o->gpu = eng->gpu;
@@ -64,6 +109,7 @@ Action add_run(CLI::App& app) {
             std::puts(generate_result_json(r, *o).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         } else {
             std::printf("\n");
+            std::fflush(stdout);  // the text ends before the stats on stderr (both may go to one terminal or file)
             std::fprintf(stderr,
                          "[%s] prompt: %lld tokens, %.1f tok/s | generated: %lld tokens, %.1f tok/s | TTFT %.1f ms\n",
                          r.engine.c_str(),

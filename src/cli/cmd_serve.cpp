@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/memory_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "runtime/generate.h"
 #include "runtime/default_model.h"
@@ -270,6 +271,7 @@ Action add_serve(CLI::App& app) {
     return [o, mem, ctx_opt, key_opt]() {
         o->api_key_given = key_opt->count() > 0;
         o->ctx_given = ctx_opt->count() > 0;
+        warn_threads_over_hardware(o->session.n_threads);
         apply_memory_flags(*mem);
         return serve(*o);
     };

@@ -8,7 +8,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
+#include <thread>
 
 namespace nitro::cli {
 
@@ -46,6 +48,17 @@ inline CLI::Validator integer_at_least(long long lo) {
             return {};
         },
         fmt::format(">= {}", lo));
+}
+
+/// -t N above the machine's hardware threads: a warning, not an error (the flag may be shared with
+/// a larger machine; threads beyond the hardware share cores and usually slow a run down).
+inline void warn_threads_over_hardware(long long n_threads) {
+    const unsigned hw = std::thread::hardware_concurrency();
+    if (hw > 0 && n_threads > static_cast<long long>(hw))
+        std::fprintf(stderr,
+                     "warning: -t %lld is more than the %u hardware threads of this machine; the extra threads share "
+                     "cores and usually slow the run down\n",
+                     n_threads, hw);
 }
 
 }  // namespace nitro::cli

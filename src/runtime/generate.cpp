@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -80,6 +81,9 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
 
     std::unique_ptr<Engine> engine = make_engine(opt.mode, model, opt.session, opt.gpu);
     Engine& session = *engine;
+    if (opt.ctx_given && opt.session.n_ctx > session.n_ctx())
+        std::fprintf(stderr, "warning: -c %lld is above the model's training context; using %lld tokens\n",
+                     static_cast<long long>(opt.session.n_ctx), static_cast<long long>(session.n_ctx()));
     if (!opt.route_replay.empty()) {
         if (!session.set_route_replay(std::make_shared<RouteReplay>(resolve_replay_trace(opt.route_replay), model)))
             fail("--route-replay: this engine ({}) cannot replay routing", session.describe());

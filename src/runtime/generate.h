@@ -22,6 +22,7 @@ struct GenerateOptions {
     int64_t n_predict = 64;
     SamplerParams sampling;
     SessionOptions session;
+    bool ctx_given = false;  ///< -c was given: warn when the engine caps it to the model's context (as serve does)
     EngineMode mode = EngineMode::Cpu;  ///< --mode cpu|gpu
     GpuOptions gpu;                     ///< --gpu, --vram-budget
     bool chat = false;

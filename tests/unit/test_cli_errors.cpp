@@ -107,6 +107,67 @@ TEST(CliErrors, BenchRenderOnlyNeedsNoModelButOtherRunsDo) {
     EXPECT_TRUE(has(r.out, "error: nitro bench: -m/--model is required")) << r.out;
 }
 
+TEST(CliErrors, RunSamplingFlagsHaveTheServersBounds) {
+    const std::pair<std::string, std::string> cases[] = {
+        {"--temp -1", "--temp: must be between 0 and 2, got -1"},
+        {"--temp nan", "--temp: must be between 0 and 2, got nan"},
+        {"--temp 2.5", "--temp: must be between 0 and 2, got 2.5"},
+        {"--top-p 2", "--top-p: must be between 0 and 1, got 2"},
+        {"--top-p -1", "--top-p: must be between 0 and 1, got -1"},
+        {"--top-p nan", "--top-p: must be between 0 and 1, got nan"},
+        {"--top-k -1", "--top-k: must be at least 0, got -1"},
+        {"--min-p 5", "--min-p: must be between 0 and 1, got 5"},
+        {"--min-p -0.1", "--min-p: must be between 0 and 1, got -0.1"},
+    };
+    for (const auto& [args, message] : cases) {
+        const Ran r = nitro_cli("run -p x -n 1 -t 1 " + args);
+        EXPECT_EQ(r.status, kValidationError) << args << "\n" << r.out;
+        EXPECT_TRUE(has(r.out, message)) << args << "\n" << r.out;
+    }
+    // The bounds themselves are accepted.
+    const Ran ok = nitro_cli("run -p x -n 1 -t 1 --temp 2 --top-p 0 --min-p 1 --top-k 0 --seed 1");
+    EXPECT_EQ(ok.status, 0) << ok.out;
+}
+
+TEST(CliErrors, RunPromptIdsRejectsAnEmptyItem) {
+    Ran r = nitro_cli("run -n 1 -t 1 --prompt-ids 1,,2");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out, "error: --prompt-ids '1,,2': item 2 is empty")) << r.out;
+    r = nitro_cli("run -n 1 -t 1 --prompt-ids 1,x");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out, "error: --prompt-ids '1,x': item 2 ('x') is not a token id")) << r.out;
+    r = nitro_cli("run -n 1 -t 1 --json --prompt-ids 1,2,3");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(has(r.out, "\"prompt_ids\":[1,2,3]")) << r.out;
+}
+
+TEST(CliErrors, RunWarnsWhenTheContextIsCapped) {
+    const Ran r = nitro_cli("run -p x -n 1 -t 1 -c 100000");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(has(r.out, "warning: -c 100000 is above the model's training context; using 1024 tokens")) << r.out;
+    EXPECT_FALSE(has(nitro_cli("run -p x -n 1 -t 1 -c 512").out, "warning: -c")) << "no warning below the model's context";
+}
+
+TEST(CliErrors, RunEndsTheTextBeforeTheStatsLine) {
+    // Greedy: the 8 tokens after "import os" end without a newline, so the final "\n" must reach the
+    // file before the stats written to stderr.
+    const Ran r = nitro_cli("run -p 'import os' -n 8 -t 1");
+    EXPECT_EQ(r.status, 0) << r.out;
+    const size_t stats = r.out.find("prompt: ");
+    ASSERT_NE(stats, std::string::npos) << r.out;
+    const size_t line = r.out.rfind('\n', stats);
+    ASSERT_NE(line, std::string::npos) << r.out;
+    EXPECT_EQ(r.out[line + 1], '[') << "the stats line starts on its own line:\n" << r.out;
+}
+
+TEST(CliErrors, ThreadsAboveTheHardwareWarn) {
+    // The warning comes first; the missing prompt file ends the run before 65536 threads start.
+    const Ran r = nitro_cli("run -t 65536 -n 1 -f /nonexistent/prompt.txt");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out, "warning: -t 65536 is more than the ")) << r.out;
+    EXPECT_TRUE(has(r.out, "hardware threads of this machine")) << r.out;
+}
+
 TEST(CliErrors, TokenizeChatTellsInvalidJsonFromAWrongShape) {
     const std::string dir = test::temp_dir("cli-chat-shape");
     std::ofstream(dir + "/bad.json") << "{bad";
