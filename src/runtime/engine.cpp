@@ -2,9 +2,13 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "core/user_file.h"
 #include "runtime/route_replay.h"
 
 #include <fmt/format.h>
+
+#include <cstdio>
+#include <string_view>
 
 namespace nitro {
 
@@ -170,10 +174,40 @@ void require_gpu_engine(EngineMode mode) {
              engine_mode_name(mode));
 }
 
+namespace {
+
+/// The GPU placement flags (--cpu-moe, --n-cpu-moe, -ot, --hot-set) given to a run on the CPU engine
+/// (`why`: --mode cpu, no CUDA backend, no device): one warning line on stderr naming them, not an
+/// error (scripts share flags across machines, as with llama.cpp). A --hot-set file that cannot be
+/// read is still an error naming it.
+void warn_placement_flags_ignored(const GpuOptions& go, std::string_view why) {
+    // A hot-set file that cannot be read is a mistake whatever the engine (the GPU engine reads it).
+    if (!go.hot_set.empty()) check_user_file(go.hot_set, "--hot-set");
+    std::vector<std::string> given;
+    if (go.cpu_moe) given.emplace_back("--cpu-moe");
+    if (go.n_cpu_moe != 0) given.emplace_back("--n-cpu-moe");
+    if (!go.override_tensor.empty()) given.emplace_back("-ot/--override-tensor");
+    if (!go.hot_set.empty()) given.emplace_back("--hot-set");
+    if (given.empty()) return;
+    std::string list;
+    for (size_t i = 0; i < given.size(); ++i) list += (i == 0 ? "" : i + 1 == given.size() ? " and " : ", ") + given[i];
+    std::fprintf(stderr, "warning: %s %s no effect on the CPU engine (%.*s): they place experts between GPU and CPU\n",
+                 list.c_str(), given.size() == 1 ? "has" : "have", static_cast<int>(why.size()), why.data());
+}
+
+}  // namespace
+
 std::unique_ptr<Engine> make_engine(EngineMode mode, const Model& model, const SessionOptions& so, const GpuOptions& go) {
-    if (mode == EngineMode::Cpu) return std::make_unique<CpuEngine>(model, so);
+    if (mode == EngineMode::Cpu) {
+        warn_placement_flags_ignored(go, "--mode cpu");
+        return std::make_unique<CpuEngine>(model, so);
+    }
     if (mode == EngineMode::Auto) {
-        if (!gpu_engine_available() || gpu_device_count() == 0) return std::make_unique<CpuEngine>(model, so);
+        if (!gpu_engine_available() || gpu_device_count() == 0) {
+            warn_placement_flags_ignored(
+                go, !gpu_engine_available() ? "this nitro was built without the CUDA backend" : "no CUDA device found");
+            return std::make_unique<CpuEngine>(model, so);
+        }
         GpuOptions g = go;
         g.mode = EngineMode::Auto;
         return gpu_factory()(model, so, g);

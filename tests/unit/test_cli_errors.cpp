@@ -160,6 +160,23 @@ TEST(CliErrors, RunEndsTheTextBeforeTheStatsLine) {
     EXPECT_EQ(r.out[line + 1], '[') << "the stats line starts on its own line:\n" << r.out;
 }
 
+TEST(CliErrors, GpuPlacementFlagsWarnOnTheCpuEngine) {
+    Ran r = nitro_cli("run --mode cpu -p x -n 1 -t 1 --cpu-moe --n-cpu-moe 3 -ot x=GPU");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(has(r.out,
+                    "warning: --cpu-moe, --n-cpu-moe and -ot/--override-tensor have no effect on the CPU engine "
+                    "(--mode cpu)"))
+        << r.out;
+    r = nitro_cli("run --mode cpu -p x -n 1 -t 1 --n-cpu-moe 3");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(has(r.out, "warning: --n-cpu-moe has no effect on the CPU engine")) << r.out;
+    // A hot-set file that is not there is an error on any engine.
+    r = nitro_cli("run --mode cpu -p x -n 1 -t 1 --hot-set /nonexistent/hot.json");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out, "error: --hot-set '/nonexistent/hot.json': cannot open: No such file or directory")) << r.out;
+    EXPECT_FALSE(has(nitro_cli("run --mode cpu -p x -n 1 -t 1").out, "warning:")) << "no flags, no warning";
+}
+
 TEST(CliErrors, ThreadsAboveTheHardwareWarn) {
     // The warning comes first; the missing prompt file ends the run before 65536 threads start.
     const Ran r = nitro_cli("run -t 65536 -n 1 -f /nonexistent/prompt.txt");
