@@ -191,8 +191,10 @@ void warn_placement_flags_ignored(const GpuOptions& go, std::string_view why) {
     if (given.empty()) return;
     std::string list;
     for (size_t i = 0; i < given.size(); ++i) list += (i == 0 ? "" : i + 1 == given.size() ? " and " : ", ") + given[i];
-    std::fprintf(stderr, "warning: %s %s no effect on the CPU engine (%.*s): they place experts between GPU and CPU\n",
-                 list.c_str(), given.size() == 1 ? "has" : "have", static_cast<int>(why.size()), why.data());
+    const bool one = given.size() == 1;
+    std::fprintf(stderr, "warning: %s %s no effect on the CPU engine (%.*s): %s experts between GPU and CPU\n",
+                 list.c_str(), one ? "has" : "have", static_cast<int>(why.size()), why.data(),
+                 one ? "it places" : "they place");
 }
 
 }  // namespace
