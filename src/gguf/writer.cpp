@@ -106,6 +106,11 @@ void GgufWriter::open(const std::string& path) {
     if (f_) fail("GGUF writer: open() called twice");
     path_ = path;
     tmp_path_ = path + ".tmp";
+    // Checked before any byte is written: the rename at the end would fail after the whole model.
+    std::error_code dir_ec;
+    if (std::filesystem::is_directory(path, dir_ec))
+        fail("'{}' is a directory: give the output file's name (e.g. {}/model.gguf)", path,
+             path.ends_with('/') ? path.substr(0, path.size() - 1) : path);
     f_ = std::fopen(tmp_path_.c_str(), "wb");
     if (!f_) fail("cannot create '{}': {}", tmp_path_, std::strerror(errno));
     std::vector<uint8_t> h;
@@ -161,14 +166,20 @@ void GgufWriter::finish() {
         fail("GGUF writer '{}': tensor '{}' got {} of its {} bytes; every declared tensor must be written",
              path_, tensors_[cur_].name, cur_written_, tensors_[cur_].n_bytes);
     NITRO_CHECK(pos_ == data_start_ + data_size_);
+    std::error_code ec;
     if (std::fflush(f_) != 0 || std::fclose(f_) != 0) {
+        const int err = errno;
         f_ = nullptr;
-        fail("writing '{}' failed: {}", tmp_path_, std::strerror(errno));
+        std::filesystem::remove(tmp_path_, ec);
+        fail("writing '{}' failed: {}", tmp_path_, std::strerror(err));
     }
     f_ = nullptr;
-    std::error_code ec;
     std::filesystem::rename(tmp_path_, path_, ec);
-    if (ec) fail("cannot rename '{}' to '{}': {}", tmp_path_, path_, ec.message());
+    if (ec) {
+        std::error_code rm;
+        std::filesystem::remove(tmp_path_, rm);  // not left behind under a name the user never gave
+        fail("cannot rename '{}' to '{}': {}", tmp_path_, path_, ec.message());
+    }
 }
 
 }  // namespace nitro

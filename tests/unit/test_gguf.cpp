@@ -170,6 +170,27 @@ TEST(Gguf, WriterRejectsBadUse) {
     w2.write_data(bytes.data(), 10);
     EXPECT_THROW(w2.finish(), Error);  // incomplete: the final file must not appear
     EXPECT_FALSE(std::filesystem::exists(path + "2"));
+    // An output path that is a directory: refused before writing, nothing left beside it.
+    const std::string dir = test::temp_dir("writer-dir") + "/out";
+    std::filesystem::create_directories(dir);
+    GgufWriter w3;
+    w3.add_tensor("t", GgmlType::F32, ok);
+    try {
+        w3.open(dir);
+        ADD_FAILURE() << "a directory was accepted as the output file";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("is a directory: give the output file's name"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir + ".tmp"));
+    // A rename that fails at the end (the target became a non-empty directory) removes the .tmp.
+    const std::string late = test::temp_dir("writer-late") + "/m.gguf";
+    GgufWriter w4;
+    w4.add_tensor("t", GgmlType::F32, ok);
+    w4.open(late);
+    w4.write_data(bytes.data(), 128);
+    std::filesystem::create_directories(late + "/x");
+    EXPECT_THROW(w4.finish(), Error);
+    EXPECT_FALSE(std::filesystem::exists(late + ".tmp")) << "the partial file was left behind";
 }
 
 namespace {
