@@ -96,6 +96,18 @@ TEST(CliErrors, BenchKernelPoolTooSmallStatesItsUnits) {
         << r.out;
 }
 
+TEST(CliErrors, BenchBufferLargerThanTheMemoryIsRefusedBeforeTouchingIt) {
+    // 1 PiB (1048576 GiB) of kernel pool or read probe: refused with the sizes, not ended by the OOM killer (137).
+    Ran r = nitro_cli("bench -m " + kModel + " -t 1 --kernels q4_k --kernel-pool 1048576 --kernel-seconds 0.01 --no-engine");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out, "error: bench: a buffer of 1048576.00 GiB is more than the ")) << r.out;
+    EXPECT_TRUE(has(r.out, "of memory available now; lower --kernel-pool or --read-probe")) << r.out;
+    const std::string dir = test::temp_dir("cli-read-probe");
+    r = nitro_cli("bench -m " + kModel + " -t 1 -o " + dir + "/sweep --modes cpu --ctx 64 -n 1 --read-probe 1073741824");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out, "error: bench: a buffer of 1048576.00 GiB is more than the ")) << r.out;
+}
+
 TEST(CliErrors, BenchRenderOnlyNeedsNoModelButOtherRunsDo) {
     const std::string dir = test::temp_dir("cli-render-only");
     // No -m with --render-only: the command gets as far as the records (none here), as the help says.
