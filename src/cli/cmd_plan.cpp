@@ -4,6 +4,7 @@
 #include "arch/synth.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
@@ -132,9 +133,14 @@ Action add_plan(CLI::App& app) {
     sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str();
     sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk")->capture_default_str();
     add_engine_options(sub, o->engine, false);
-    sub->add_option("--dram-gbps", o->dram_gbps, "DRAM read bandwidth for the CALCULATED CPU decode floor, GB/s")->capture_default_str();
-    sub->add_option("--runtime-mib", o->runtime_mib, "GPU memory the CUDA runtime takes (context, cuBLAS and its workspace, modules, margin), MiB (ASSUMED; 691 MEASURED on an H200)")
-        ->capture_default_str();
+    sub->add_option("--dram-gbps", o->dram_gbps, "DRAM read bandwidth for the CALCULATED CPU decode floor, GB/s")
+        ->capture_default_str()
+        ->check(positive_number());
+    sub->add_option("--runtime-mib", o->runtime_mib,
+                    "GPU memory the CUDA runtime takes (context, cuBLAS and its workspace, modules, margin), MiB (ASSUMED; "
+                    "691 MEASURED on an H200)")
+        ->capture_default_str()
+        ->check(number_in(0.0, 1.0e7));
     sub->add_flag("--layers", o->layers, "List the resident expert ids of every layer");
     sub->add_flag("--json", o->json, "Print the plan as JSON");
     return [o]() { return run_plan(*o); };

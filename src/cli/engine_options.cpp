@@ -1,4 +1,7 @@
 #include "cli/engine_options.h"
+#include "cli/validators.h"
+#include "core/error.h"
+#include "runtime/expert_cache.h"
 
 namespace nitro::cli {
 
@@ -13,16 +16,19 @@ void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode) {
         sub->add_option("--gpu", o.gpu.device, "CUDA device index")->capture_default_str();
         sub->add_flag("--no-graphs", [&o](int64_t) { o.gpu.graphs = false; }, "Do not capture decode steps as CUDA graphs");
     }
-    sub->add_option("--vram-budget", o.gpu.vram_budget_gib,
-                    "GPU memory budget for the whole process, GiB (0 = free memory minus a margin); startup fails clearly if "
-                    "the dense core does not fit")
-        ->check(CLI::Range(0.0, 1.0e6))
+    sub->add_option(
+           "--vram-budget", o.gpu.vram_budget_gib,
+           "GPU memory budget for the whole process, GiB (0 = free memory minus a margin); startup fails clearly if "
+           "the dense core does not fit")
+        ->check(number_in(0.0, 1.0e6))
         ->capture_default_str()
         ->envname("NITRO_VRAM_BUDGET");
     sub->add_flag("--cpu-moe", o.gpu.cpu_moe, "Keep every routed expert on the CPU (llama.cpp --cpu-moe)");
-    sub->add_option("--n-cpu-moe", o.gpu.n_cpu_moe,
-                    "Keep the routed experts of the first N layers on the CPU, the others on the GPU (llama.cpp --n-cpu-moe)")
-        ->capture_default_str();
+    sub->add_option(
+           "--n-cpu-moe", o.gpu.n_cpu_moe,
+           "Keep the routed experts of the first N layers on the CPU, the others on the GPU (llama.cpp --n-cpu-moe)")
+        ->capture_default_str()
+        ->check(integer_at_least(0));
     sub->add_option("--override-tensor", o.gpu.override_tensor,
                     "REGEX=DEVICE (also -ot): tensors whose name matches go to DEVICE (CPU, GPU/CUDA0); repeatable or "
                     "comma-separated, first match wins (llama.cpp -ot). Only routed experts (ffn_*_exps) may go to the CPU")
@@ -90,6 +96,16 @@ void add_residency_options(CLI::App* sub, ResidencyOptions& o) {
     sub->add_option("--cache-policy", o.policy,
                     "Which adaptive expert a missed one displaces: lru, lfu, lru-freq, freq-decay[:HALF_LIFE_TOKENS]")
         ->capture_default_str()
+        ->check(CLI::Validator(
+            [](std::string& name) -> std::string {
+                try {
+                    (void)make_eviction_policy(name, 2, 1);  // throws for an unknown policy or a bad half-life
+                } catch (const Error& e) {
+                    return e.what();
+                }
+                return {};
+            },
+            "POLICY"))
         ->envname("NITRO_CACHE_POLICY")
         ->group(g);
     sub->add_option("--static-slots", o.static_share,

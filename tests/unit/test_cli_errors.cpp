@@ -85,6 +85,29 @@ TEST(CliErrors, BenchRejectsCountsOutOfRangeNamingTheFlag) {
     }
 }
 
+TEST(CliErrors, PlanAndPlacementNumbersAreChecked) {
+    // Found by a fresh-user trial: a negative or nan runtime size wrapped to petabytes, a negative
+    // bandwidth printed a negative tok/s, an unknown cache policy ran with rc 0.
+    const std::string plan = "plan -m " + kModel + " --vram-budget 1 ";
+    const std::pair<std::string, std::string> cases[] = {
+        {plan + "--runtime-mib -700", "--runtime-mib: must be between 0 and 10000000, got -700"},
+        {plan + "--runtime-mib nan", "--runtime-mib: must be between 0 and 10000000, got nan"},
+        {plan + "--cpu-moe --dram-gbps -5", "--dram-gbps: must be greater than 0, got -5"},
+        {plan + "--n-cpu-moe -3", "--n-cpu-moe: must be at least 0, got -3"},
+        {plan + "--cache-policy bogus", "--cache-policy: unknown eviction policy 'bogus'"},
+        {plan + "--cache-policy freq-decay:-1",
+         "--cache-policy: eviction policy 'freq-decay:-1': expected freq-decay:HALF_LIFE"},
+        {"plan -m " + kModel + " --vram-budget nan", "--vram-budget: must be between 0 and 1000000, got nan"},
+        {"run -p x -n 1 --cache-policy bogus", "--cache-policy: unknown eviction policy 'bogus'"},
+    };
+    for (const auto& [args, message] : cases) {
+        const Ran r = nitro_cli(args);
+        EXPECT_EQ(r.status, kValidationError) << args << "\n" << r.out;
+        EXPECT_TRUE(has(r.out, message)) << args << "\n" << r.out;
+    }
+    EXPECT_EQ(nitro_cli(plan + "--cache-policy freq-decay:64").status, 0) << "a valid policy still plans";
+}
+
 TEST(CliErrors, BenchKernelPoolTooSmallStatesItsUnits) {
     const Ran r =
         nitro_cli("bench -m " + kModel + " -t 1 --kernels q4_k --kernel-pool 0.0001 --kernel-seconds 0.01 --no-engine");
