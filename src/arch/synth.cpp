@@ -689,6 +689,9 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     if (!et.quantize && expert_type != GgmlType::MXFP4 && expert_type != GgmlType::Q8_0 && expert_type != GgmlType::Q4_0 &&
         expert_type != GgmlType::F16 && expert_type != GgmlType::BF16 && expert_type != GgmlType::F32)
         fail("nitro synth: expert type {} has no quantizer in this build", type_display_name(expert_type));
+    // Q8_K is ggml's activation type for the K-quants: no weight matrix uses it, and no engine has a
+    // kernel for it (a file written with it would not run).
+    if (expert_type == GgmlType::Q8_K) fail("nitro synth: Q8_K is an activation type, not a weight type; use q8_0");
     if (hp.n_embd % et.block_size != 0 || hp.n_ff_exp % et.block_size != 0)
         fail("nitro synth: expert type {} needs rows that are a multiple of {} values, but preset '{}' has "
              "n_embd {} and n_ff_exp {}",
@@ -727,6 +730,7 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     if (dense_type != GgmlType::F16 && dense_type != GgmlType::BF16 && dense_type != GgmlType::F32 &&
         !type_traits(dense_type).quantize && dense_type != GgmlType::Q8_0 && dense_type != GgmlType::Q4_0)
         fail("nitro synth: dense type {} has no quantizer in this build", type_display_name(dense_type));
+    if (dense_type == GgmlType::Q8_K) fail("nitro synth: Q8_K is an activation type, not a weight type; use q8_0");
     for (auto& s : specs) {
         if (tie_output && s.name == "output.weight") continue;
         if (s.legacy) continue;  // an older layout's alternative (qwen3next ssm_in)

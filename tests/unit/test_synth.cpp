@@ -222,6 +222,19 @@ TEST(Synth, BadOptionsAreErrors) {
     o.expert_type = GgmlType::IQ2_S;  // no quantizer
     EXPECT_THROW(synth_model(o), Error);
     EXPECT_FALSE(std::filesystem::exists(o.out));
+    // Q8_K (an activation type: it has a quantizer, but no engine kernel) as experts or dense weights.
+    for (bool dense : {false, true}) {
+        SynthOptions q = o;
+        q.expert_type = dense ? GgmlType::Q8_0 : GgmlType::Q8_K;
+        if (dense) q.dense_type = GgmlType::Q8_K;
+        try {
+            synth_model(q);
+            ADD_FAILURE() << "Q8_K was written as " << (dense ? "dense" : "expert") << " weights";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("Q8_K is an activation type"), std::string::npos) << e.what();
+        }
+        EXPECT_FALSE(std::filesystem::exists(q.out));
+    }
 }
 
 TEST(ArchTables, FixturesMatchTheirTables) {
