@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace nitro::cli {
@@ -63,8 +64,10 @@ void progress(size_t done, size_t total, double elapsed_s, const std::string& wh
 /// Creates `dir` and opens its records.jsonl: with `append` kept, its records read into `records`
 /// (the report covers them too); with `overwrite` truncated. Throws nitro::Error when it already
 /// holds records and neither is set (an earlier sweep is never replaced unasked), naming the file
-/// and line of a line that is not a record, or when the folder or file cannot be written.
-std::ofstream open_records(const std::string& dir, bool append, bool overwrite, std::vector<nlohmann::json>& records);
+/// and line of a line that is not a record, or when the folder or file cannot be written. `flag`
+/// is the option the records are read for, named in those messages ("--append", "--render-only").
+std::ofstream open_records(const std::string& dir, bool append, bool overwrite, std::vector<nlohmann::json>& records,
+                           std::string_view flag = "--append");
 /// Writes report.md and the SVG charts of `records` into `dir` and prints the report and where
 /// the files are. Throws nitro::Error if a file cannot be written.
 void write_report(const std::string& dir, const std::vector<nlohmann::json>& records);

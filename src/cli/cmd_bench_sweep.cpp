@@ -66,7 +66,8 @@ void progress(size_t done, size_t total, double elapsed_s, const std::string& wh
     std::fflush(stderr);
 }
 
-std::ofstream open_records(const std::string& dir, bool append, bool overwrite, std::vector<nlohmann::json>& records) {
+std::ofstream open_records(const std::string& dir, bool append, bool overwrite, std::vector<nlohmann::json>& records,
+                           std::string_view flag) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (const fs::path old = fs::path(dir) / "records.jsonl"; !append && !overwrite && fs::file_size(old, ec) > 0 && !ec)
@@ -80,14 +81,14 @@ std::ofstream open_records(const std::string& dir, bool append, bool overwrite, 
     records.clear();
     if (append) {
         std::ifstream in;
-        if (fs::exists(path, ec)) in = open_user_file(path, "--append: the records file");
+        if (fs::exists(path, ec)) in = open_user_file(path, fmt::format("{}: the records file", flag));
         int line_no = 0;
         for (std::string line; std::getline(in, line);) {
             ++line_no;
             if (line.empty()) continue;
             nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
             if (j.is_discarded() || !j.is_object() || j.value("schema", std::string()) != "nitro-bench-run/1")
-                fail("--append: {}:{} is not a nitro bench record (schema nitro-bench-run/1)", path, line_no);
+                fail("{}: {}:{} is not a nitro bench record (schema nitro-bench-run/1)", flag, path, line_no);
             records.push_back(std::move(j));
         }
     }
@@ -132,7 +133,7 @@ int run_bench_sweep(const BenchSweepOptions& o) {
     if (o.render_only) {  // the report of records already there (e.g. concatenated from several machines' runs)
         std::vector<nlohmann::json> records;
         if (!fs::is_regular_file(fs::path(o.out) / "records.jsonl")) fail("--render-only: {}/records.jsonl does not exist", o.out);
-        (void)open_records(o.out, true, false, records);  // reads (and checks) every record; writes nothing
+        (void)open_records(o.out, true, false, records, "--render-only");  // reads (and checks) every record; writes nothing
         write_report(o.out, records);
         return 0;
     }

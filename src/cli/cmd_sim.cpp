@@ -1,5 +1,6 @@
 // nitro sim TRACE --policy lru,lfu,opt --capacity 2:7 [--json] [--csv F] [--svg F] (docs/sim.md)
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "core/user_file.h"
 #include "gguf/gguf.h"
@@ -181,7 +182,7 @@ Action add_sim(CLI::App& app) {
                     "Prompt chunk size, tokens (the engine's -u): consecutive prompt records form chunks, each one step "
                     "of the cache")
         ->capture_default_str()
-        ->check(CLI::PositiveNumber);
+        ->check(integer_at_least(1));
     sub->add_option("--prefill-weight", o->model_opt.prefill_weight,
                     "A prompt chunk requests only its round(W x n_expert_used) most selected experts (the engine's "
                     "--prefill-weight); 0 = prompts never change the cache")

@@ -162,7 +162,7 @@ std::vector<int> parse_capacity_list(const std::string& text) {
 std::vector<double> parse_gib_list(const std::string& text) {
     std::vector<double> v = parse_ranges<double>(text, "VRAM budget (GiB)", 1.0);
     for (double g : v)
-        if (!(g >= 0)) fail("VRAM budget {} GiB is negative", g);
+        if (!(g >= 0) || !std::isfinite(g)) fail("VRAM budget {} GiB must be a finite number >= 0", g);
     return v;
 }
 

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -106,6 +107,24 @@ TEST(CliErrors, PlanAndPlacementNumbersAreChecked) {
         EXPECT_TRUE(has(r.out, message)) << args << "\n" << r.out;
     }
     EXPECT_EQ(nitro_cli(plan + "--cache-policy freq-decay:64").status, 0) << "a valid policy still plans";
+}
+
+TEST(CliErrors, SimAndRenderOnlyMessagesNameWhatIsWrong) {
+    // Found by the second fresh-user trial: "-u 0" said 0 was outside a range that holds it, "nan"
+    // GiB was called negative, and a bad record under --render-only was blamed on --append.
+    const std::string dir = test::temp_dir("cli-sim-msgs");
+    ASSERT_EQ(nitro_cli("trace synth -m " + kModel + " -o " + dir + "/g.nmtr --prompt 4 --decode 4").status, 0);
+    Ran r = nitro_cli("sim " + dir + "/g.nmtr -u 0");
+    EXPECT_EQ(r.status, kValidationError) << r.out;
+    EXPECT_TRUE(has(r.out, "--ubatch: must be at least 1, got 0")) << r.out;
+    r = nitro_cli("sim " + dir + "/g.nmtr --vram-gib nan");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out, "error: VRAM budget nan GiB must be a finite number >= 0")) << r.out;
+    std::filesystem::create_directories(dir + "/sweep");
+    std::ofstream(dir + "/sweep/records.jsonl") << "garbage\n";
+    r = nitro_cli("bench -o " + dir + "/sweep --render-only");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out, "error: --render-only: " + dir + "/sweep/records.jsonl:1 is not a nitro bench record")) << r.out;
 }
 
 TEST(CliErrors, BenchKernelPoolTooSmallStatesItsUnits) {
