@@ -1,4 +1,4 @@
-// nitro inspect FILE [--json] [--tensors] [--dump NAME]
+// nitro inspect FILE [--json] [--tensors | --metadata | --dump NAME]
 #include "arch/summary.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -100,7 +100,39 @@ std::string value_preview(const GgufValue& v) {
     return out;
 }
 
-void print_metadata(const GgufModel& model) {
+/// One metadata value as JSON: scalars and strings as they are; an array as {"element_type", "n",
+/// "first": its first 5 elements} (a vocabulary holds ~200k strings).
+nlohmann::json value_json(const GgufValue& v) {
+    nlohmann::json out;
+    std::visit(
+        [&](const auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, std::shared_ptr<GgufArray>>) {
+                out = {{"element_type", gguf_type_name(x->type)}, {"n", x->size()}, {"first", nlohmann::json::array()}};
+                std::visit(
+                    [&](const auto& vec) {
+                        using E = typename std::decay_t<decltype(vec)>::value_type;
+                        if constexpr (!std::is_same_v<E, GgufArray>)
+                            for (size_t i = 0; i < std::min<size_t>(vec.size(), 5); ++i)
+                                out["first"].push_back(static_cast<E>(vec[i]));
+                    },
+                    x->data);
+            } else {
+                out = x;
+            }
+        },
+        v);
+    return out;
+}
+
+void print_metadata(const GgufModel& model, bool json) {
+    if (json) {
+        nlohmann::json arr = nlohmann::json::array();
+        for (const auto& [k, v] : model.metadata().entries())
+            arr.push_back({{"key", k}, {"type", gguf_type_name(gguf_value_type(v))}, {"value", value_json(v)}});
+        std::puts(arr.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        return;
+    }
     for (const auto& [k, v] : model.metadata().entries())
         std::printf("%-48s %-8s %s\n", k.c_str(), gguf_type_name(gguf_value_type(v)), value_preview(v).c_str());
 }
@@ -113,10 +145,17 @@ Action add_inspect(CLI::App& app) {
                                                   "and bytes by category (experts per layer)");
     sub->add_option("file", opt->path, "GGUF file (the first shard of a split model)")->required();
     sub->add_flag("--json", opt->json, "Print JSON instead of text");
-    sub->add_flag("--tensors", opt->tensors, "List every tensor: name, type, shape, bytes, offset");
-    sub->add_flag("--metadata", opt->metadata, "List every metadata key with its type and value (arrays abbreviated)");
+    // One listing per run: --tensors, --metadata and --dump exclude each other (each used to win
+    // silently over the others).
+    CLI::Option* tensors = sub->add_flag("--tensors", opt->tensors, "List every tensor: name, type, shape, bytes, offset");
+    CLI::Option* metadata =
+        sub->add_flag("--metadata", opt->metadata, "List every metadata key with its type and value (arrays abbreviated)");
     sub->add_option("--dump", opt->dump,
-                    "Print one tensor dequantized to f32 as JSON {name,type,shape,data}, row-major, ne[0] fastest");
+                    "Print one tensor dequantized to f32 as JSON {name,type,shape,data}, row-major, ne[0] fastest")
+        ->check([](const std::string& name) { return name.empty() ? std::string("give a tensor name") : std::string(); })
+        ->excludes(tensors)
+        ->excludes(metadata);
+    tensors->excludes(metadata);
     return [opt]() {
         GgufModel model(opt->path);
         if (!opt->dump.empty()) {
@@ -124,7 +163,7 @@ Action add_inspect(CLI::App& app) {
             return 0;
         }
         if (opt->metadata) {
-            print_metadata(model);
+            print_metadata(model, opt->json);
             return 0;
         }
         if (opt->tensors) {

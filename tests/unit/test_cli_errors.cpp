@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
@@ -125,6 +126,32 @@ TEST(CliErrors, SimAndRenderOnlyMessagesNameWhatIsWrong) {
     r = nitro_cli("bench -o " + dir + "/sweep --render-only");
     EXPECT_EQ(r.status, 1) << r.out;
     EXPECT_TRUE(has(r.out, "error: --render-only: " + dir + "/sweep/records.jsonl:1 is not a nitro bench record")) << r.out;
+}
+
+TEST(CliErrors, InspectListingsExcludeEachOtherAndMetadataHasJson) {
+    // Found by the second fresh-user trial: --metadata --json printed text, and of --tensors,
+    // --metadata and --dump only one was printed, silently.
+    Ran r = nitro_cli("inspect " + kModel + " --metadata --json");
+    ASSERT_EQ(r.status, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    ASSERT_TRUE(j.is_array());
+    bool arch = false, vocab = false;
+    for (const auto& e : j) {
+        if (e["key"] == "general.architecture") arch = e["type"] == "string" && e["value"] == "gpt-oss";
+        if (e["key"] == "tokenizer.ggml.tokens")
+            vocab = e["value"]["element_type"] == "string" && e["value"]["n"].get<int64_t>() > 1000 &&
+                    e["value"]["first"].size() == 5;
+    }
+    EXPECT_TRUE(arch) << r.out.substr(0, 400);
+    EXPECT_TRUE(vocab) << "arrays are {element_type, n, first}";
+    r = nitro_cli("inspect " + kModel + " --tensors --metadata");
+    EXPECT_EQ(r.status, static_cast<int>(CLI::ExitCodes::ExcludesError)) << r.out;
+    EXPECT_TRUE(has(r.out, "--tensors excludes --metadata")) << r.out;
+    r = nitro_cli("inspect " + kModel + " --dump token_embd.weight --tensors");
+    EXPECT_EQ(r.status, static_cast<int>(CLI::ExitCodes::ExcludesError)) << r.out;
+    r = nitro_cli("inspect " + kModel + " --dump ''");
+    EXPECT_EQ(r.status, kValidationError) << r.out;
+    EXPECT_TRUE(has(r.out, "--dump: give a tensor name")) << r.out;
 }
 
 TEST(CliErrors, BenchKernelPoolTooSmallStatesItsUnits) {
