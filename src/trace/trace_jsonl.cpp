@@ -67,8 +67,9 @@ Trace import_jsonl(std::istream& in, const std::string& name, const JsonlImportO
         if (ex == j.end() || !ex->is_array() || ex->empty())
             fail("{}: field \"experts\" must be a non-empty array of expert ids", where);
         for (const auto& e : *ex) {
-            if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= kNoExpert)
-                fail("{}: expert id {} is not an integer in 0..{}", where, e.dump(), kNoExpert - 1);
+            // n_expert is at most kNoExpert - 1 (trace.cpp), so an id is at most kNoExpert - 2.
+            if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= kNoExpert - 1)
+                fail("{}: expert id {} is not an integer in 0..{}", where, e.dump(), kNoExpert - 2);
             l.experts.push_back(e.get<int64_t>());
         }
         if (auto gp = j.find("gating_probs"); gp != j.end() && !gp->is_null()) {

@@ -98,6 +98,13 @@ TEST(TraceJsonl, ErrorsNameTheLine) {
                   .find("t.jsonl:2: gating_probs absent"),
               std::string::npos);
     EXPECT_NE(error_of("").find("no records"), std::string::npos);
+    // The largest id a trace can hold is 65533 (n_expert <= 65534): 65534 is refused on its line,
+    // not later as "n_expert 65535 is out of range".
+    EXPECT_NE(error_of("{\"problem_id\": 0, \"token_idx\": 0, \"layer\": 0, \"experts\": [65534]}\n")
+                  .find("t.jsonl:1: expert id 65534 is not an integer in 0..65533"),
+              std::string::npos);
+    EXPECT_EQ(import_text("{\"problem_id\": 0, \"token_idx\": 0, \"layer\": 0, \"experts\": [65533]}\n").header.n_expert,
+              65534u);
 }
 
 TEST(TraceJsonl, ModelShapeIsEnforced) {
