@@ -17,7 +17,11 @@
 # them; default: a temporary folder in /dev/shm when it has 50 GB free, else in TMPDIR, removed
 # at the end), QWEN_TYPE (expert type of the Qwen3 synth,
 # default q8_0; q4_0 or mxfp4 synthesize faster), LLAMA_CPP_BENCH (default
-# BUILD_DIR/llama-peer/llama_cpp_bench), KERNEL_SECONDS (per kernel cell, default 0.3), KERNEL_POOL
+# BUILD_DIR/llama-peer/llama_cpp_bench), LLAMA_BENCH_NATIVE (optional: a llama-bench binary of
+# llama.cpp built on this machine, e.g. the CUDA build of bench/kernels_device.sh; the decode part
+# then also runs it CPU-only, -ngl 0 with no GPU visible, between the peer's runs and nitro's
+# second: on 2026-12-04 that build decoded a qwen3 Q4_K file 1.65x faster than the peer's CPU
+# variants did on 2026-12-05, and the two were never compared in one call), KERNEL_SECONDS (per kernel cell, default 0.3), KERNEL_POOL
 # (GiB of random experts per kernel cell and of the read probe, default 4: well above the lent
 # Xeon's 300 MiB L3; at 1 GiB some cells read above 100% of the probe), SMALL=1
 # (the `tiny` presets instead: checks the script itself in seconds, the figures mean nothing),
@@ -37,6 +41,7 @@ mkdir -p "$2"
 out=$(cd "$2" && pwd)
 nitro="$build/nitro"
 peer="${LLAMA_CPP_BENCH:-$build/llama-peer/llama_cpp_bench}"
+native="${LLAMA_BENCH_NATIVE:-}"
 threads="${THREADS:-$(nproc)}"
 qwen_type="${QWEN_TYPE:-q8_0}"
 ksec="${KERNEL_SECONDS:-0.3}"
@@ -48,6 +53,7 @@ kpool="${KERNEL_POOL:-4}"
 [ "${SMALL:-0}" = 1 ] && kpool="${KERNEL_POOL:-0.25}"
 [ -x "$nitro" ] || { echo "cpu_kernels_device: $nitro not found" >&2; exit 1; }
 [ -x "$peer" ] || { echo "cpu_kernels_device: $peer not found (build it: cmake --build BUILD --target llama_cpp_bench)" >&2; exit 1; }
+[ -z "$native" ] || [ -x "$native" ] || { echo "cpu_kernels_device: LLAMA_BENCH_NATIVE=$native is not an executable" >&2; exit 1; }
 command -v python3 >/dev/null || { echo "cpu_kernels_device: python3 is needed for the summary" >&2; exit 1; }
 if [ -n "${MODELS_DIR:-}" ]; then
     models="$MODELS_DIR"
@@ -145,8 +151,18 @@ if part nommap; then
     bench nommap-g20 -m "$g20" --kernels none --kernel-tokens 1,4,16 --no-mmap --no-engine
 fi
 
+llama_native() {  # llama_native NAME MODEL -> $out/NAME.json (llama-bench's JSON: one record per test)
+    local name=$1 model=$2
+    CUDA_VISIBLE_DEVICES= "$native" -m "$model" -ngl 0 -t "$threads" -p "$n_prompt" -n "$n_gen" -r 2 -o json \
+        > "$out/$name.json" 2> "$out/$name.err" || {
+        echo "cpu_kernels_device: $native failed:" >&2
+        tail -5 "$out/$name.err" >&2
+        exit 1
+    }
+}
+
 # 4. Decode and prompt: A B B A, nitro vs llama.cpp, same file and threads, N_PROMPT-token prompt
-#    (the experts' multi-token tiles), N_GEN tokens.
+#    (the experts' multi-token tiles), N_GEN tokens; with LLAMA_BENCH_NATIVE, A B B C A.
 decode_models="g20 q30"
 part decode || decode_models=""
 for m in $decode_models; do
@@ -156,6 +172,7 @@ for m in $decode_models; do
     bench "decode-$m-nitro-1" -m "$model" --kernels none --kernel-tokens 1,4,16 -p "$n_prompt" -n "$n_gen"
     llama "decode-$m-llama-1" "$model"
     llama "decode-$m-llama-2" "$model"
+    [ -z "$native" ] || llama_native "decode-$m-native" "$model"
     bench "decode-$m-nitro-2" -m "$model" --kernels none --kernel-tokens 1,4,16 -p "$n_prompt" -n "$n_gen"
 done
 # AVX2: nitro at NITRO_ISA=avx2 against llama.cpp's haswell (AVX2) CPU build, both models.
@@ -257,6 +274,16 @@ for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b"), ("g20avx2", 
     P("  %-36s %20s %20s %7.2f %20s %20s %7.2f %13.1f" % ("%s (%s / %s)" % (name, n[0]["isa"], l[0].get("ggml_cpu_variant", "?")),
       " / ".join("%.2f" % v for v in nd), " / ".join("%.2f" % v for v in ld), r,
       " / ".join("%.1f" % v for v in npf), " / ".join("%.1f" % v for v in lpf), rp, faults))
+for tag in [t for t in ("g20", "q30") if t in S["decode"] and have("decode-%s-native" % t)]:
+    recs = load("decode-%s-native" % tag)  # llama-bench -o json: a list, one record per test
+    dec = [r["avg_ts"] for r in recs if r.get("n_gen", 0) > 0]
+    pro = [r["avg_ts"] for r in recs if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0]
+    if not dec or not pro: continue
+    d = S["decode"][tag]
+    nd, npf = sum(d["nitro_decode_tok_s"]) / 2, sum(d["nitro_prompt_tok_s"]) / 2
+    d["native_llama_bench"] = {"decode_tok_s": dec[0], "prompt_tok_s": pro[0], "decode_ratio": nd / dec[0], "prompt_ratio": npf / pro[0]}
+    P("  %s: llama.cpp's own llama-bench (LLAMA_BENCH_NATIVE, -ngl 0, no GPU visible, mean of 2): decode %.2f tok/s, prompt %.1f;"
+      " nitro's means / it: decode %.2f, prompt %.2f" % (tag, dec[0], pro[0], nd / dec[0], npf / pro[0]))
 for tag in [t for t in ("g20", "q30", "g20avx2", "q30avx2") if t in S["decode"]]:
     d = S["decode"][tag]
     P("  %s: nitro expert products %.1f / %.1f GB/s against a %.1f / %.1f GB/s probe; CALCULATED expert floor %.1f tok/s"
