@@ -3,7 +3,7 @@
 #   - the read probe and the expert kernel GB/s per weight type and ISA level (every SIMD level
 #     this CPU has: avx2, avxvnni where present, avx512), for 1, 4 and 16 tokens, as % of the probe of the same run (nitro bench
 #     kernel table: cpu::moe_ffn on random experts, gpt-oss-20b and Qwen3-30B-A3B expert shapes);
-#   - the real models' expert products through moe_ffn, file mapping vs --no-mmap (huge pages);
+#   - both models' expert products through moe_ffn, file mapping vs --no-mmap (huge pages);
 #   - the one-token kernels' software prefetch: distance x cache level (t0 = L1, t1 = L2), both levels;
 #   - CPU-only decode and prompt tok/s of nitro vs llama.cpp (build/llama-peer/llama_cpp_bench,
 #     docs/peer.md) on synthetic gpt-oss-20b and qwen3-30b-a3b, in A B B A order, at the best
@@ -145,10 +145,14 @@ for run in $sweep_runs; do
         --prefetch-bytes $pf --prefetch-hint $hint --no-engine
 done
 
-# 3. The model's experts: file mapping vs a --no-mmap copy (anonymous memory, THP), 1/4/16 tokens.
+# 3. The model's experts: file mapping vs a --no-mmap copy (anonymous memory, THP), 1/4/16 tokens,
+#    both models (2026-12-05: qwen3's mapped Q4_K experts read 50% of the probe through moe_ffn at
+#    one token where random experts of the same shape in anonymous memory read 84%; gpt-oss 86%
+#    against 99%: its matrices are 4.4 MB, qwen3's 0.9 MB, so page size may be what differs).
 if part nommap; then
     log "expert products, --no-mmap"
     bench nommap-g20 -m "$g20" --kernels none --kernel-tokens 1,4,16 --no-mmap --no-engine
+    bench nommap-q30 -m "$q30" --kernels none --kernel-tokens 1,4,16 --no-mmap --no-engine
 fi
 
 llama_native() {  # llama_native NAME MODEL -> $out/NAME.json (llama-bench's JSON: one record per test)
@@ -239,18 +243,19 @@ for pf, hint, d in sorted(sweep, key=lambda x: (x[1], x[0])):
     S["prefetch_sweep"].append({"prefetch_bytes": pf, "prefetch_hint": hint, "read_probe_gb_s": d["read_bandwidth_gb_s"], "rows": cells})
     P("  %5d B %-3s " % (pf, hint) + "  ".join("%s/%s %.1f GB/s %.0f%%" % (r["type"], r["isa"], r["gb_s"], r.get("pct_of_cell_read", r["pct_of_read"])) for r in cells))
 
-P("")
-P("the model's experts through moe_ffn (gpt-oss-20b): file mapping vs --no-mmap")
-mm = load("decode-g20-nitro-1") if have("decode-g20-nitro-1") else None
-nm = load("nommap-g20") if have("nommap-g20") else None
-if mm and nm: S["expert_products_g20"] = {"mmap": mm["expert_gemv"], "no_mmap": nm["expert_gemv"], "mmap_read_probe_gb_s": mm["read_bandwidth_gb_s"],
-                            "no_mmap_read_probe_gb_s": nm["read_bandwidth_gb_s"], "no_mmap_load_s": nm["memory"]["load_s"]}
-for label, d in (("mmap", mm), ("no-mmap", nm)):
-    if not d: continue
-    for g in d["expert_gemv"]:
-        P("  %-8s %2d token%s  %6.1f GB/s  %4.0f%% of %.1f GB/s  (%.2f ms per step)" % (label, g["tokens"], " " if g["tokens"] == 1 else "s",
-          g["gb_s"], g["pct_of_read"], d["read_bandwidth_gb_s"], g["ms_per_step"]))
-if nm: P("  --no-mmap load: %.1f s" % nm["memory"]["load_s"])
+for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b")):
+    P("")
+    P("the model's experts through moe_ffn (%s): file mapping vs --no-mmap" % name)
+    mm = load("decode-%s-nitro-1" % tag) if have("decode-%s-nitro-1" % tag) else None
+    nm = load("nommap-" + tag) if have("nommap-" + tag) else None
+    if mm and nm: S["expert_products_" + tag] = {"mmap": mm["expert_gemv"], "no_mmap": nm["expert_gemv"], "mmap_read_probe_gb_s": mm["read_bandwidth_gb_s"],
+                                    "no_mmap_read_probe_gb_s": nm["read_bandwidth_gb_s"], "no_mmap_load_s": nm["memory"]["load_s"]}
+    for label, d in (("mmap", mm), ("no-mmap", nm)):
+        if not d: continue
+        for g in d["expert_gemv"]:
+            P("  %-8s %2d token%s  %6.1f GB/s  %4.0f%% of %.1f GB/s  (%.2f ms per step)" % (label, g["tokens"], " " if g["tokens"] == 1 else "s",
+              g["gb_s"], g["pct_of_read"], d["read_bandwidth_gb_s"], g["ms_per_step"]))
+    if nm: P("  --no-mmap load: %.1f s" % nm["memory"]["load_s"])
 
 P("")
 P("CPU-only decode and prompt, nitro vs llama.cpp, A B B A (%d-token prompt, %d tokens)" % (int(os.environ.get("N_PROMPT", "128")), int(os.environ.get("N_GEN", "32"))))
