@@ -23,12 +23,16 @@ void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode) {
         ->check(number_in(0.0, 1.0e6))
         ->capture_default_str()
         ->envname("NITRO_VRAM_BUDGET");
-    sub->add_flag("--cpu-moe", o.gpu.cpu_moe, "Keep every routed expert on the CPU (llama.cpp --cpu-moe)");
+    CLI::Option* cpu_moe =
+        sub->add_flag("--cpu-moe", o.gpu.cpu_moe, "Keep every routed expert on the CPU (llama.cpp --cpu-moe)");
+    // Both at once: llama.cpp's --cpu-moe overrides every layer, so its --n-cpu-moe does nothing;
+    // an error says so instead of silently dropping one.
     sub->add_option(
            "--n-cpu-moe", o.gpu.n_cpu_moe,
            "Keep the routed experts of the first N layers on the CPU, the others on the GPU (llama.cpp --n-cpu-moe)")
         ->capture_default_str()
-        ->check(integer_at_least(0));
+        ->check(integer_at_least(0))
+        ->excludes(cpu_moe);
     sub->add_option("--override-tensor", o.gpu.override_tensor,
                     "REGEX=DEVICE (also -ot): tensors whose name matches go to DEVICE (CPU, GPU/CUDA0); repeatable or "
                     "comma-separated, first match wins (llama.cpp -ot). Only routed experts (ffn_*_exps) may go to the CPU")

@@ -108,6 +108,12 @@ TEST(CliErrors, PlanAndPlacementNumbersAreChecked) {
         EXPECT_TRUE(has(r.out, message)) << args << "\n" << r.out;
     }
     EXPECT_EQ(nitro_cli(plan + "--cache-policy freq-decay:64").status, 0) << "a valid policy still plans";
+    // --cpu-moe puts every layer's experts on the CPU, so an --n-cpu-moe beside it did nothing
+    // (as in llama.cpp, where --cpu-moe overrides every layer): now an error naming both.
+    const Ran both = nitro_cli(plan + "--cpu-moe --n-cpu-moe 2");
+    EXPECT_NE(both.status, 0) << both.out;
+    EXPECT_TRUE(has(both.out, "--cpu-moe excludes --n-cpu-moe")) << both.out;
+    EXPECT_EQ(nitro_cli(plan + "--n-cpu-moe 2").status, 0) << "either alone still plans";
 }
 
 TEST(CliErrors, SimAndRenderOnlyMessagesNameWhatIsWrong) {
