@@ -21,9 +21,10 @@
 # llama.cpp built on this machine, e.g. the CUDA build of bench/kernels_device.sh; the decode part
 # then also runs it CPU-only, -ngl 0 with no GPU visible, between the peer's runs and nitro's
 # second: on 2026-12-04 that build decoded a qwen3 Q4_K file 1.65x faster than the peer's CPU
-# variants did on 2026-12-05, and the two were never compared in one call), KERNEL_SECONDS (per kernel cell, default 0.3), KERNEL_POOL
-# (GiB of random experts per kernel cell and of the read probe, default 4: well above the lent
-# Xeon's 300 MiB L3; at 1 GiB some cells read above 100% of the probe), SMALL=1
+# variants did on 2026-12-05, and the two were never compared in one call), KERNEL_SECONDS (per
+# kernel cell, default 0.3), KERNEL_POOL (GiB of random experts per kernel cell and of the read
+# probe, default 4: well above the lent Xeon's 300 MiB L3; at 1 GiB some cells read above 100% of
+# the probe), SMALL=1
 # (the `tiny` presets instead: checks the script itself in seconds, the figures mean nothing),
 # N_PROMPT / N_GEN (prompt and generated tokens of the decode runs, default 128 / 32), SWEEP (the
 # prefetch runs, "BYTES:HINT ...", default six; "none" for none), PARTS (what to
