@@ -2,6 +2,7 @@
 
 #include "arch/summary.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "core/fp16.h"
 #include "cpu/moe.h"
 #include "runtime/model_spec.h"
@@ -9,11 +10,9 @@
 
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -31,27 +30,14 @@ uint64_t xorshift(uint64_t& s) {
     s ^= s << 17;
     return s;
 }
-/// Bytes the kernel could give a new allocation without swapping: /proc/meminfo's MemAvailable
-/// (free memory plus what can be reclaimed, e.g. page cache), else the physical memory; 0 = unknown.
-uint64_t available_memory_bytes() {
-    if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
-        char line[256];
-        unsigned long long kib = 0;
-        bool found = false;
-        while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
-        std::fclose(f);
-        if (found) return static_cast<uint64_t>(kib) * 1024;
-    }
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-}
-
 }  // namespace
 
 BenchBuffer::BenchBuffer(cpu::ThreadPool& pool, size_t bytes) : size_(bytes) {
     // Every page is touched below: a buffer larger than the memory on hand would end in the OOM
     // killer (rc 137, no message, possibly other processes killed), so it is refused here.
-    if (const uint64_t avail = available_memory_bytes(); avail > 0 && bytes > avail)
+    // MemAvailable: free memory plus what can be reclaimed (page cache); MemTotal where it is missing.
+    const MemInfo mem = read_meminfo();
+    if (const uint64_t avail = mem.available > 0 ? mem.available : mem.total; avail > 0 && bytes > avail)
         fail("bench: a buffer of {} is more than the {} of memory available now; lower --kernel-pool or --read-probe",
              format_bytes(bytes), format_bytes(avail));
     map_ = (bytes + kHuge - 1) / kHuge * kHuge + kHuge;
