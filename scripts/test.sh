@@ -27,7 +27,8 @@ nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 if [ -x "$nvcc" ]; then
   cmake -S . -B build-cuda -G Ninja -DNITRO_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
         -DNITRO_CUDA_ARCHS="${NITRO_CUDA_CI_ARCHS:-86;90}" -DNITRO_BENCH=OFF -DNITRO_SHARED_DIR="$shared" >/dev/null
-  cmake --build build-cuda -j"$(nproc)" --target nitro nitro_cuda_tests nitro_cuda_bench dev_moe_gemm dev_moe_mmq dev_attention
+  cmake --build build-cuda -j"$(nproc)" --target nitro nitro_cuda_tests nitro_cuda_bench \
+        dev_moe_gemm dev_moe_mmq dev_attention dev_attention_decode
   echo "cuda: build-cuda compiled (tests labelled cuda need a GPU: ctest --test-dir build-cuda -L cuda)"
 else
   echo "cuda: WARNING: no nvcc found, the CUDA backend was NOT compiled (set CUDACXX)" >&2

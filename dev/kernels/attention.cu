@@ -110,7 +110,7 @@ void launch_plain(cudaStream_t s, const AttnArgs& a) {
                                                     reinterpret_cast<const __half*>(a.v_cache), a.capacity,
                                                     static_cast<int>(a.n_q), static_cast<int>(a.n_head),
                                                     static_cast<int>(a.n_head_kv), a.window, a.sinks, a.scale * kLog2e,
-                                                    a.pos0, a.out);
+                                                    a.pos0, 1, nullptr, a.out);
     NITRO_CUDA_LAUNCH_CHECK();
 }
 

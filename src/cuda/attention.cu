@@ -1,6 +1,7 @@
 // attention() of ops.h: the per-query kernel (decode steps, short chunks, flash-decoding splits),
 // its flash-decoding split combine, and the dispatch to the tensor-core kernel of flash_attn.h for
-// prompt chunks.
+// prompt chunks and, with AttnArgs::flash_decode (NITRO_ATTN_DECODE=flash), for decode steps (its
+// splits merged by the same combine).
 //
 // The per-query kernel (issue 15): one block of kWarps warps per (KV head, group of its query
 // heads, query, split). The split's keys go in 32-key tiles to the warps in turn; lane j scores key
@@ -24,15 +25,21 @@
 #include "cuda/common.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/flash_attn.h"
+#include "cuda/flash_attn.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 namespace nitro::cuda {
 
 namespace {
 
 constexpr int kWarps = 4;  ///< warps per block of the per-query kernel
+
+std::atomic<int> g_decode_flash{-1};  ///< set_attn_decode_flash; -1: NITRO_ATTN_DECODE
 
 /// Query heads per block at head_dim HD and a group of G query heads per KV head: each lane keeps
 /// heads x HD / 32 value sums in registers, at most 32.
@@ -248,25 +255,28 @@ __global__ void __launch_bounds__(kWarps * kWarp)
     }
 }
 
-/// Splits of n_split that hold keys for a query at position p (split_range gives the rest none):
-/// the combine reads only these, and the kernel's blocks of the others return at once.
-__device__ __forceinline__ int active_splits(int64_t p, int64_t window, int n_split) {
+/// Splits of n_split that hold keys for a query at position p, with chunks of ceil(nk / n_split)
+/// keys rounded up to a multiple of `round` (32: split_range of the per-query kernel; 64: the
+/// flash kernel's split_chunk): the combine reads only these, and the kernels' blocks of the
+/// others return at once.
+__device__ __forceinline__ int active_splits(int64_t p, int64_t window, int n_split, int round) {
     const int64_t lo = window > 0 ? max(static_cast<int64_t>(0), p - window + 1) : 0;
     const int64_t nk = p - lo + 1;
-    const int64_t chunk = ((nk + n_split - 1) / n_split + kWarp - 1) / kWarp * kWarp;
+    const int64_t chunk = ((nk + n_split - 1) / n_split + round - 1) / round * round;
     return static_cast<int>(min(static_cast<int64_t>(n_split), (nk + chunk - 1) / chunk));
 }
 
 constexpr int kMaxSplit = 64;  ///< attention_max_split's cap (runtime/placement.h)
 
 /// Merges the active splits' partials of one (head, query), in split order: each split's max and
-/// sum read once into shared memory with its weight exp(M_s - M), then every value dim.
-__global__ void attention_combine_kernel(const float* __restrict__ partial, int n_head, int hd, int n_split,
+/// sum read once into shared memory with its weight exp(M_s - M), then every value dim. `round`:
+/// the split kernel's chunk rounding (active_splits).
+__global__ void attention_combine_kernel(const float* __restrict__ partial, int n_head, int hd, int n_split, int round,
                                          const float* __restrict__ sinks, const int32_t* __restrict__ pos0, int64_t window,
                                          float* __restrict__ out) {
     pdl_begin();
     const int h = blockIdx.x, qi = blockIdx.y;
-    const int n_act = active_splits(*pos0 + qi, window, n_split);
+    const int n_act = active_splits(*pos0 + qi, window, n_split, round);
     const float* pp = partial + (static_cast<int64_t>(qi) * n_head + h) * n_split * (hd + 2);
     __shared__ float sms[kMaxSplit], sls[kMaxSplit], sf[kMaxSplit];
     for (int s = threadIdx.x; s < n_act; s += blockDim.x) {
@@ -325,18 +335,35 @@ void attention(cudaStream_t s, const AttnArgs& a) {
         flash_attention(s, a);  // prompt chunks: tensor cores, K/V tiles shared by the chunk's queries
         return;
     }
-    if (a.head_dim == 32) launch_per_query<32>(s, a, G);
+    // a decode step on the tensor cores (AttnArgs::flash_decode), else the per-query kernel
+    const bool flash_decode = a.flash && a.flash_decode && a.n_q == 1 && flash_attention_supported(a);
+    if (flash_decode) flash_attention(s, a);
+    else if (a.head_dim == 32) launch_per_query<32>(s, a, G);
     else if (a.head_dim == 64) launch_per_query<64>(s, a, G);
     else if (a.head_dim == 128) launch_per_query<128>(s, a, G);
     else if (a.head_dim == 256) launch_per_query<256>(s, a, G);
     else cfail("CUDA attention: head_dim {} is not supported (32, 64, 128, 256)", a.head_dim);
     NITRO_CUDA_LAUNCH_CHECK();
     if (a.n_split > 1) {
+        const int round = flash_decode ? static_cast<int>(flash_detail::kKeys) : kWarp;
         launch_pdl(s, dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_q)), 128, 0, attention_combine_kernel,
-                   a.partial, static_cast<int>(a.n_head), static_cast<int>(a.head_dim), a.n_split, a.sinks, a.pos0, a.window,
-                   a.out);
+                   a.partial, static_cast<int>(a.n_head), static_cast<int>(a.head_dim), a.n_split, round, a.sinks, a.pos0,
+                   a.window, a.out);
         NITRO_CUDA_LAUNCH_CHECK();
     }
+}
+
+void set_attn_decode_flash(int on) { g_decode_flash.store(on < 0 ? -1 : on > 0 ? 1 : 0); }
+
+bool attn_decode_flash() {
+    int v = g_decode_flash.load(std::memory_order_relaxed);
+    if (v >= 0) return v == 1;
+    const char* e = std::getenv("NITRO_ATTN_DECODE");
+    if (e && *e && std::strcmp(e, "flash") != 0 && std::strcmp(e, "per-query") != 0)
+        cfail("NITRO_ATTN_DECODE={}: flash (decode steps on the tensor-core kernel) or per-query (the default)", e);
+    v = e && std::strcmp(e, "flash") == 0 ? 1 : 0;
+    g_decode_flash.store(v);
+    return v == 1;
 }
 
 }  // namespace nitro::cuda

@@ -24,9 +24,17 @@
 // n = head dim), which ldmatrix .trans reads from V's rows. kLdm = false builds the same
 // fragments with plain 16- and 32-bit shared loads (the sandbox's cross-check of the ldmatrix
 // addressing; slower).
+//
+// Flash-decoding (n_split > 1, one query): CTA (0, KV head, split) takes the split's keys of the
+// query's range, split_chunk() keys each (a multiple of the 64-key tile), and writes its unnormalised
+// result to the partial buffer in the per-query kernel's layout ([M, L, A[HD]] per (head, split), M
+// in natural-log units), which attention()'s combine kernel merges with the sinks. The query's G
+// heads are the CTA's rows, so each K/V tile is read once for the group and the group's scores
+// come from one warp's tensor-core products (warps whose 16 rows hold no head only copy tiles).
 #pragma once
 
 #include "cuda/common.cuh"
+#include "cuda/pdl.cuh"
 
 #include <cuda_pipeline.h>
 
@@ -38,6 +46,7 @@ constexpr int kRows = 64;      ///< (query, head) rows per CTA
 constexpr int kKeys = 64;      ///< keys per tile
 constexpr int kThreads = 128;  ///< 4 warps of 16 rows
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 /// Halves per shared K/V row: a 16-byte pad, so the 8 rows of an ldmatrix 8 x 8 piece start in
 /// different bank groups (row stride 144 or 272 bytes).
@@ -82,15 +91,25 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p)
                  : "memory");
 }
 
-/// grid (ceil(n_q * G / kRows), n_head_kv), kThreads threads, smem_bytes<HD>() dynamic shared
-/// memory. q [n_q, n_head * HD] f32; caches [capacity, n_head_kv * HD] f16; out as q.
-/// scale_log2 = scale * log2(e); sinks (optional) [n_head] natural-log logits.
+/// Keys per flash-decoding split of nk keys over n_split splits: ceil(nk / n_split) rounded up to
+/// a whole 64-key tile (the combine kernel counts the active splits with the same rounding).
+__host__ __device__ __forceinline__ int64_t split_chunk(int64_t nk, int n_split) {
+    return ((nk + n_split - 1) / n_split + kKeys - 1) / kKeys * kKeys;
+}
+
+/// grid (ceil(n_q * G / kRows), n_head_kv, n_split), kThreads threads, smem_bytes<HD>() dynamic
+/// shared memory; launched with launch_pdl (pdl.cuh). q [n_q, n_head * HD] f32; caches [capacity,
+/// n_head_kv * HD] f16; out as q. scale_log2 = scale * log2(e); sinks (optional) [n_head]
+/// natural-log logits. n_split > 1 (needs n_q == 1): the split's partial result instead of out
+/// (partial [n_head, n_split, HD + 2] floats; sinks left to the combine).
 template <int HD, bool kLdm>
 __global__ void __launch_bounds__(kThreads) flash_attn_kernel(const float* __restrict__ q, const __half* __restrict__ kc,
                                                               const __half* __restrict__ vc, int64_t capacity, int n_q,
                                                               int n_head, int n_head_kv, int64_t window,
                                                               const float* __restrict__ sinks, float scale_log2,
-                                                              const int32_t* __restrict__ pos0, float* __restrict__ out) {
+                                                              const int32_t* __restrict__ pos0, int n_split,
+                                                              float* __restrict__ partial, float* __restrict__ out) {
+    pdl_begin();
     constexpr int LD = lds<HD>();
     constexpr int KS = HD / 16;  // k-steps of Q K^T
     constexpr int NT = HD / 8;   // n-tiles of O
@@ -113,8 +132,18 @@ __global__ void __launch_bounds__(kThreads) flash_attn_kernel(const float* __res
     const int64_t r_last = min(r0 + kRows, n_rows) - 1;
     const int p_min = P0 + static_cast<int>(r0 / G), p_max = P0 + static_cast<int>(r_last / G);
     const int win = static_cast<int>(min(window, static_cast<int64_t>(1) << 30));
-    const int lo = win > 0 ? max(0, p_min - win + 1) : 0;
-    const int hi = p_max;
+    int lo = win > 0 ? max(0, p_min - win + 1) : 0;
+    int hi = p_max;
+    const int split = static_cast<int>(blockIdx.z);
+    if (n_split > 1) {  // flash-decoding: one query (p_min == p_max), this split's keys of lo .. hi
+        const int chunk = static_cast<int>(split_chunk(hi - lo + 1, n_split));
+        const int kb0 = lo + split * chunk;
+        if (kb0 > hi) return;  // no keys yet (the whole CTA; the combine reads only the active splits)
+        lo = kb0;
+        hi = min(hi, kb0 + chunk - 1);
+    }
+    // a warp whose 16 rows are past the end (decode: G < 64 rows) only helps copy the tiles
+    const bool warp_rows = r0 + warp * 16 < n_rows;
 
     // this thread's rows g and g + 8 of its warp's 16: position (-1: past the end, every key
     // masked), first key, output row
@@ -186,6 +215,10 @@ __global__ void __launch_bounds__(kThreads) flash_attn_kernel(const float* __res
             __pipeline_wait_prior(0);
         }
         __syncthreads();
+        if (!warp_rows) {  // no rows here: the copies and the barriers only
+            __syncthreads();
+            continue;
+        }
         const __half* kt = Ks + (it & 1) * kKeys * LD;
         const __half* vt = Vs + (it & 1) * kKeys * LD;
 
@@ -215,8 +248,9 @@ __global__ void __launch_bounds__(kThreads) flash_attn_kernel(const float* __res
                 mma_16816(s[2 * np + 1], qa[ks], b[2], b[3]);
             }
 
-        // scale to base-2 logits; mask keys outside each row's range (only where some row has any)
-        const bool all_valid = kb + kKeys - 1 <= p_min && (win <= 0 || kb >= p_max - win + 1);
+        // scale to base-2 logits; mask keys outside each row's range and past the CTA's last key (a
+        // split's end: zero-filled, not -inf); only where some row has any
+        const bool all_valid = kb + kKeys - 1 <= min(p_min, hi) && (win <= 0 || kb >= p_max - win + 1);
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -225,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) flash_attn_kernel(const float* __res
                 if (!all_valid) {
                     const int j = kb + 8 * nt + 2 * c4 + (i & 1);
                     const int e = i >> 1;
-                    if (j > prow[e] || j < plo[e]) v = -INFINITY;
+                    if (j > prow[e] || j < plo[e] || j > hi) v = -INFINITY;
                 }
                 s[nt][i] = v;
             }
@@ -296,6 +330,19 @@ __global__ void __launch_bounds__(kThreads) flash_attn_kernel(const float* __res
         l[e] += __shfl_xor_sync(0xffffffffu, l[e], 1);
         l[e] += __shfl_xor_sync(0xffffffffu, l[e], 2);
         if (orow[e] < 0) continue;
+        if (n_split > 1) {  // unnormalised, M in natural-log units (the combine adds the sink)
+            float* pp = partial + ((orow[e] / HD) * n_split + split) * (HD + 2);
+            if (c4 == 0) {
+                pp[0] = m[e] * kLn2;
+                pp[1] = l[e];
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                pp[2 + 8 * nt + 2 * c4] = o[nt][2 * e];
+                pp[3 + 8 * nt + 2 * c4] = o[nt][2 * e + 1];
+            }
+            continue;
+        }
         float f = 1.f, L = l[e];
         if (sinks) {  // sink logit in the denominator: rescale to max(m, sink) so neither overflows
             const float sk = sinks[hrow[e]] * kLog2e;

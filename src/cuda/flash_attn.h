@@ -18,9 +18,11 @@ bool flash_attention_supported(const AttnArgs& a);
 /// max(0, p - window + 1) .. p of query i at position p = *pos0 + i (window 0: 0 .. p), keys read
 /// from the F16 ring cache at slot key % capacity. Q is rounded to f16 (as the per-query kernel
 /// rounds it); the probabilities are rounded to f16 for the PV product (relative error <= 2^-11
-/// per term), everything else is f32. Ignores a.n_split and a.partial. The cache must hold every
-/// key position the chunk reads (capacity >= window + n_q - 1 for a window, > the last position
-/// otherwise), as for the per-query kernel.
+/// per term), everything else is f32. The cache must hold every key position the chunk reads
+/// (capacity >= window + n_q - 1 for a window, > the last position otherwise), as for the
+/// per-query kernel. a.n_split > 1 (flash-decoding; one query only, else an error): each split's
+/// unnormalised result goes to a.partial (attention_partial_floats) instead of a.out, for the
+/// combine of attention() (which is what calls it that way: AttnArgs::flash_decode).
 void flash_attention(cudaStream_t s, const AttnArgs& a);
 
 }  // namespace nitro::cuda

@@ -441,6 +441,7 @@ struct GpuSession::Impl {
             // head's whole group a block
             a.heads_per_block = G.n > 1 ? static_cast<int>(spec.n_head / spec.n_head_kv)
                                         : attention_decode_heads(spec.n_head, spec.n_head_kv, D.window, G.pos0);
+            a.flash_decode = G.n == 1 && attn_decode_flash();  // NITRO_ATTN_DECODE (ops.h)
             a.partial = attn_partial;
             a.out = attn + G.off * spec.n_o();
             cuda::attention(s, a);

@@ -65,7 +65,8 @@ void qk_norm_rope_kv_store(cudaStream_t s, float* q, float* k, const float* v, i
 /// n_split > 1 splits each query's keys over that many blocks (flash-decoding) and needs
 /// `partial` of attention_partial_floats() floats. Chunks of kFlashMinQueries (flash_attn.h) or
 /// more queries at head_dim 64 / 128 (n_split 1) take the tensor-core flash-attention kernel
-/// (probabilities rounded to f16 for the PV product); `flash = false` keeps the per-query kernel.
+/// (probabilities rounded to f16 for the PV product), and so do one-query steps with `flash_decode`
+/// (any n_split); `flash = false` keeps the per-query kernel.
 struct AttnArgs {
     const float* q = nullptr;
     const uint16_t* k_cache = nullptr;
@@ -83,9 +84,24 @@ struct AttnArgs {
     /// Query heads per block of the per-query kernel at most (a power of two; 0: the default,
     /// heads x head_dim <= 128, see attention.cu). Fewer heads per block: more blocks, shorter chains.
     int heads_per_block = 0;
+    /// One query (a decode step, any n_split) at head_dim 64 / 128 on the tensor-core kernel of
+    /// flash_attn.h: a KV head's whole group of query heads as the rows of one warp's products,
+    /// its K/V tiles read once, splits of whole 64-key tiles; probabilities rounded to f16 as in
+    /// prompt chunks. False (the default, the engine's unless attn_decode_flash()): the per-query
+    /// kernel. Needs `flash`.
+    bool flash_decode = false;
 };
 size_t attention_partial_floats(int64_t n_q, int64_t n_head, int64_t head_dim, int n_split);
 void attention(cudaStream_t s, const AttnArgs& a);
+
+/// Whether the engine's decode steps set AttnArgs::flash_decode: NITRO_ATTN_DECODE=flash, or
+/// per-query (the default; anything else is an error naming the variable), read once, before a
+/// decode graph is captured. Not yet the default: its speed against the per-query kernel is to be
+/// MEASURED on the device (dev/kernels/attention_decode.cu, docs/cuda.md).
+bool attn_decode_flash();
+/// Overrides NITRO_ATTN_DECODE for the sessions made after it: 1 on, 0 off, -1 back to the
+/// environment. For tests and benchmarks.
+void set_attn_decode_flash(int on);
 
 /// Decode attention in two depth classes (the engine captures a decode graph for each): below
 /// kAttnLongKeys keys the per-query kernel's default blocks (1 query head a block at head_dim 128,

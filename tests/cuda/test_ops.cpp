@@ -751,6 +751,55 @@ std::vector<double> ref_attention(const std::vector<float>& q, const std::vector
     return out;
 }
 
+/// One attention problem with random Q, F16 K/V cache (cap rows) and sinks (scaled by sink_scale),
+/// on the host and on the device (args: everything but out, partial and the kernel choice).
+struct AttnProblem {
+    std::vector<float> q, sinks;
+    std::vector<uint16_t> kc, vc;
+    AttnArgs args;
+};
+AttnProblem random_attention(DeviceContext& ctx, int64_t H, int64_t Hkv, int64_t hd, int64_t window, int64_t n_q,
+                             int64_t pos0, int64_t cap, bool sinks, float sink_scale) {
+    AttnProblem p;
+    p.q = randn(static_cast<size_t>(n_q * H * hd));
+    auto kf = randn(static_cast<size_t>(cap * Hkv * hd)), vf = randn(static_cast<size_t>(cap * Hkv * hd));
+    p.kc.resize(kf.size());
+    p.vc.resize(vf.size());
+    for (size_t i = 0; i < kf.size(); ++i) p.kc[i] = f32_to_fp16(kf[i]), p.vc[i] = f32_to_fp16(vf[i]);
+    p.sinks = randn(static_cast<size_t>(H), sink_scale);
+    AttnArgs& a = p.args;
+    a.q = to_dev(ctx, p.q);
+    a.k_cache = to_dev(ctx, p.kc);
+    a.v_cache = to_dev(ctx, p.vc);
+    a.capacity = cap;
+    a.n_q = n_q; a.n_head = H; a.n_head_kv = Hkv; a.head_dim = hd; a.window = window;
+    a.sinks = sinks ? to_dev(ctx, p.sinks) : nullptr;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.pos0 = to_dev(ctx, std::vector<int32_t>{static_cast<int32_t>(pos0)});
+    return p;
+}
+
+/// got against ref_attention with the f16-probability bound of the flash kernel: every element
+/// within its bound, the normalised error below 1e-3 and (rounded) above 1e-5: the f16 rounding
+/// shows, so the flash kernel ran, not the per-query kernel, which is within 1e-5. (A query with
+/// one key has the probability 1, which f16 holds exactly: no rounding to show.)
+void expect_flash_bound(const std::vector<float>& got, const AttnProblem& p, int64_t pos0, bool rounded = true) {
+    const AttnArgs& a = p.args;
+    std::vector<double> bound;
+    auto ref = ref_attention(p.q, p.kc, p.vc, a.capacity, a.n_q, a.n_head, a.n_head_kv, a.head_dim, pos0, a.window,
+                             a.sinks ? &p.sinks : nullptr, &bound);
+    const double e = nerr(got, ref);
+    EXPECT_LT(e, 1e-3);
+    if (rounded) {
+        EXPECT_GT(e, 1e-5) << "f32 probabilities: the per-query kernel ran, not the flash path";
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+        if (!(std::abs(got[i] - ref[i]) <= bound[i]) && bad++ < 5)
+            ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << ref[i] << " (bound " << bound[i] << ")";
+    EXPECT_EQ(bad, 0u);
+}
+
 }  // namespace
 
 TEST_F(CudaOps, AttentionMatchesCpu) {
@@ -850,38 +899,87 @@ TEST_F(CudaOps, FlashAttentionMatchesCpu) {
     for (const Cfg& c : cfgs) {
         SCOPED_TRACE("H=" + std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " hd=" + std::to_string(c.hd) +
                      " window=" + std::to_string(c.window) + " n_q=" + std::to_string(c.n_q) + " pos0=" + std::to_string(c.pos0));
-        auto q = randn(static_cast<size_t>(c.n_q * c.H * c.hd));
-        auto kf = randn(static_cast<size_t>(c.cap * c.Hkv * c.hd)), vf = randn(static_cast<size_t>(c.cap * c.Hkv * c.hd));
-        std::vector<uint16_t> kc(kf.size()), vc(vf.size());
-        for (size_t i = 0; i < kf.size(); ++i) kc[i] = f32_to_fp16(kf[i]), vc[i] = f32_to_fp16(vf[i]);
-        auto sinks = randn(static_cast<size_t>(c.H), 3.f);  // some sinks dominate their rows
-        AttnArgs a;
-        a.q = to_dev(*ctx, q);
-        a.k_cache = to_dev(*ctx, kc);
-        a.v_cache = to_dev(*ctx, vc);
-        a.capacity = c.cap;
-        a.n_q = c.n_q; a.n_head = c.H; a.n_head_kv = c.Hkv; a.head_dim = c.hd; a.window = c.window;
-        a.sinks = c.sinks ? to_dev(*ctx, sinks) : nullptr;
-        a.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-        a.pos0 = to_dev(*ctx, std::vector<int32_t>{static_cast<int32_t>(c.pos0)});
-        float* out = ctx->alloc_n<float>(q.size(), "out");
-        poison(out, q.size());
+        // some sinks dominate their rows
+        AttnProblem p = random_attention(*ctx, c.H, c.Hkv, c.hd, c.window, c.n_q, c.pos0, c.cap, c.sinks, 3.f);
+        AttnArgs& a = p.args;
+        float* out = ctx->alloc_n<float>(p.q.size(), "out");
+        poison(out, p.q.size());
         a.out = out;
         ASSERT_TRUE(flash_attention_supported(a));
         if (c.n_q >= kFlashMinQueries) attention(ctx->compute(), a);
         else flash_attention(ctx->compute(), a);
-        auto got = to_host(out, q.size());
-        std::vector<double> bound;
-        auto ref = ref_attention(q, kc, vc, c.cap, c.n_q, c.H, c.Hkv, c.hd, c.pos0, c.window, c.sinks ? &sinks : nullptr, &bound);
-        const double e = nerr(got, ref);
-        EXPECT_LT(e, 1e-3);
-        EXPECT_GT(e, 1e-5) << "f32 probabilities: the per-query kernel ran, not the flash path";
-        size_t bad = 0;
-        for (size_t i = 0; i < got.size(); ++i)
-            if (!(std::abs(got[i] - ref[i]) <= bound[i]) && bad++ < 5)
-                ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << ref[i] << " (bound " << bound[i] << ")";
-        EXPECT_EQ(bad, 0u);
+        expect_flash_bound(to_host(out, p.q.size()), p, c.pos0);
     }
+}
+
+// Decode steps on the tensor-core kernel (AttnArgs::flash_decode, NITRO_ATTN_DECODE=flash): one
+// query, the KV head's group as the rows, flash-decoding splits of whole 64-key tiles merged by
+// the combine kernel (which adds the sinks). The bound is FlashAttentionMatchesCpu's (the same
+// f16 probabilities; the splits only shorten the f32 sums). Covers the engine's split counts
+// (attention_decode_splits) and others: the split chunk's rounding to a tile (2047 keys over 32
+// splits: 64 each; 4,097 over 33: 128 each, two tiles; 10,001 over 64: three tiles), splits with
+// no keys yet (their CTAs return; the combine must count the same active splits), window layers
+// over a wrapped ring with and without splits, G = 1, 6, 8 and 16, and the first position.
+TEST_F(CudaOps, FlashDecodeSplitsMatchCpu) {
+    struct Cfg { int64_t H, Hkv, hd, window, pos0, cap; bool sinks; int n_split; };
+    const Cfg cfgs[] = {
+        {64, 8, 64, 0, 1000, 1024, true, 8},      // gpt-oss full layer
+        {64, 8, 64, 128, 700, 128, true, 1},      // gpt-oss window layer (the engine's 1 split): out directly
+        {64, 8, 64, 128, 700, 128, true, 4},      // the window in 2 splits of a tile (2 of 4 active)
+        {32, 4, 128, 0, 2047, 2048, false, 32},   // qwen3, 32 splits of one tile
+        {32, 4, 128, 0, 4096, 4224, false, 33},   // qwen3 at depth 4,096: 33 splits of two tiles
+        {32, 4, 128, 0, 10000, 10240, false, 64}, // 53 of 64 splits active, three tiles each
+        {32, 4, 128, 0, 5, 4096, false, 32},      // one key tile: 31 of 32 splits empty
+        {32, 4, 128, 0, 0, 64, false, 4},         // the first position: one key
+        {8, 8, 64, 16, 70, 1024, true, 4},        // G = 1, a window shorter than a tile
+        {12, 2, 128, 0, 333, 1024, true, 8},      // G = 6
+        {32, 2, 64, 0, 1000, 1100, true, 16},     // G = 16
+    };
+    for (const Cfg& c : cfgs) {
+        SCOPED_TRACE("H=" + std::to_string(c.H) + "/" + std::to_string(c.Hkv) + " hd=" + std::to_string(c.hd) +
+                     " window=" + std::to_string(c.window) + " pos0=" + std::to_string(c.pos0) +
+                     " split=" + std::to_string(c.n_split));
+        AttnProblem p = random_attention(*ctx, c.H, c.Hkv, c.hd, c.window, 1, c.pos0, c.cap, c.sinks, 3.f);
+        AttnArgs& a = p.args;
+        a.n_split = c.n_split;
+        a.partial = ctx->alloc_n<float>(attention_partial_floats(1, c.H, c.hd, c.n_split) + 1, "partial");
+        a.flash_decode = true;
+        float* out = ctx->alloc_n<float>(p.q.size(), "out");
+        poison(out, p.q.size());
+        a.out = out;
+        attention(ctx->compute(), a);
+        const auto got = to_host(out, p.q.size());
+        expect_flash_bound(got, p, c.pos0, c.pos0 > 0);
+        // a second launch: the same bits (splits and combine in a fixed order)
+        poison(out, p.q.size());
+        attention(ctx->compute(), a);
+        EXPECT_EQ(to_host(out, p.q.size()), got);
+    }
+}
+
+// NITRO_ATTN_DECODE: read when no override is set; a wrong value is an error naming it.
+TEST(CudaAttentionDecodeKnob, EnvironmentAndOverride) {
+    set_attn_decode_flash(1);
+    EXPECT_TRUE(attn_decode_flash());
+    set_attn_decode_flash(0);
+    EXPECT_FALSE(attn_decode_flash());
+    ::setenv("NITRO_ATTN_DECODE", "flash", 1);
+    set_attn_decode_flash(-1);
+    EXPECT_TRUE(attn_decode_flash());
+    ::setenv("NITRO_ATTN_DECODE", "per-query", 1);
+    set_attn_decode_flash(-1);
+    EXPECT_FALSE(attn_decode_flash());
+    ::setenv("NITRO_ATTN_DECODE", "tensor", 1);
+    set_attn_decode_flash(-1);
+    try {
+        attn_decode_flash();
+        ADD_FAILURE() << "NITRO_ATTN_DECODE=tensor was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("NITRO_ATTN_DECODE=tensor"), std::string::npos) << e.what();
+    }
+    ::unsetenv("NITRO_ATTN_DECODE");
+    set_attn_decode_flash(-1);
+    EXPECT_FALSE(attn_decode_flash());  // the default: the per-query kernel
 }
 
 TEST_F(CudaOps, FusedDecodeRouterEqualsMatmulThenTopKBitForBit) {
