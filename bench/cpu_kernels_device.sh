@@ -2,7 +2,8 @@
 # The CPU expert kernels at DRAM speed (issue 19), measured on one machine in one go:
 #   - the read probe and the expert kernel GB/s per weight type and ISA level (every SIMD level
 #     this CPU has: avx2, avxvnni where present, avx512), for 1, 4 and 16 tokens, as % of the probe of the same run (nitro bench
-#     kernel table: cpu::moe_ffn on random experts, gpt-oss-20b and Qwen3-30B-A3B expert shapes);
+#     kernel table: cpu::moe_ffn on random experts, gpt-oss-20b and Qwen3-30B-A3B expert shapes),
+#     then the one-token cells of MXFP4, Q4_K and IQ4_XS again in the reverse order;
 #   - both models' expert products through moe_ffn, file mapping vs --no-mmap (huge pages);
 #   - the one-token kernels' software prefetch: distance x cache level (t0 = L1, t1 = L2), both levels;
 #   - CPU-only decode and prompt tok/s of nitro vs llama.cpp (build/llama-peer/llama_cpp_bench,
@@ -133,6 +134,13 @@ if part kernels; then
     log "kernel table, qwen3-next-80b-a3b shape"
     bench kernels-q3n -m "$q30" --kernels mxfp4,q4_k,iq4_xs,q8_0 --kernel-shape 2048x512 --kernel-experts 10 \
         --kernel-tokens 1,4,16 --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
+    # The target cells once more, in the reverse order (levels from the highest, then IQ4_XS, Q4_K,
+    # MXFP4): on 2026-12-05 the table's first cell, AVX2 MXFP4 at one token, read 58% of its probe
+    # where four processes on 2026-12-04 had read 89-98% with the same kernel.
+    levels=$("$nitro" --version | sed -n 's/.*this CPU can run: \([^;)]*\).*/\1/p' | tr ' ' '\n' | grep -v '^scalar$' | tac | paste -sd, -)
+    log "kernel table again, reversed order ($levels; iq4_xs, q4_k, mxfp4), gpt-oss-20b shape"
+    bench kernels-g20r -m "$g20" --kernels iq4_xs,q4_k,mxfp4 --kernel-isas "$levels" --kernel-tokens 1 \
+        --kernel-seconds "$ksec" --kernel-pool "$kpool" --no-engine
 fi
 
 # 2b. The one-token kernels' software prefetch (default 1536 B ahead into L1, t0): distance x cache
@@ -208,7 +216,8 @@ P("CPU expert kernels vs DRAM (bench/cpu_kernels_device.sh), MEASURED, %d thread
 if os.environ.get("SMALL") == "1": P("  SMALL=1: tiny presets, the figures check the script only")
 for l in machine.strip().splitlines(): P("  " + l)
 
-for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b"), ("q3n", "qwen3-next-80b-a3b")):
+for tag, name in (("g20", "gpt-oss-20b"), ("q30", "qwen3-30b-a3b"), ("q3n", "qwen3-next-80b-a3b"),
+                  ("g20r", "gpt-oss-20b (again, reversed order)")):
     if not have("kernels-" + tag): continue
     k = load("kernels-" + tag)
     probe = k["read_bandwidth_gb_s"]
