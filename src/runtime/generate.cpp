@@ -112,9 +112,17 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     auto margin_of = [&margin_at](int64_t pos) {
         return static_cast<size_t>(pos) < margin_at.size() ? margin_at[static_cast<size_t>(pos)] : INFINITY;
     };
-    if (static_cast<int64_t>(r.prompt_ids.size()) + opt.n_predict > session.n_ctx())
-        fail("the prompt ({} tokens) plus {} generated tokens do not fit the context of {} tokens (-c)",
-             r.prompt_ids.size(), opt.n_predict, session.n_ctx());
+    if (static_cast<int64_t>(r.prompt_ids.size()) + opt.n_predict > session.n_ctx()) {
+        // -c is capped at the model's training context: past it, only the prompt or -n can give
+        const int64_t n_train = model.hp().n_ctx_train;
+        const std::string fix = n_train > 0 && session.n_ctx() >= n_train
+                                    ? "the model's training context, the most -c gives): shorten the prompt or lower -n"
+                                    : n_train > 0 ? fmt::format("-c; the model's training context is {}): raise -c, shorten "
+                                                                "the prompt or lower -n", n_train)
+                                                  : std::string("-c): raise -c, shorten the prompt or lower -n");
+        fail("the prompt ({} token{}) plus {} generated tokens do not fit the context of {} tokens ({}",
+             r.prompt_ids.size(), r.prompt_ids.size() == 1 ? "" : "s", opt.n_predict, session.n_ctx(), fix);
+    }
     const std::vector<int32_t> eog = end_of_generation_tokens(model, tok);
     StreamingDetokenizer detok(tok);
     Sampler sampler(opt.sampling);

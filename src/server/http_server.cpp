@@ -310,12 +310,19 @@ struct HttpServer::Impl {
 
     void check_fits(size_t n_prompt, const char* param) const {
         const int64_t n_ctx = ctx.scheduler->n_ctx();
-        if (static_cast<int64_t>(n_prompt) >= n_ctx)
-            bad_request(param,
-                        fmt::format("This model's maximum context length is {} tokens, but the prompt has {} tokens "
-                                    "(at least one position must be left to generate). Shorten the prompt or start "
-                                    "the server with a larger -c.", n_ctx, n_prompt),
-                        "context_length_exceeded");
+        if (static_cast<int64_t>(n_prompt) < n_ctx) return;
+        // -c is capped at the model's training context: past it, only a shorter prompt helps
+        const int64_t n_train = ctx.model->hp().n_ctx_train;
+        const std::string fix =
+            n_train > 0 && n_ctx >= n_train
+                ? fmt::format("Shorten the prompt ({} tokens is the model's training context, the most -c gives).", n_ctx)
+            : n_train > 0 ? fmt::format("Shorten the prompt or start the server with a larger -c (up to the model's "
+                                        "training context of {} tokens).", n_train)
+                          : std::string("Shorten the prompt or start the server with a larger -c.");
+        bad_request(param,
+                    fmt::format("This model's maximum context length is {} tokens, but the prompt has {} tokens (at "
+                                "least one position must be left to generate). {}", n_ctx, n_prompt, fix),
+                    "context_length_exceeded");
     }
 
     /// The Host check (without an API key) and the API key (with one); /health needs neither.

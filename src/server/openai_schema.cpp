@@ -61,6 +61,10 @@ std::optional<double> get_number(const json& obj, const char* key, double lo, do
 std::optional<int64_t> get_int(const json& obj, const char* key, int64_t lo, int64_t hi) {
     const json* v = opt_field(obj, key);
     if (!v) return std::nullopt;
+    // An integer beyond 64 bits parses as a float: too large, not of the wrong type.
+    if (v->is_number_float() && std::isfinite(v->get<double>()) && std::abs(v->get<double>()) >= 0x1p63 &&
+        std::floor(v->get<double>()) == v->get<double>())
+        bad_request(key, fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, v->dump()), "invalid_value");
     if (!v->is_number_integer() && !v->is_number_unsigned()) wrong_type(key, *v, "an integer");
     if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         bad_request(key, fmt::format("'{}' is too large", key), "invalid_value");

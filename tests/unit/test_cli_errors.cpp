@@ -235,6 +235,31 @@ TEST(CliErrors, RunWarnsWhenTheContextIsCapped) {
     EXPECT_FALSE(has(nitro_cli("run -p x -n 1 -t 1 -c 512").out, "warning: -c")) << "no warning below the model's context";
 }
 
+TEST(CliErrors, RunSaysWhatCanMakeRoomInTheContext) {
+    // The embedded model's training context is 1,024 tokens, the most -c gives: there only the
+    // prompt or -n can change; below it -c can too.
+    Ran r = nitro_cli("run -p x -n 2000 -t 1");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out,
+                    "error: the prompt (1 token) plus 2000 generated tokens do not fit the context of 1024 tokens (the "
+                    "model's training context, the most -c gives): shorten the prompt or lower -n"))
+        << r.out;
+    r = nitro_cli("run -p x -n 600 -c 512 -t 1");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_TRUE(has(r.out,
+                    "error: the prompt (1 token) plus 600 generated tokens do not fit the context of 512 tokens (-c; "
+                    "the model's training context is 1024): raise -c, shorten the prompt or lower -n"))
+        << r.out;
+    // One generated token comes from the prompt's pass: no decode rate to give.
+    r = nitro_cli("run -p x -n 1 -t 1");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(has(r.out, "prompt: 1 token, ")) << r.out;
+    EXPECT_TRUE(has(r.out, "generated: 1 token, no decode step | TTFT ")) << r.out;
+    r = nitro_cli("run -p 'import os' -n 2 -t 1");
+    EXPECT_TRUE(has(r.out, "generated: 2 tokens, ")) << r.out;
+    EXPECT_FALSE(has(r.out, "no decode step")) << r.out;
+}
+
 TEST(CliErrors, RunEndsTheTextBeforeTheStatsLine) {
     // Greedy: the 8 tokens after "import os" end without a newline, so the final "\n" must reach the
     // file before the stats written to stderr.

@@ -117,6 +117,21 @@ TEST(ServerHardening, ResponseFormatIsCompiledWhenParsed) {
     }
 }
 
+TEST(ServerHardening, IntegersBeyond64BitsAreOutOfRangeNotOfTheWrongType) {
+    // 1e20 written as an integer parses as a float (past uint64): the error gives the range.
+    ApiError e = error_of(R"({"messages":)" + kUser + R"(,"max_tokens":100000000000000000000})");
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "max_tokens");
+    EXPECT_EQ(e.code, "invalid_value");
+    EXPECT_NE(e.message.find("'max_tokens' must be between 1 and "), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find("got 1e+20"), std::string::npos) << e.message;
+    e = error_of(R"({"messages":)" + kUser + R"(,"max_tokens":18446744073709551615})");  // uint64: parsed as unsigned
+    EXPECT_EQ(e.code, "invalid_value");
+    e = error_of(R"({"messages":)" + kUser + R"(,"max_tokens":2.5})");  // a fraction stays a type error
+    EXPECT_EQ(e.code, "invalid_type");
+    EXPECT_EQ(e.message, "'max_tokens' must be an integer, got number");
+}
+
 TEST(ServerHardening, MessageTextCannotForgeATurnInEitherFormat) {
     struct Case {
         ChatFormat format;
