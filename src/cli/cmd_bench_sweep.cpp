@@ -241,7 +241,7 @@ int run_bench_sweep(const BenchSweepOptions& o) {
             so.n_threads = o.threads;
             so.n_ctx = s.ctx + o.n_gen;
             GpuOptions go;
-            go.device = o.gpu_device;
+            if (s.mode != EngineMode::Cpu) go.device = o.gpu_device;  // the CPU step: no device (nor its warning)
             go.progress = false;
             go.vram_budget_gib = s.budget_gib.value_or(0);
             std::unique_ptr<Engine> engine;

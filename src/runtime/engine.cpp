@@ -176,21 +176,34 @@ void require_gpu_engine(EngineMode mode) {
 
 namespace {
 
+/// "a", "a and b", "a, b and c".
+std::string join_and(const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i == 0 ? "" : i + 1 == v.size() ? " and " : ", ") + v[i];
+    return s;
+}
+
 /// The GPU placement flags (--cpu-moe, --n-cpu-moe, -ot, --hot-set) given to a run on the CPU engine
 /// (`why`: --mode cpu, no CUDA backend, no device): one warning line on stderr naming them, not an
-/// error (scripts share flags across machines, as with llama.cpp). A --hot-set file that cannot be
-/// read is still an error naming it.
+/// error (scripts share flags across machines, as with llama.cpp); another for the device flags
+/// (--gpu N other than 0, --vram-budget). A --hot-set file that cannot be read is still an error
+/// naming it.
 void warn_placement_flags_ignored(const GpuOptions& go, std::string_view why) {
     // A hot-set file that cannot be read is a mistake whatever the engine (the GPU engine reads it).
     if (!go.hot_set.empty()) check_user_file(go.hot_set, "--hot-set");
+    std::vector<std::string> device;
+    if (go.device != 0) device.push_back(fmt::format("--gpu {}", go.device));
+    if (go.vram_budget_gib > 0) device.push_back(fmt::format("--vram-budget {:g}", go.vram_budget_gib));
+    if (!device.empty())
+        std::fprintf(stderr, "warning: %s %s no effect on the CPU engine (%.*s)\n", join_and(device).c_str(),
+                     device.size() == 1 ? "has" : "have", static_cast<int>(why.size()), why.data());
     std::vector<std::string> given;
     if (go.cpu_moe) given.emplace_back("--cpu-moe");
     if (go.n_cpu_moe != 0) given.emplace_back("--n-cpu-moe");
     if (!go.override_tensor.empty()) given.emplace_back("-ot/--override-tensor");
     if (!go.hot_set.empty()) given.emplace_back("--hot-set");
     if (given.empty()) return;
-    std::string list;
-    for (size_t i = 0; i < given.size(); ++i) list += (i == 0 ? "" : i + 1 == given.size() ? " and " : ", ") + given[i];
+    const std::string list = join_and(given);
     const bool one = given.size() == 1;
     std::fprintf(stderr, "warning: %s %s no effect on the CPU engine (%.*s): %s experts between GPU and CPU\n",
                  list.c_str(), one ? "has" : "have", static_cast<int>(why.size()), why.data(),

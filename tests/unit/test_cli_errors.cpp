@@ -285,6 +285,9 @@ TEST(CliErrors, GpuPlacementFlagsWarnOnTheCpuEngine) {
     r = nitro_cli("run --mode cpu -p x -n 1 -t 1 --cpu-moe");
     EXPECT_EQ(r.status, 0) << r.out;
     EXPECT_TRUE(has(r.out, "warning: --cpu-moe has no effect on the CPU engine")) << r.out;
+    r = nitro_cli("run --mode cpu -p x -n 1 -t 1 --gpu 5 --vram-budget 12.5");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_TRUE(has(r.out, "warning: --gpu 5 and --vram-budget 12.5 have no effect on the CPU engine (--mode cpu)")) << r.out;
     // A hot-set file that is not there is an error on any engine.
     r = nitro_cli("run --mode cpu -p x -n 1 -t 1 --hot-set /nonexistent/hot.json");
     EXPECT_EQ(r.status, 1) << r.out;
