@@ -25,7 +25,7 @@ Action add_convert(CLI::App& app) {
     sub->add_option("--license", [o](const std::vector<std::string>& v) {
         o->extra_strings.emplace_back("license", v.at(0));
         return true;
-    }, "general.license");
+    }, "general.license")->type_name("TEXT");
     sub->add_flag("-q,--quiet", *quiet, "Do not list the tensors");
     return [o, expert, quiet]() {
         const auto t = type_from_name(*expert);

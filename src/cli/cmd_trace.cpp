@@ -1,5 +1,6 @@
 // nitro trace info|export|import|synth: router trace files (docs/trace-format.md).
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "trace/model_header.h"
@@ -135,9 +136,9 @@ Action add_trace(CLI::App& app) {
     CLI::App* syn = sub->add_subcommand("synth", "Generate a synthetic trace (Zipf-skewed routing) for a model's shape");
     syn->add_option("-o,--output", o->output, "Output trace file")->required();
     syn->add_option("-m,--model", o->model, "GGUF model whose shape (and expert bytes, hash) to use");
-    syn->add_option("--layers", o->n_layer, "Layers (without -m)");
-    syn->add_option("--experts", o->n_expert, "Experts per layer (without -m)");
-    syn->add_option("--used", o->n_used, "Experts selected per token (without -m)");
+    syn->add_option("--layers", o->n_layer, "Layers (without -m)")->check(integer_at_least(1));
+    syn->add_option("--experts", o->n_expert, "Experts per layer (without -m)")->check(integer_at_least(1));
+    syn->add_option("--used", o->n_used, "Experts selected per token (without -m)")->check(integer_at_least(1));
     syn->add_option("--expert-bytes", o->expert_bytes, "Bytes of one expert, every layer (without -m; 0 = unknown)");
     syn->add_option("--sequences", o->synth.n_sequences, "Sequences (requests)")->capture_default_str();
     syn->add_option("--prompt", o->synth.prompt_tokens, "Prompt tokens per sequence (prefill)")->capture_default_str();

@@ -260,6 +260,19 @@ TEST(CliErrors, RunSaysWhatCanMakeRoomInTheContext) {
     EXPECT_FALSE(has(r.out, "no decode step")) << r.out;
 }
 
+TEST(CliErrors, TraceSynthShapeCountsAreAtLeastOne) {
+    // 0 was taken for "not given" and answered with "give the model (-m MODEL) or its shape"
+    const std::string out = test::temp_dir("cli-trace-synth") + "/t.nmtr";
+    for (const char* flag : {"--layers", "--experts", "--used"}) {
+        std::string args = "trace synth -o " + out + " --layers 2 --experts 8 --used 2";
+        args.replace(args.find(std::string(flag) + " "), std::string(flag).size() + 2, std::string(flag) + " 0");
+        const Ran r = nitro_cli(args);
+        EXPECT_EQ(r.status, kValidationError) << args << "\n" << r.out;
+        EXPECT_TRUE(has(r.out, std::string(flag) + ": must be at least 1, got 0")) << args << "\n" << r.out;
+    }
+    EXPECT_EQ(nitro_cli("trace synth -o " + out + " --layers 2 --experts 8 --used 2").status, 0);
+}
+
 TEST(CliErrors, RunEndsTheTextBeforeTheStatsLine) {
     // Greedy: the 8 tokens after "import os" end without a newline, so the final "\n" must reach the
     // file before the stats written to stderr.
