@@ -25,6 +25,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <span>
 #include <fstream>
 
 using namespace nitro;
@@ -32,6 +34,26 @@ using nlohmann::json;
 using namespace nitro::cuda::test;
 
 namespace {
+
+/// The logits of decode steps: a fresh GpuSession (default options) evaluates seq's first
+/// n_prompt tokens as a prompt chunk, then each further token of seq as one decode step; `after`
+/// (optional) sees the session before it goes.
+std::vector<std::vector<float>> decode_logits(const Model& model, std::span<const int32_t> seq, size_t n_prompt,
+                                              const std::function<void(cuda::GpuSession&)>& after = {}) {
+    SessionOptions so;
+    GpuOptions go;
+    go.progress = false;
+    cuda::GpuSession gpu(model, so, go);
+    std::vector<std::vector<float>> out;
+    std::vector<float> l;
+    gpu.eval(seq.first(n_prompt), false, l);
+    for (size_t i = n_prompt; i < seq.size(); ++i) {
+        gpu.eval(seq.subspan(i, 1), false, l);
+        out.push_back(l);
+    }
+    if (after) after(gpu);
+    return out;
+}
 
 void check_fixture(const std::string& name, int64_t ubatch, int max_cases) {
     const std::string dir = shared_dir() + "/fixtures/";
@@ -120,20 +142,10 @@ TEST(CudaModel, DecodeGraphOverlapsLaunchesAndPdlChangesNothing) {
     const int32_t prompt[6] = {5, 17, 42, 7, 99, 3};
     auto run = [&](int pdl, int& edges, int& launches) {
         cuda::set_pdl_enabled(pdl);
-        SessionOptions so;
-        GpuOptions go;
-        go.progress = false;
-        cuda::GpuSession gpu(model, so, go);
-        std::vector<std::vector<float>> out;
-        std::vector<float> l;
-        gpu.eval(std::span<const int32_t>(prompt, 3), false, l);  // a prompt chunk, then decode steps
-        for (int i = 3; i < 6; ++i) {
-            gpu.eval(std::span<const int32_t>(prompt + i, 1), false, l);
-            out.push_back(l);
-        }
-        edges = gpu.pdl_edges_per_token();
-        launches = gpu.launches_per_token();
-        return out;
+        return decode_logits(model, prompt, 3, [&](cuda::GpuSession& gpu) {  // a prompt chunk, then decode steps
+            edges = gpu.pdl_edges_per_token();
+            launches = gpu.launches_per_token();
+        });
     };
     int e_on = 0, e_off = 0, n_on = 0, n_off = 0;
     const auto on = run(1, e_on, n_on);
@@ -171,18 +183,7 @@ TEST(CudaModel, FlashDecodeAttentionMatchesCpu) {
         for (int i = 0; i < 48; ++i) seq.push_back(cuda::test::randint(0, static_cast<int>(model.n_vocab()) - 1));
         auto decode = [&](int flash) {
             cuda::set_attn_decode_flash(flash);
-            SessionOptions so;
-            GpuOptions go;
-            go.progress = false;
-            cuda::GpuSession gpu(model, so, go);
-            std::vector<std::vector<float>> out;
-            std::vector<float> l;
-            gpu.eval(std::span<const int32_t>(seq.data(), 8), false, l);
-            for (size_t i = 8; i < 12; ++i) {
-                gpu.eval(std::span<const int32_t>(seq.data() + i, 1), false, l);
-                out.push_back(l);
-            }
-            return out;
+            return decode_logits(model, std::span<const int32_t>(seq).first(12), 8);
         };
         EXPECT_NE(decode(1), decode(0)) << "the decode steps did not take the flash kernel";
         cuda::set_attn_decode_flash(1);
