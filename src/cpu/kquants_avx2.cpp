@@ -85,9 +85,12 @@ struct DecQ45K {
 /// (sign trick; AVX-VNNI: + 128, unsigned).
 struct DecIq4Xs {
     static constexpr ActOrder kOrder = ActOrder::Slices32;
-    static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 8, kSum16 = 1;
+    static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 8;
+    // kSum16 and kCorr are read only on the unsigned paths (the AVX-VNNI build): unused here in AVX2
+    [[maybe_unused]] static constexpr int kSum16 = 1;
     static constexpr int64_t kUnitBytes = 136, kGroupBytes = 272;
-    static constexpr bool kSigned = !NITRO_SIMD_VNNI, kCorr = !kSigned, kMin = false;
+    static constexpr bool kSigned = !NITRO_SIMD_VNNI, kMin = false;
+    [[maybe_unused]] static constexpr bool kCorr = !kSigned;
     __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
         const uint8_t* xb = x + h * 136;
         __m256i Q[4], T[4];

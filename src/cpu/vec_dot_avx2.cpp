@@ -172,9 +172,12 @@ using DecQ5_1 = Nib32<24, 8, 4, true, false, 0, 4>;
 /// AVX-VNNI: + 128, unsigned); d from [16 bytes of block b | of block b + 1].
 struct DecQ8_0 {
     static constexpr ActOrder kOrder = ActOrder::Slices32;
-    static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 1, kSum16 = 1;
+    static constexpr int kSlices = 8, kSub = 32, kUnitSubs = 1;
+    // kSum16 and kCorr are read only on the unsigned paths (the AVX-VNNI build): unused here in AVX2
+    [[maybe_unused]] static constexpr int kSum16 = 1;
     static constexpr int64_t kGroupBytes = 16 * 34, kUnitBytes = 34;
-    static constexpr bool kSigned = !NITRO_SIMD_VNNI, kCorr = !kSigned, kMin = false;
+    static constexpr bool kSigned = !NITRO_SIMD_VNNI, kMin = false;
+    [[maybe_unused]] static constexpr bool kCorr = !kSigned;
     __attribute__((always_inline)) static void decode(const uint8_t* x, int h, W8<8>& t) {
         const uint8_t* xb = x + 8 * h * 34;
         const __m256i b128 = _mm256_set1_epi8(static_cast<char>(0x80));

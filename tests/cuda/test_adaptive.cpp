@@ -323,8 +323,12 @@ TEST(CudaAdaptive, FaultsAreClearAndOutputsStayRight) {
         } else {
             EXPECT_GT(t.admissions, 0u);
         }
-        if (f.max_pinned == 1) EXPECT_GT(t.refused_staging, 0u);
-        if (f.fail_every > 0) EXPECT_GT(t.failed_copies, 0u);
+        if (f.max_pinned == 1) {
+            EXPECT_GT(t.refused_staging, 0u);
+        }
+        if (f.fail_every > 0) {
+            EXPECT_GT(t.failed_copies, 0u);
+        }
         if (gpu.expert_cache() && f.max_pinned != 0) slots_hold_their_experts(model, gpu);
     }
 }

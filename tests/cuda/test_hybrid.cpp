@@ -379,11 +379,15 @@ TEST(CudaHybrid, StagedPromptEqualsGpuAllBitForBit) {
             EXPECT_EQ(gpu.plan().n_resident(), 0);
             EXPECT_EQ(gpu.plan().stage_slots, v.slots);
             const ExpertLayerCounters t = expect_all_staged_and_equal(gpu, model, prompt, ref);
-            if (v.pin_gib == 0) EXPECT_EQ(t.staged_in_place, 0u);
+            if (v.pin_gib == 0) {
+                EXPECT_EQ(t.staged_in_place, 0u);
+            }
             // All 16 experts of a tensor are one run, registered as its whole pages: only the two at
             // its ends (experts 0 and 15, whose parts share a page with a neighbouring tensor) keep
             // the buffers, so at most 2 per layer per chunk (one chunk here) are not in place.
-            if (v.pin_gib >= 1.0) EXPECT_GE(t.staged_in_place + 2 * static_cast<uint64_t>(model.hp().n_layer), t.staged_experts);
+            if (v.pin_gib >= 1.0) {
+                EXPECT_GE(t.staged_in_place + 2 * static_cast<uint64_t>(model.hp().n_layer), t.staged_experts);
+            }
             if (v.pin_gib > 0 && v.pin_gib < 1.0) {
                 EXPECT_GT(t.staged_in_place, 0u);
                 EXPECT_LT(t.staged_in_place, t.staged_experts / 2);
@@ -597,8 +601,9 @@ TEST(CudaHybrid, LongPromptsAgreeAcrossPlacementsAndUbatch) {
                         EXPECT_GE(st.checked, 1);
                     }
                     const ExpertCounters& c = *gpu.expert_counters();
-                    if (pl.mode == EngineMode::Hybrid && static_cast<int64_t>(L) > ub)
+                    if (pl.mode == EngineMode::Hybrid && static_cast<int64_t>(L) > ub) {
                         EXPECT_GT(c.prompt_groups, 0u) << "a prompt of several blocks ran without groups";
+                    }
                     std::printf("  %s %zu tokens %s -u %lld: argmax agrees at %d/%d (%d checked), max top-5 |dp| %.5f, router "
                                 "divergences %d; %llu groups, %llu staged, %llu CPU experts\n",
                                 arch, L, pl.what, static_cast<long long>(ub), st.agree, st.steps, st.checked, st.max_dp,
