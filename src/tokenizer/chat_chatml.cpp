@@ -57,7 +57,11 @@ RenderedChat render_chatml(const json& messages, const json& tools, const ChatOp
         if (role0 == "system") out.add_text(content_of(messages[0], "messages[0] (system)") + "\n\n");
         out.add_markup("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
-        for (const auto& t : tools) out.add_text("\n" + py_json_dumps(t));
+        for (const auto& t : tools) {  // (appends: GCC 12 warns falsely of "\n" + std::string&&)
+            std::string line = "\n";
+            line += py_json_dumps(t);
+            out.add_text(line);
+        }
         out.add_markup("\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
                        "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
                        "<args-json-object>}\n</tool_call><|im_end|>\n");

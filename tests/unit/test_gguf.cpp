@@ -365,7 +365,9 @@ TEST(GgufSplit, FirstShardOpensAll) {
     EXPECT_EQ(m.shards().size(), 3u);
     ASSERT_EQ(m.tensors().size(), 3u);
     for (int s = 0; s < 3; ++s) {
-        const auto& t = m.get("t" + std::to_string(s));
+        std::string name = "t";  // (not "t" + std::to_string(s): GCC 12's -Wrestrict false positive)
+        name += std::to_string(s);
+        const auto& t = m.get(name);
         EXPECT_EQ(t.shard, s);
         float v;
         std::memcpy(&v, t.data, 4);

@@ -23,7 +23,7 @@ namespace {
 // 1000 bytes per expert.
 Trace trace_t() {
     Trace t;
-    t.header.model_name = "T";
+    t.header.model_name = std::string(1, 'T');  // (assigning "T": GCC 12's -Wrestrict false positive)
     t.header.n_layer = 1;
     t.header.n_expert = 5;
     t.header.n_expert_used = 2;

@@ -18,7 +18,10 @@ using test::tokenizer_for;
 
 std::string ids_string(const std::vector<int32_t>& v) {
     std::string s;
-    for (int32_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    for (int32_t x : v) {  // (appends: GCC 12 warns falsely of "," + std::string&&)
+        if (!s.empty()) s += ',';
+        s += std::to_string(x);
+    }
     return s;
 }
 
