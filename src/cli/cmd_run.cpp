@@ -4,6 +4,7 @@
 #include "cli/memory_options.h"
 #include "cli/validators.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "runtime/generate.h"
 
 #include <fmt/format.h>
@@ -110,13 +111,13 @@ Action add_run(CLI::App& app) {
         } else {
             std::printf("\n");
             std::fflush(stdout);  // the text ends before the stats on stderr (both may go to one terminal or file)
-            auto plural = [](size_t n) { return n == 1 ? "" : "s"; };
             // the first generated token comes from the prompt's pass (TTFT): a rate needs a decode step
             const std::string decode_rate =
                 r.timings.n_decode > 0 ? fmt::format("{:.1f} tok/s", r.timings.decode_tok_s()) : "no decode step";
-            std::fprintf(stderr, "[%s] prompt: %zu token%s, %.1f tok/s | generated: %zu token%s, %s | TTFT %.1f ms\n",
-                         r.engine.c_str(), r.prompt_ids.size(), plural(r.prompt_ids.size()), r.timings.prompt_tok_s(),
-                         r.ids.size(), plural(r.ids.size()), decode_rate.c_str(), r.timings.ttft_ms);
+            const auto n_prompt = static_cast<long long>(r.prompt_ids.size()), n_gen = static_cast<long long>(r.ids.size());
+            std::fprintf(stderr, "[%s] prompt: %s, %.1f tok/s | generated: %s, %s | TTFT %.1f ms\n", r.engine.c_str(),
+                         count_noun(n_prompt, "token").c_str(), r.timings.prompt_tok_s(), count_noun(n_gen, "token").c_str(),
+                         decode_rate.c_str(), r.timings.ttft_ms);
             if (r.experts) {
                 const std::string line = expert_counters_line(*r.experts);
                 if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());

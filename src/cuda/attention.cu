@@ -25,7 +25,6 @@
 #include "cuda/common.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/flash_attn.h"
-#include "cuda/flash_attn.cuh"
 
 #include <algorithm>
 #include <atomic>
@@ -345,7 +344,7 @@ void attention(cudaStream_t s, const AttnArgs& a) {
     else cfail("CUDA attention: head_dim {} is not supported (32, 64, 128, 256)", a.head_dim);
     NITRO_CUDA_LAUNCH_CHECK();
     if (a.n_split > 1) {
-        const int round = flash_decode ? static_cast<int>(flash_detail::kKeys) : kWarp;
+        const int round = flash_decode ? kFlashTileKeys : kWarp;
         launch_pdl(s, dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(a.n_q)), 128, 0, attention_combine_kernel,
                    a.partial, static_cast<int>(a.n_head), static_cast<int>(a.head_dim), a.n_split, round, a.sinks, a.pos0,
                    a.window, a.out);

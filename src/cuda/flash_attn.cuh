@@ -34,6 +34,7 @@
 #pragma once
 
 #include "cuda/common.cuh"
+#include "cuda/flash_attn.h"
 #include "cuda/pdl.cuh"
 
 #include <cuda_pipeline.h>
@@ -43,7 +44,7 @@
 namespace nitro::cuda::flash_detail {
 
 constexpr int kRows = 64;      ///< (query, head) rows per CTA
-constexpr int kKeys = 64;      ///< keys per tile
+constexpr int kKeys = kFlashTileKeys;  ///< keys per tile (flash_attn.h)
 constexpr int kThreads = 128;  ///< 4 warps of 16 rows
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;

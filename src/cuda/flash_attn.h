@@ -10,6 +10,9 @@ namespace nitro::cuda {
 
 /// attention() takes the flash kernel from this many queries (and n_split == 1, a.flash).
 inline constexpr int64_t kFlashMinQueries = 64;
+/// Keys per tile of the flash kernel: a flash-decoding split holds a whole number of them, and the
+/// combine kernel counts the active splits with that rounding.
+inline constexpr int kFlashTileKeys = 64;
 
 /// True when flash_attention handles a's shape (head_dim 64 or 128; any GQA group size).
 bool flash_attention_supported(const AttnArgs& a);

@@ -1,6 +1,7 @@
 #include "runtime/generate.h"
 
 #include "core/error.h"
+#include "core/text.h"
 #include "core/user_file.h"
 #include "runtime/default_model.h"
 #include "runtime/route_replay.h"
@@ -120,8 +121,8 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
                                     : n_train > 0 ? fmt::format("-c; the model's training context is {}): raise -c, shorten "
                                                                 "the prompt or lower -n", n_train)
                                                   : std::string("-c): raise -c, shorten the prompt or lower -n");
-        fail("the prompt ({} token{}) plus {} generated tokens do not fit the context of {} tokens ({}",
-             r.prompt_ids.size(), r.prompt_ids.size() == 1 ? "" : "s", opt.n_predict, session.n_ctx(), fix);
+        fail("the prompt ({}) plus {} generated tokens do not fit the context of {} tokens ({}",
+             count_noun(static_cast<long long>(r.prompt_ids.size()), "token"), opt.n_predict, session.n_ctx(), fix);
     }
     const std::vector<int32_t> eog = end_of_generation_tokens(model, tok);
     StreamingDetokenizer detok(tok);
