@@ -141,8 +141,16 @@ uint64_t download_blob(const BlobDownload& d, const HubConfig& cfg) {
             if (overflow) fail("{}: the server sent more than the {} bytes the Hub lists for {}", d.repo, d.size, d.file);
             if (bad_range)
                 fail("{}: asked for {} from byte {}, the server answered '{}'", d.repo, d.file, have, r.header("content-range"));
-            if (r.status != 200 && r.status != 206) fail_http(r, "the file " + d.file, d.repo, cfg);
-            if (have < d.size) broke = fmt::format("the answer ended after {} of {} bytes", have, d.size);
+            if (r.status == 416 && have > 0) {  // nothing past `have` (the file changed?): start over
+                out.reopen(true);
+                hash = Sha256();
+                have = 0;
+                broke = "the server could not resume (HTTP 416); starting over";
+            } else if (r.status != 200 && r.status != 206) {
+                fail_http(r, "the file " + d.file, d.repo, cfg);
+            } else if (have < d.size) {
+                broke = fmt::format("the answer ended after {} of {} bytes", have, d.size);
+            }
         } catch (const NetworkError& e) {
             broke = e.what();
         }

@@ -147,7 +147,6 @@ PullResult pull(const ModelRef& ref, const HubConfig& cfg) {
         r.files.push_back(f.path);
         r.bytes += f.size;
     }
-    if (picked.size() > 1) say(cfg, fmt::format("{}: a split model of {} files, {}", ref.text(), picked.size(), format_bytes(r.bytes)));
     for (const RepoFile& f : picked) {
         try {
             r.downloaded += fetch_file(ref, f, listing.commit, cache, cfg);

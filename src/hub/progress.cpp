@@ -16,6 +16,10 @@ DownloadProgress::DownloadProgress(std::string label, uint64_t total, uint64_t a
     if (draw_) this->draw(false);
 }
 
+DownloadProgress::~DownloadProgress() {
+    if (draw_ && !finished_) std::fputc('\n', stderr);
+}
+
 void DownloadProgress::update(uint64_t done) {
     done_ = done;
     const auto now = Clock::now();
@@ -26,7 +30,8 @@ void DownloadProgress::update(uint64_t done) {
 }
 
 void DownloadProgress::finish() {
-    if (!draw_) return;
+    if (!draw_ || finished_) return;
+    finished_ = true;
     draw(true);
     std::fputc('\n', stderr);
     std::fflush(stderr);
@@ -67,7 +72,8 @@ void DownloadProgress::draw(bool final) {
 }
 
 std::string format_duration(double seconds) {
-    const long long s = std::llround(std::max(0.0, seconds));
+    if (seconds < 9.95) return fmt::format("{:.1f} s", std::max(0.0, seconds));
+    const long long s = std::llround(seconds);
     if (s < 60) return fmt::format("{} s", s);
     if (s < 3600) return fmt::format("{} min {} s", s / 60, s % 60);
     return fmt::format("{} h {:02d} min", s / 3600, (s % 3600) / 60);
