@@ -118,7 +118,7 @@ describe('nitro pull', () => {
                                                 downloaded: 0, offline: false });
   });
 
-  test('run -hf runs the downloaded model; plan -hf plans it; -m with -hf is refused', async () => {
+  test('run -hf runs the downloaded model; serve -hf serves it; plan -hf plans it; -m with -hf is refused', async () => {
     const home = freshDir();
     const args = ['--json', '--prompt-ids', GOLDEN.prompt_ids.join(','), '-n', '4', '--temp', '0', '-t', '2', '--mode', 'cpu'];
     const viaHf = await nitro(['run', '-hf', 'test-org/tiny-moe-GGUF:MXFP4', ...args], { HF_HOME: home });
@@ -134,6 +134,18 @@ describe('nitro pull', () => {
     assert.equal(plan.code, 0, plan.stderr);
     assert.match(plan.stdout, /64 experts, 4 used per token/);
     assert.match(plan.stderr, /\(28\.07 MiB, cached\)/);
+
+    // serve -hf: the server answers with the model from the cache, named after its file
+    let port = null;
+    const serve = nitro(['serve', '-hf', 'test-org/tiny-moe-GGUF:MXFP4', '--host', '127.0.0.1', '--port', '0', '-t', '2', '--mode', 'cpu'],
+                        { HF_HOME: home }, { onStderr: (s) => { port = s.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/)?.[1] ?? null; } });
+    await waitFor(() => port, 'nitro serve -hf to listen');
+    const models = await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json();
+    serve.proc.kill('SIGTERM');
+    const served = await serve;
+    assert.equal(served.code, 0, served.stderr);
+    assert.deepEqual(models.data.map((m) => m.id), ['tiny-moe-pystd-MXFP4']);
+    assert.match(served.stderr, /model: .*snapshots\/[0-9a-f]{40}\/tiny-moe-pystd-MXFP4\.gguf \(28\.07 MiB, cached\)/);
 
     const both = await nitro(['run', '-m', MODEL_PATH, '-hf', 'test-org/tiny-moe-GGUF', '-n', '1', '-p', 'x'], { HF_HOME: home });
     assert.equal(both.code, 1);
