@@ -117,15 +117,15 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
             return static_cast<uint32_t>(s.job ? s.job->id : 0);
         });
     }
-    const bool count_routes = LiveStats::wants_routes(*session_);
-    if (write_trace || count_routes) {
-        LiveStats* live = count_routes ? live_.get() : nullptr;
+    // (With --trace the routing reaches the host anyway, so it is counted on every engine.)
+    if (write_trace || LiveStats::wants_routes(*session_)) {
+        LiveStats* live = live_.get();
         const bool ok = session_->set_route_callback([write_trace, live](const RouteEvent& e) {
             if (write_trace) write_trace(e);
-            if (live) live->on_route(e);
+            live->on_route(e);
         });
         if (!ok && write_trace) fail("--trace: routing capture is not available with this engine ({})", session_->describe());
-        live_->set_routing(ok && count_routes);
+        live_->set_routing(ok);
     }
     publish_live();
     // Slots and batches in /metrics.
