@@ -6,6 +6,7 @@
 #include "arch/hparams.h"
 #include "arch/summary.h"
 #include "gguf/gguf.h"
+#include "ops/moe.h"
 
 #include <string>
 #include <string_view>
@@ -41,17 +42,6 @@ struct TensorSpec {
     /// An older file layout's alternative (qwen3next's fused ssm_in before attn_qkv/attn_gate): its
     /// shape is checked when present, `nitro synth` does not write it.
     bool legacy = false;
-};
-
-/// How a MoE router turns logits into expert weights (llama.cpp llm_expert_gating_func_type).
-enum class MoeGating {
-    SoftmaxAll,       ///< softmax over all experts, top-k, then renormalise the k weights (qwen3moe)
-    SoftmaxSelected,  ///< top-k on the logits, softmax over the k selected logits (gpt-oss)
-};
-/// Activation of the expert FFN.
-enum class FfnAct {
-    Swiglu,     ///< silu(gate) * up
-    SwigluOai,  ///< gpt-oss: clamped, alpha 1.702, limit 7.0, (up + 1)
 };
 
 /// How Gated DeltaNet value heads share key heads when n_v_heads > n_k_heads (llama.cpp

@@ -8,7 +8,7 @@
 #include "cli/validators.h"
 #include "core/error.h"
 #include "core/text.h"
-#include "runtime/bench.h"
+#include "bench/bench.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -57,7 +57,7 @@ struct ModelSpec {
     int64_t n_seq = 1;     ///< sequences held (SessionOptions::n_seq), each with its own K/V and recurrent state
     float rms_eps = 0;
     float attn_scale = 0;  ///< 1 / sqrt(head_dim)
-    cpu::RopeParams rope;  ///< NEOX RoPE (+ YaRN / linear scaling) as llama.cpp computes it
+    RopeParams rope;  ///< NEOX RoPE (+ YaRN / linear scaling) as llama.cpp computes it
     bool attn_bias = false, qk_norm = false, attn_sinks = false, expert_bias = false;
     /// attn_q holds [q, gate] per head; the attention output is multiplied by sigmoid(gate).
     bool attn_gate = false;

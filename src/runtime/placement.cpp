@@ -162,10 +162,10 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
     z.moe_down = R * E;
     const int64_t max_ne0 = std::max({E, sp.n_o(), F, sp.ssm.value_dim(), sp.n_ff_shexp});
     // (+ room for the decode MoE's 8-bit activations when the chunk is too small to hold them)
-    const int64_t dec_rows = std::min<int64_t>(ub, GpuScratchSizes::kGemvMaxTokens) * K;
+    const int64_t dec_rows = std::min<int64_t>(ub, kGemvMaxTokens) * K;
     z.xr = std::max<int64_t>(ub * max_ne0, static_cast<int64_t>((q8_act_bytes(dec_rows, max_ne0) + 3) / 4));
-    z.hq = static_cast<int64_t>((q8_act_bytes(std::min<int64_t>(ub, GpuScratchSizes::kGemvMaxTokens), E) + 3) / 4);
-    if (ub > GpuScratchSizes::kGemvMaxTokens) {
+    z.hq = static_cast<int64_t>((q8_act_bytes(std::min<int64_t>(ub, kGemvMaxTokens), E) + 3) / 4);
+    if (ub > kGemvMaxTokens) {
         z.moe_gate = R * F;
         z.moe_up = R * F;
         z.group = R;
@@ -386,7 +386,7 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     // staging slots first (as many as fit, up to the option's count).
     const bool forced_cpu = std::find(force.begin(), force.end(), Force::Cpu) != force.end();
     const bool all_fit = p.expert_bytes == 0 || static_cast<uint64_t>(capacity) <= avail / p.expert_bytes;
-    if ((forced_cpu || !all_fit) && opt.prefill_stage_slots > 0 && spec.n_ubatch > GpuScratchSizes::kGemvMaxTokens) {
+    if ((forced_cpu || !all_fit) && opt.prefill_stage_slots > 0 && spec.n_ubatch > kGemvMaxTokens) {
         for (const auto& layer : layout.experts) {
             uint64_t b = 0;
             for (const ModelLayout::Tensor& t : layer) b += align(t.bytes / X);

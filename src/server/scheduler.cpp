@@ -193,7 +193,7 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
                [](const ExpertLayerCounters& L) { return L.gpu_ms / 1e3; });
         family("nitro_expert_gpu_wait_seconds_total", "GPU time waiting for the CPU's experts in decode steps, seconds.",
                [](const ExpertLayerCounters& L) { return L.wait_ms / 1e3; });
-        // The expert cache (adaptive residency, runtime/expert_cache.h), per layer with experts on the CPU.
+        // The expert cache (adaptive residency, cache/expert_cache.h), per layer with experts on the CPU.
         family("nitro_expert_cache_hits_total", "Selections whose expert was in a ready VRAM slot.",
                [](const ExpertLayerCounters& L) { return L.cache.hits; });
         family("nitro_expert_cache_misses_total", "Selections computed by the CPU.",

@@ -1,4 +1,4 @@
-// Adaptive residency on a GPU (label cuda; runtime/expert_cache.h, cuda/slot_copier.h):
+// Adaptive residency on a GPU (label cuda; cache/expert_cache.h, gpu/slot_copier.h):
 //   - at every capacity, from one slot per layer up, with aggressive admission (every miss may be
 //     admitted), decode steps (the CUDA graph) and prompt chunks give the CPU reference's tokens
 //     within model_compare.h's bounds; admissions happen and land (counters);
@@ -9,7 +9,7 @@
 //   - faults: no staging buffer could be pinned (frozen, a warning), one buffer, failing copies:
 //     clear behaviour and outputs still within the bounds.
 #include "core/error.h"
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"
 #include "runtime/default_model.h"

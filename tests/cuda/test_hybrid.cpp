@@ -5,7 +5,7 @@
 // bit-identical logits; the process never holds more GPU memory than the budget.
 #include "core/error.h"
 #include "cuda/context.h"
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"
 #include "arch/synth.h"

@@ -1,7 +1,7 @@
 // The GPU engine (gpu_session.h): upload per the plan, the ops of runtime/forward.h on CUDA, the
 // hybrid's CPU side and the decode graph. docs/hybrid.md describes the protocol.
-#include "cuda/gpu_session.h"
-#include "cuda/gpu_session_impl.h"
+#include "gpu/gpu_session.h"
+#include "gpu/gpu_session_impl.h"
 
 #include "core/error.h"
 #include "cpu/moe.h"
@@ -9,7 +9,7 @@
 #include "cuda/context.h"
 #include "cuda/delta_net.h"
 #include "cuda/ops.h"
-#include "cuda/slot_copier.h"
+#include "gpu/slot_copier.h"
 #include "runtime/forward.h"
 #include "runtime/route_replay.h"
 
@@ -424,7 +424,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
         Plan warm = m.plan;  // one slot per layer if the budget has room for them, else none
         for (auto& lp : warm.layers) lp.resident.assign(m.plan.n_resident() >= sp.n_layer ? 1 : 0, 0);
         install_slots(warm, false);
-        const int64_t n = std::min<int64_t>(sp.n_ubatch, GpuScratchSizes::kGemvMaxTokens + 8);
+        const int64_t n = std::min<int64_t>(sp.n_ubatch, kGemvMaxTokens + 8);
         std::vector<int32_t> dummy(static_cast<size_t>(n), 0);
         std::vector<float> l;
         if (n + 1 <= sp.n_ctx) {
