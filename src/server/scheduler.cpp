@@ -93,7 +93,7 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
     // truncation that drops more than n_ubatch - 1 positions would leave the keep-prefix's last
     // `window` positions overwritten. Full-attention models may drop any number.
     bool swa = false;
-    for (const auto& l : model.layers()) swa |= l.swa;
+    for (const auto& l : model.layers()) swa |= l.shape.swa;
     max_rewind_ = swa ? std::max<int64_t>(0, opt.session.n_ubatch - 1) : std::numeric_limits<int64_t>::max();
     for (int i = 0; i < opt.n_slots; ++i) {
         slots_.push_back(std::make_unique<Slot>());

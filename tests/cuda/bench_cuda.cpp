@@ -370,7 +370,7 @@ int staging_figures(const Model& model, const std::vector<int>& threads) {
     for (int64_t e = 0; e < X && all.size() < 4096; ++e)
         for (const auto& L : layers) {
             ExpertRange r{};
-            const GgufTensorInfo* t[3] = {L.gate_exps, L.up_exps, L.down_exps};
+            const GgufTensorInfo* t[3] = {L[TensorId::ffn_gate_exps], L[TensorId::ffn_up_exps], L[TensorId::ffn_down_exps]};
             for (int k = 0; k < 3; ++k) {
                 r.bytes[k] = row_size(t[k]->type, t[k]->ne[0]) * static_cast<size_t>(t[k]->ne[1]);
                 r.part[k] = t[k]->data + static_cast<size_t>(e) * r.bytes[k];

@@ -147,7 +147,7 @@ void slots_hold_their_experts(const Model& model, const cuda::GpuSession& gpu) {
         for (size_t e = 0; e < table.size(); ++e) {
             if (table[e] < 0) continue;
             std::vector<uint8_t> want;
-            for (const GgufTensorInfo* t : {L.gate_exps, L.up_exps, L.down_exps}) {
+            for (const GgufTensorInfo* t : {L[TensorId::ffn_gate_exps], L[TensorId::ffn_up_exps], L[TensorId::ffn_down_exps]}) {
                 const size_t per = t->n_bytes / static_cast<size_t>(t->ne[2]);
                 want.insert(want.end(), t->data + e * per, t->data + (e + 1) * per);
             }
