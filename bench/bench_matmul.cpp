@@ -15,7 +15,7 @@
 #include "cpu/matmul.h"
 #include "cpu/thread_pool.h"
 #include "quant/types.h"
-#include "runtime/bench.h"
+#include "bench/bench.h"
 
 #include <benchmark/benchmark.h>
 
@@ -51,7 +51,7 @@ constexpr size_t kPoolBytes = size_t{1} << 30;
 
 int hw_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-/// Random block bytes with sane scales (runtime/bench.h fill_random_blocks), so the kernels do
+/// Random block bytes with sane scales (bench/bench.h fill_random_blocks), so the kernels do
 /// the arithmetic they do on real weights. Filled once per type, reused by later benchmarks.
 const std::vector<uint8_t>& weight_pool(GgmlType t) {
     static GgmlType cached_type = GgmlType::I8;

@@ -19,7 +19,7 @@
 #include "runtime/model.h"
 
 #ifdef NITRO_HAS_CUDA
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #endif
 
 #include <algorithm>

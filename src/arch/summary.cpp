@@ -5,41 +5,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <regex>
+#include <unordered_map>
+
 
 namespace nitro {
-
-const char* tensor_category_name(TensorCategory c) {
-    switch (c) {
-        case TensorCategory::EmbedOutput: return "embeddings/output";
-        case TensorCategory::Dense: return "attention and other dense";
-        case TensorCategory::RoutedExperts: return "routed experts";
-        case TensorCategory::SharedExperts: return "shared experts";
-    }
-    return "?";
-}
-
-int tensor_layer(const std::string& name) {
-    if (name.rfind("blk.", 0) != 0) return -1;
-    size_t i = 4;
-    int64_t v = 0;
-    bool any = false;
-    while (i < name.size() && name[i] >= '0' && name[i] <= '9' && v < 1000000) {
-        v = v * 10 + (name[i] - '0');
-        ++i;
-        any = true;
-    }
-    return (any && i < name.size() && name[i] == '.') ? static_cast<int>(v) : -1;
-}
-
-TensorCategory classify_tensor(const std::string& name) {
-    static const std::regex exps(R"(^blk\.\d+\.ffn_(gate|up|down|gate_up)_exps\..*)");
-    static const std::regex shexp(R"(^blk\.\d+\.ffn_(gate|up|down|gate_inp)_shexp\..*)");
-    if (name.rfind("token_embd.", 0) == 0 || name.rfind("output.", 0) == 0) return TensorCategory::EmbedOutput;
-    if (name.find("_exps.") != std::string::npos && std::regex_match(name, exps)) return TensorCategory::RoutedExperts;
-    if (name.find("_shexp.") != std::string::npos && std::regex_match(name, shexp)) return TensorCategory::SharedExperts;
-    return TensorCategory::Dense;
-}
 
 std::string format_bytes(uint64_t n) {
     const double d = static_cast<double>(n);
@@ -68,9 +37,14 @@ ModelSummary summarize_model(const GgufModel& model) {
     if (const GgufArray* a = m.get_array("tokenizer.ggml.tokens")) s.vocab_size = static_cast<int64_t>(a->size());
     if (const GgufArray* a = m.get_array("tokenizer.ggml.merges")) s.n_merges = static_cast<int64_t>(a->size());
     s.has_chat_template = m.has("tokenizer.chat_template");
-    for (auto c : {TensorCategory::EmbedOutput, TensorCategory::Dense, TensorCategory::RoutedExperts,
-                   TensorCategory::SharedExperts})
-        s.bytes_by_category[c] = 0;
+    for (TensorCategory c : kTensorCategories) s.bytes_by_category[c] = 0;
+    // Categories from the architecture's table where this build knows it (and the hyperparameters
+    // read), else by llama.cpp's naming conventions.
+    std::unordered_map<std::string, TensorCategory> table;
+    if (const ArchInfo* arch = s.hparams_error.empty() ? find_arch(s.hp.arch) : nullptr) {
+        const GgufTensorInfo* te = model.find("token_embd.weight");
+        for (const TensorSpec& t : arch->tensors(s.hp, te ? te->ne[1] : 0)) table.emplace(t.name, t.category);
+    }
     s.expert_bytes_per_layer.assign(static_cast<size_t>(s.hp.n_layer), 0);
     for (const auto& t : model.tensors()) {
         ++s.n_tensors;
@@ -80,9 +54,10 @@ ModelSummary summarize_model(const GgufModel& model) {
         ++u.n_tensors;
         u.n_bytes += t.n_bytes;
         u.n_elements += t.n_elements();
-        const TensorCategory c = classify_tensor(t.name);
+        const auto known = table.find(t.name);
+        const TensorCategory c = known != table.end() ? known->second : guess_tensor_category(t.name);
         s.bytes_by_category[c] += t.n_bytes;
-        if (c == TensorCategory::RoutedExperts) {
+        if (c == TensorCategory::RoutedExpert) {
             const int layer = tensor_layer(t.name);
             if (layer < 0 || layer >= 4096 || (s.hparams_error.empty() && layer >= s.hp.n_layer))
                 fail("{}: expert tensor '{}' names layer {}, but the model has {} layers", model.path(), t.name,
@@ -183,8 +158,9 @@ std::string summary_to_text(const ModelSummary& s) {
                          format_bytes(u.n_bytes), s.tensor_bytes ? 100.0 * u.n_bytes / s.tensor_bytes : 0.0);
     o += "\nbytes by category:\n";
     for (const auto& [c, b] : s.bytes_by_category)
-        o += fmt::format("  {:<28} {:>12}  {:>6.2f}%\n", tensor_category_name(c), format_bytes(b),
-                         s.tensor_bytes ? 100.0 * b / s.tensor_bytes : 0.0);
+        if (b > 0)
+            o += fmt::format("  {:<28} {:>12}  {:>6.2f}%\n", tensor_category_name(c), format_bytes(b),
+                             s.tensor_bytes ? 100.0 * b / s.tensor_bytes : 0.0);
     if (s.hp.n_expert > 0) {
         bool uniform = true;
         for (auto b : s.bytes_per_expert_per_layer) uniform &= b == s.bytes_per_expert;

@@ -2,6 +2,7 @@
 // The per-expert byte count computed here is what placement and the cache simulator use.
 #pragma once
 
+#include "arch/arch.h"
 #include "arch/hparams.h"
 #include "gguf/gguf.h"
 
@@ -12,20 +13,6 @@
 #include <nlohmann/json_fwd.hpp>
 
 namespace nitro {
-
-/// Where a tensor belongs for placement purposes.
-enum class TensorCategory {
-    EmbedOutput,    ///< token_embd, output (the LM head)
-    Dense,          ///< attention, norms, router (ffn_gate_inp), dense FFN, everything else
-    RoutedExperts,  ///< blk.N.ffn_{gate,up,down,gate_up}_exps.* (MUL_MAT_ID operands)
-    SharedExperts,  ///< blk.N.ffn_{gate,up,down}_shexp.*, ffn_gate_inp_shexp
-};
-const char* tensor_category_name(TensorCategory c);
-
-/// Classifies a tensor by its llama.cpp name.
-TensorCategory classify_tensor(const std::string& name);
-/// Layer index of a "blk.N." tensor, or -1.
-int tensor_layer(const std::string& name);
 
 struct TypeUsage {
     int64_t n_tensors = 0;

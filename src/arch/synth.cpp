@@ -46,94 +46,6 @@ uint64_t name_hash(const std::string& s, uint64_t seed) {
     return h;
 }
 
-/// How a tensor's random values are drawn: value = sign * (mean + std * N(0,1)), with sign = +-1 at
-/// random when `random_sign`, else +1.
-struct InitScale {
-    double std = 0;
-    double mean = 0;
-    bool random_sign = false;
-    /// Gated DeltaNet decay parameters instead of Gaussian values (two uniform draws per value,
-    /// like normal(), so draws_per_row holds): SsmA: -A with A uniform in [lo, hi]; SsmDt: the
-    /// dt_bias whose softplus is dt, log-uniform in [lo, hi].
-    enum class Dist { Normal, SsmA, SsmDt } dist = Dist::Normal;
-    double lo = 0, hi = 0;
-};
-
-bool has(const std::string& name, const char* part) { return name.find(part) != std::string::npos; }
-
-/// Initial scales of a synthetic model, those of the fixtures (../shared/fixtures/README.md, "Weight
-/// scales"): a well-conditioned network, so that rounding differences of the size llama.cpp makes
-/// (Q8_0 activations, F16 K/V) stay that small instead of growing, and two correct engines agree
-/// as closely on a synthetic model as on the fixtures. Projections: gain / sqrt(fan_in).
-///  - gpt-oss: token_embd std 1.5; q/k/v/o gain 1; biases 0.02; sinks std 1; router gain 2;
-///    experts gate/up gain 0.5, down gain 1.4; output gain 3 (logit std ~3); norms 1 + 0.1 N.
-///  - qwen3moe: token_embd std 0.3; q/k/v/o gain 2; q_norm/k_norm 2 (1 + 0.1 N); router gain 2;
-///    experts gate/up gain 0.5, down gain 2. Tied LM head (no output.weight): output_norm is
-///    +-g (1 + 0.1 N) with random signs, which removes the current token's self-boost through the
-///    tied embedding (otherwise greedy output repeats one token), and g = 10 / sqrt(n_embd) gives
-///    logits of std 3 as the fixtures have (their 1.76 is this g at n_embd 32; kept at 1.76 for a
-///    wider model, the logits get sharper by sqrt(n_embd / 32) and magnify every rounding
-///    difference); untied: output gain 3.
-/// qwen3next: the defaults of ../shared/tools/build_qwen3next_hf.py (the fixture's generator):
-/// token_embd std 1.5; untied output gain 3 (logit std ~3); full attention q(+gate)/k/v/o gain 2,
-/// q_norm/k_norm 2 (1 + 0.1 N); attn_qkv, attn_gate and ssm_ba gain 1, ssm_conv1d gain 1 (fan-in
-/// d_conv), ssm_out gain 1.5; A uniform in [1, 8] and dt log-uniform in [0.005, 0.1] (per-step decay
-/// exp(-A dt) from about 0.45 to 0.995: short- and long-memory heads); router gain 2; routed and
-/// shared experts gate/up 0.5, down 2; shared-expert gate gain 1; norms 1 + 0.1 N.
-InitScale qwen3next_init_scale(const TensorSpec& s, double inv) {
-    switch (s.kind) {
-        case TensorKind::Embedding: return {1.5};
-        case TensorKind::Output: return {3.0 * inv};
-        case TensorKind::Norm:
-            if (has(s.name, "attn_q_norm") || has(s.name, "attn_k_norm")) return {0.2, 2.0};
-            return {0.1, 1.0};
-        case TensorKind::Matrix:
-            if (has(s.name, "attn_q.") || has(s.name, "attn_k.") || has(s.name, "attn_v.") || has(s.name, "attn_output"))
-                return {2.0 * inv};
-            if (has(s.name, "ssm_out")) return {1.5 * inv};
-            if (has(s.name, "ffn_down_shexp")) return {2.0 * inv};
-            if (has(s.name, "_shexp")) return {0.5 * inv};
-            return {inv};  // attn_qkv, attn_gate, ssm_ba
-        case TensorKind::Router: return {2.0 * inv};
-        case TensorKind::Expert: return {(has(s.name, "ffn_down_exps") ? 2.0 : 0.5) * inv};
-        case TensorKind::SsmConv: case TensorKind::ShexpGate: return {inv};
-        case TensorKind::SsmA: { InitScale i; i.dist = InitScale::Dist::SsmA; i.lo = 1.0; i.hi = 8.0; return i; }
-        case TensorKind::SsmDt: { InitScale i; i.dist = InitScale::Dist::SsmDt; i.lo = 0.005; i.hi = 0.1; return i; }
-        default: return {0.02};
-    }
-}
-
-InitScale init_scale(const std::string& arch, const TensorSpec& s, bool tied_output) {
-    const double inv = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(s.fan_in, 1)));
-    if (arch == "qwen3next" || arch == "qwen35moe") return qwen3next_init_scale(s, inv);
-    const bool qwen = arch == "qwen3moe";
-    switch (s.kind) {
-        case TensorKind::Embedding: return {qwen ? 0.3 : 1.5};
-        case TensorKind::Output: return {3.0 * inv};
-        case TensorKind::Norm:
-            if (qwen && (has(s.name, "attn_q_norm") || has(s.name, "attn_k_norm"))) return {0.2, 2.0};
-            if (qwen && tied_output && s.name == "output_norm.weight") {
-                // Logit std 3 whatever n_embd: logit = sum over n_embd of (+-g * x_i) * embd_i with
-                // x of rms 1 and embd std 0.3, so g = 3 / (0.3 * sqrt(n_embd)) (1.77 at the
-                // fixtures' n_embd 32, 0.66 at the tiny preset's 256).
-                const double g = 3.0 / (0.3 * std::sqrt(static_cast<double>(s.ne[0])));
-                return {0.1 * g, g, true};
-            }
-            return {0.1, 1.0};
-        case TensorKind::Matrix: return {(qwen ? 2.0 : 1.0) * inv};
-        case TensorKind::Bias: case TensorKind::RouterBias: case TensorKind::ExpertBias: return {0.02};
-        case TensorKind::Router: return {2.0 * inv};
-        case TensorKind::Sinks: return {1.0};
-        case TensorKind::Expert:
-            if (has(s.name, "ffn_down_exps")) return {(qwen ? 2.0 : 1.4) * inv};
-            return {0.5 * inv};
-        default: break;
-    }
-    return {inv};
-}
-
-
-
 // ------------------------------------------------------------------ random-code blocks
 //
 // Quantizing Gaussian floats costs ~300x more than writing random blocks (MEASURED for IQ4_XS:
@@ -382,7 +294,7 @@ RandomCodes random_codes(GgmlType t) {
 
 /// Draws of the generator that fill_rows makes per row of ne0 values of type t (fixed: no draw
 /// depends on a drawn value), so a chunk of rows can start its stream at any row.
-uint64_t draws_per_row(GgmlType t, int64_t ne0, const InitScale& init) {
+uint64_t draws_per_row(GgmlType t, int64_t ne0, const SynthInit& init) {
     const uint64_t per_value = 2 + (init.random_sign ? 1 : 0);  // normal(): two uniforms; sign: one
     switch (t) {
         case GgmlType::MXFP4:
@@ -398,7 +310,7 @@ uint64_t draws_per_row(GgmlType t, int64_t ne0, const InitScale& init) {
 /// Fills `out` with `n_rows` rows of tensor data of type `t`, row length `ne0`. MXFP4, Q8_0, Q4_0
 /// and the types of random_codes are written as random codes with a scale chosen for the target
 /// std (fast enough for 60 GB models); other quantized types quantize Gaussian floats.
-void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const InitScale& init, Rng& rng, std::vector<uint8_t>& out,
+void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const SynthInit& init, Rng& rng, std::vector<uint8_t>& out,
                std::vector<float>& scratch) {
     const double sd = init.std;
     const size_t rb = row_size(t, ne0);
@@ -406,11 +318,11 @@ void fill_rows(GgmlType t, int64_t ne0, int64_t n_rows, const InitScale& init, R
     uint8_t* p = out.data();
     const int64_t n = ne0 * n_rows;
     auto gaussian = [&](float* dst, int64_t count) {
-        if (init.dist != InitScale::Dist::Normal) {
+        if (init.dist != SynthInit::Dist::Normal) {
             for (int64_t i = 0; i < count; ++i) {
                 const double u = rng.uniform();
                 (void)rng.uniform();  // two draws per value, as normal()
-                if (init.dist == InitScale::Dist::SsmA) {
+                if (init.dist == SynthInit::Dist::SsmA) {
                     dst[i] = static_cast<float>(-(init.lo + (init.hi - init.lo) * u));
                 } else {  // dt log-uniform; the bias b with softplus(b) = dt: b = dt + log(1 - exp(-dt))
                     const double dt = std::exp(std::log(init.lo) + (std::log(init.hi) - std::log(init.lo)) * u);
@@ -510,57 +422,45 @@ std::shared_ptr<GgufArray> string_array(std::vector<std::string> v) {
 
 /// A byte-level vocabulary (256 byte tokens, no merges) plus the architecture's special tokens,
 /// padded with unused [PAD] tokens to `n_vocab` when that is larger. Returns the vocabulary size.
-int64_t write_minimal_vocab(GgufMetadata& m, const std::string& arch, int64_t n_vocab) {
+int64_t write_minimal_vocab(GgufMetadata& m, const SynthVocab& v, int64_t n_vocab) {
     std::vector<std::string> tokens = byte_tokens();
     std::vector<int32_t> types(256, 1);  // NORMAL
-    std::vector<std::string> specials;
-    if (arch == "gpt-oss")
-        specials = {"<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>",
-                    "<|start|>", "<|end|>", "<|message|>", "<|call|>"};
-    else
-        specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>"};
-    for (const auto& s : specials) {
-        tokens.push_back(s);
+    for (std::string_view s : v.specials) {
+        tokens.emplace_back(s);
         types.push_back(s.front() == '<' && s[1] == '|' ? 3 : 4);  // CONTROL / USER_DEFINED
     }
     for (int64_t i = static_cast<int64_t>(tokens.size()); i < n_vocab; ++i) {
         tokens.push_back("[PAD" + std::to_string(i) + "]");
         types.push_back(5);  // UNUSED
     }
-    const auto id = [&](const std::string& s) {
+    const auto id = [&](std::string_view s) {
         for (size_t i = 0; i < tokens.size(); ++i)
             if (tokens[i] == s) return static_cast<uint32_t>(i);
         return 0u;
     };
     const int64_t size = static_cast<int64_t>(tokens.size());
     m.set("tokenizer.ggml.model", std::string("gpt2"));
-    m.set("tokenizer.ggml.pre", std::string(arch == "gpt-oss" ? "gpt-4o" : "qwen2"));
+    m.set("tokenizer.ggml.pre", std::string(v.pre));
     m.set("tokenizer.ggml.tokens", string_array(std::move(tokens)));
     auto ta = std::make_shared<GgufArray>();
     ta->type = GgufType::INT32;
     ta->data = std::move(types);
     m.set("tokenizer.ggml.token_type", ta);
     m.set("tokenizer.ggml.merges", string_array({}));
-    if (arch == "gpt-oss") {
-        m.set("tokenizer.ggml.bos_token_id", id("<|startoftext|>"));
-        m.set("tokenizer.ggml.eos_token_id", id("<|return|>"));
-        m.set("tokenizer.ggml.padding_token_id", id("<|endoftext|>"));
-    } else {
-        m.set("tokenizer.ggml.bos_token_id", id("<|endoftext|>"));
-        m.set("tokenizer.ggml.eos_token_id", id("<|im_end|>"));
-        m.set("tokenizer.ggml.padding_token_id", id("<|endoftext|>"));
-        m.set("tokenizer.ggml.add_bos_token", false);
-    }
+    m.set("tokenizer.ggml.bos_token_id", id(v.bos));
+    m.set("tokenizer.ggml.eos_token_id", id(v.eos));
+    m.set("tokenizer.ggml.padding_token_id", id(v.pad));
+    if (v.add_bos_token >= 0) m.set("tokenizer.ggml.add_bos_token", v.add_bos_token != 0);
     return size;
 }
 
 int64_t layer_of(const std::string& name);
 
 /// --router-skew zipf:S on rows [r0, r0 + n) of a router tensor (F32; row = expert), in place.
-void apply_router_skew(const std::string& arch, const TensorSpec& spec, const SynthOptions& opt, int64_t r0, int64_t n,
+void apply_router_skew(const ArchInfo& arch, const TensorSpec& spec, const SynthOptions& opt, int64_t r0, int64_t n,
                        std::vector<uint8_t>& buf) {
-    const bool bias = arch == "gpt-oss" && spec.kind == TensorKind::RouterBias;
-    const bool rows = arch != "gpt-oss" && spec.kind == TensorKind::Router;  // no router bias
+    const bool bias = arch.skew_router_bias && spec.kind == TensorKind::RouterBias;
+    const bool rows = !arch.skew_router_bias && spec.kind == TensorKind::Router;  // no router bias
     if (!bias && !rows) return;
     const int64_t n_expert = bias ? spec.ne[0] : spec.ne[1];
     const std::vector<int> rank = synth_router_ranks(opt.seed, layer_of(spec.name), n_expert);
@@ -580,11 +480,6 @@ void apply_router_skew(const std::string& arch, const TensorSpec& spec, const Sy
 int64_t layer_of(const std::string& name) {
     if (name.rfind("blk.", 0) != 0) return -1;
     return std::strtoll(name.c_str() + 4, nullptr, 10);
-}
-
-/// The vocabulary size of the real models of an architecture (config.json vocab_size).
-int64_t real_vocab_size(const std::string& arch) {
-    return arch == "gpt-oss" ? 201088 : arch == "qwen35moe" ? 248320 : 151936;  // Qwen3 and Qwen3-Next share one
 }
 
 }  // namespace
@@ -609,73 +504,27 @@ GgmlType synth_tensor_type(TensorKind k, GgmlType expert_type, GgmlType dense_ty
     }
 }
 
-GgmlType synth_default_expert_type(const std::string& arch) { return arch == "gpt-oss" ? GgmlType::MXFP4 : GgmlType::Q8_0; }  // Q8_0 for qwen3moe, qwen3next
+GgmlType synth_default_expert_type(const std::string& arch) {
+    return require_arch(arch, "nitro synth").default_expert_type;
+}
 
-ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab) {
-    ModelHparams h;
-    h.arch = arch;
-    h.name = "synth-" + preset;
-    if (arch == "gpt-oss") {
-        // openai/gpt-oss-20b and -120b config.json; tiny keeps the structure at toy width.
-        h.n_embd = 2880; h.n_head = 64; h.n_head_kv = 8; h.head_dim = 64; h.n_expert_used = 4;
-        h.n_ff_exp = 2880; h.n_ff = 2880; h.sliding_window = 128; h.n_ctx_train = 131072; h.rms_eps = 1e-5;
-        h.rope_freq_base = 150000; h.rope_scaling = "yarn"; h.rope_scaling_factor = 32; h.rope_orig_ctx = 4096;
-        *n_vocab = 201088;
-        if (preset == "gpt-oss-20b") { h.n_layer = 24; h.n_expert = 32; }
-        else if (preset == "gpt-oss-120b") { h.n_layer = 36; h.n_expert = 128; }
-        else if (preset == "tiny") {
-            h.n_layer = 4; h.n_embd = 256; h.n_head = 4; h.n_head_kv = 2; h.head_dim = 64; h.n_expert = 16;
-            h.n_ff_exp = 256; h.n_ff = 256; h.sliding_window = 16; *n_vocab = 0;
-        } else fail("unknown preset '{}' for gpt-oss (known: tiny, gpt-oss-20b, gpt-oss-120b)", preset);
-    } else if (arch == "qwen3moe") {
-        // Qwen/Qwen3-30B-A3B config.json.
-        h.n_embd = 2048; h.n_head = 32; h.n_head_kv = 4; h.head_dim = 128; h.n_expert = 128; h.n_expert_used = 8;
-        h.n_ff_exp = 768; h.n_ff = 6144; h.n_layer = 48; h.n_ctx_train = 40960; h.rms_eps = 1e-6;
-        h.rope_freq_base = 1e6;
-        *n_vocab = 151936;
-        if (preset == "qwen3-30b-a3b") {
-        } else if (preset == "tiny") {
-            h.n_layer = 4; h.n_embd = 256; h.n_head = 4; h.n_head_kv = 2; h.head_dim = 64; h.n_expert = 16;
-            h.n_expert_used = 4; h.n_ff_exp = 256; h.n_ff = 768; *n_vocab = 0;
-        } else fail("unknown preset '{}' for qwen3moe (known: tiny, qwen3-30b-a3b)", preset);
-    } else if (arch == "qwen3next" || arch == "qwen35moe") {
-        // Qwen/Qwen3-Next-80B-A3B-Instruct config.json (Qwen3-Coder-Next-80B has the same shapes):
-        // 48 layers, every 4th full attention (16 query / 2 KV heads of 256, output gate, a quarter
-        // of each head rotated), the others Gated DeltaNet (16 key / 32 value heads of 128, conv 4),
-        // 512 experts of 512, 10 used, a shared expert of 512.
-        h.n_layer = 48; h.n_embd = 2048; h.n_head = 16; h.n_head_kv = 2; h.head_dim = 256; h.n_expert = 512;
-        h.n_expert_used = 10; h.n_ff_exp = 512; h.n_ff_shexp = 512; h.n_ff = 5120; h.n_ctx_train = 262144;
-        h.rms_eps = 1e-6; h.rope_freq_base = 1e7;
-        h.ssm_d_conv = 4; h.ssm_d_state = 128; h.ssm_n_group = 16; h.ssm_dt_rank = 32; h.full_attn_interval = 4;
-        *n_vocab = 151936;
-        if (arch == "qwen35moe") {
-            // Qwen/Qwen3.5-35B-A3B (transformers Qwen3_5MoeTextConfig defaults; Qwen3.6-35B-A3B has the
-            // same shapes): 40 layers, 256 experts, 8 used + shared, vocabulary 248,320; M-RoPE
-            // sections [11, 11, 10, 0] as convert_hf_to_gguf.py writes them.
-            h.n_layer = 40; h.n_expert = 256; h.n_expert_used = 8; *n_vocab = 248320;
-            h.rope_sections = {11, 11, 10, 0};
+ModelHparams synth_preset(const std::string& arch_name, const std::string& preset, int64_t* n_vocab, bool* tied_output) {
+    const ArchInfo* arch = find_arch(arch_name);
+    if (!arch) fail("nitro synth: unknown architecture '{}' (known: {})", arch_name, known_arch_names());
+    std::string known;
+    for (const SynthPreset& p : arch->presets) {
+        if (p.name == preset) {
+            ModelHparams h;
+            h.arch = arch_name;
+            h.name = "synth-" + preset;
+            p.fill(h);
+            *n_vocab = p.n_vocab;
+            if (tied_output) *tied_output = p.tied_output;
+            return h;
         }
-        if (preset == "qwen3-next-80b-a3b" && arch == "qwen3next") {
-        } else if (preset == "qwen3.5-35b-a3b" && arch == "qwen35moe") {
-        } else if (preset == "tiny") {
-            // 3 DeltaNet layers then 1 attention layer; 2 key heads shared by 4 value heads.
-            h.n_layer = 4; h.n_embd = 256; h.n_head = 4; h.n_head_kv = 2; h.head_dim = 64; h.n_expert = 16;
-            h.n_expert_used = 4; h.n_ff_exp = 256; h.n_ff_shexp = 256; h.n_ff = 768;
-            h.ssm_d_state = 64; h.ssm_n_group = 2; h.ssm_dt_rank = 4; *n_vocab = 0;
-        } else {
-            fail("unknown preset '{}' for {} (known: tiny, {})", preset, arch,
-                 arch == "qwen3next" ? "qwen3-next-80b-a3b" : "qwen3.5-35b-a3b");
-        }
-        h.ssm_d_inner = h.ssm_d_state * h.ssm_dt_rank;
-        h.head_dim_v = h.head_dim;
-        h.rope_dim = h.head_dim / 4;  // partial_rotary_factor 0.25
-        return h;
-    } else {
-        fail("nitro synth: unknown architecture '{}' (known: {})", arch, known_arch_names());
+        known += (known.empty() ? "" : ", ") + std::string(p.name);
     }
-    h.head_dim_v = h.head_dim;
-    h.rope_dim = h.head_dim;
-    return h;
+    fail("unknown preset '{}' for {} (known: {})", preset, arch_name, known);
 }
 
 void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uint64_t)>& progress) {
@@ -683,7 +532,9 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
     if (opt.chunk_bytes < 1) fail("nitro synth: chunk_bytes must be >= 1, got {}", opt.chunk_bytes);
     if (opt.n_threads < 0) fail("nitro synth: threads must be >= 0 (0 = all cores, up to 16), got {}", opt.n_threads);
     int64_t n_vocab = 0;
-    ModelHparams hp = synth_preset(opt.arch, opt.preset, &n_vocab);
+    bool tie_output = false;
+    ModelHparams hp = synth_preset(opt.arch, opt.preset, &n_vocab, &tie_output);
+    const ArchInfo& arch = require_arch(hp.arch, "nitro synth");
     const GgmlType expert_type = opt.expert_type.value_or(synth_default_expert_type(opt.arch));
     const auto& et = type_traits(expert_type);
     if (!et.quantize && expert_type != GgmlType::MXFP4 && expert_type != GgmlType::Q8_0 && expert_type != GgmlType::Q4_0 &&
@@ -709,7 +560,7 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
         fail("nitro synth: router skew must be a finite number >= 0, got {}", opt.router_skew);
     if (opt.router_skew > 0) m.set("nitro.synth.router_skew_zipf", static_cast<float>(opt.router_skew));
     if (!opt.tokenizer_dir.empty()) {
-        n_vocab = write_hf_tokenizer(m, opt.tokenizer_dir, n_vocab > 0 ? n_vocab : real_vocab_size(hp.arch));
+        n_vocab = write_hf_tokenizer(m, opt.tokenizer_dir, n_vocab > 0 ? n_vocab : arch.vocab.real_n_vocab);
     } else if (!opt.vocab_from.empty()) {
         GgufModel src(opt.vocab_from);
         const GgufArray* toks = src.metadata().get_array("tokenizer.ggml.tokens");
@@ -718,21 +569,19 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
             if (k.rfind("tokenizer.", 0) == 0) m.set(k, v);
         n_vocab = static_cast<int64_t>(toks->size());
     } else {
-        n_vocab = write_minimal_vocab(m, hp.arch, n_vocab);
+        n_vocab = write_minimal_vocab(m, arch.vocab, n_vocab);
     }
 
-    const ArchInfo* arch = find_arch(hp.arch);
-    std::vector<TensorSpec> specs = arch->tensors(hp, n_vocab);
-    const bool tie_output = hp.arch == "qwen3moe" && opt.preset == "tiny";
+    std::vector<TensorSpec> specs = arch.tensors(hp, n_vocab);
     std::vector<TensorSpec> written;
-    std::vector<InitScale> inits;
+    std::vector<SynthInit> inits;
     const GgmlType dense_type = opt.dense_type.value_or(GgmlType::F16);
     if (dense_type != GgmlType::F16 && dense_type != GgmlType::BF16 && dense_type != GgmlType::F32 &&
         !type_traits(dense_type).quantize && dense_type != GgmlType::Q8_0 && dense_type != GgmlType::Q4_0)
         fail("nitro synth: dense type {} has no quantizer in this build", type_display_name(dense_type));
     if (dense_type == GgmlType::Q8_K) fail("nitro synth: Q8_K is an activation type, not a weight type; use q8_0");
     for (auto& s : specs) {
-        if (tie_output && s.name == "output.weight") continue;
+        if (tie_output && s.id == TensorId::output) continue;
         if (s.legacy) continue;  // an older layout's alternative (qwen3next ssm_in)
         const GgmlType t = synth_tensor_type(s.kind, expert_type, dense_type);
         if (s.ne[0] % type_traits(t).block_size != 0)
@@ -740,7 +589,7 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
                  type_display_name(t), type_traits(t).block_size);
         w.add_tensor(s.name, t, s.ne);
         written.push_back(s);
-        inits.push_back(init_scale(hp.arch, s, tie_output));
+        inits.push_back(arch.synth_init(s, tie_output));
         if (const RandomCodes rc = random_codes(t); rc.fill) {
             const float d = fp16_to_f32(fp16_of(inits.back().std / rc.code_rms));
             if (!(std::isfinite(d) && d > 0))
@@ -782,7 +631,7 @@ void synth_model(const SynthOptions& opt, const std::function<void(uint64_t, uin
                 const int64_t r = (c0 + j) * chunk, k = std::min(chunk, rows - r);
                 Rng rng{seed_state + static_cast<uint64_t>(r) * per_row * kRngStep};
                 fill_rows(info.type, ne0, k, inits[i], rng, set[static_cast<size_t>(j)], scratch[static_cast<size_t>(j)]);
-                if (opt.router_skew > 0) apply_router_skew(hp.arch, written[i], opt, r, k, set[static_cast<size_t>(j)]);
+                if (opt.router_skew > 0) apply_router_skew(arch, written[i], opt, r, k, set[static_cast<size_t>(j)]);
             };
             if (nc == 1) {
                 gen(0);

@@ -31,9 +31,10 @@ struct SynthOptions {
     std::string out;                      ///< output path
 };
 
-/// Hyperparameters of a preset for an architecture; n_vocab gets the preset's vocabulary size.
-/// Throws nitro::Error for an unknown preset or an arch/preset mismatch.
-ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab);
+/// Hyperparameters of a preset of an architecture (arch/<name>.cpp); n_vocab gets the preset's
+/// vocabulary size (0: a minimal one), tied_output (if given) whether it is written without
+/// output.weight. Throws nitro::Error for an unknown architecture or preset (listing the known ones).
+ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab, bool* tied_output = nullptr);
 
 /// The popularity rank (0 = most popular) of each expert of layer `layer` under --router-skew: a
 /// fixed random permutation per (seed, layer). With skew S, gpt-oss gets router bias
@@ -47,7 +48,7 @@ std::vector<int> synth_router_ranks(uint64_t seed, int64_t layer, int64_t n_expe
 /// embeddings and LM head Q8_0; dense matrices dense_type (F16 by default); norms, biases, router,
 /// sinks, conv kernels, decay parameters F32).
 GgmlType synth_tensor_type(TensorKind kind, GgmlType expert_type, GgmlType dense_type = GgmlType::F16);
-/// The routed-expert type a preset gets by default (MXFP4 for gpt-oss, Q8_0 for qwen3moe).
+/// The routed-expert type an architecture's presets get by default (ArchInfo::default_expert_type).
 GgmlType synth_default_expert_type(const std::string& arch);
 
 /// Writes the model. `progress(done_bytes, total_bytes)` is called as tensor data is written (from

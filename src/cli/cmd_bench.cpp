@@ -9,7 +9,7 @@
 #include "cli/validators.h"
 #include "core/error.h"
 #include "core/text.h"
-#include "runtime/bench.h"
+#include "bench/bench.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -45,7 +45,7 @@ std::vector<GgmlType> kernel_types(const std::string& spec, const Model& model) 
     for (std::string item; std::getline(ss, item, ',');) {
         if (item == "model") {
             for (const LayerWeights& L : model.layers())
-                for (const GgufTensorInfo* t : {L.gate_exps, L.up_exps, L.down_exps}) add(t->type);
+                for (const GgufTensorInfo* t : {L[TensorId::ffn_gate_exps], L[TensorId::ffn_up_exps], L[TensorId::ffn_down_exps]}) add(t->type);
             continue;
         }
         const auto t = type_from_name(item);

@@ -8,9 +8,9 @@
 #include "core/error.h"
 #include "core/version.h"
 #include "cpu/thread_pool.h"
-#include "runtime/bench.h"
-#include "runtime/bench_requests.h"
-#include "runtime/bench_sweep.h"
+#include "bench/bench.h"
+#include "bench/bench_requests.h"
+#include "bench/bench_sweep.h"
 #include "runtime/route_replay.h"
 
 #include <fmt/format.h>

@@ -6,9 +6,9 @@
 #include "core/user_file.h"
 #include "core/version.h"
 #include "cpu/thread_pool.h"
-#include "runtime/bench.h"
-#include "runtime/bench_report.h"
-#include "runtime/bench_sweep.h"
+#include "bench/bench.h"
+#include "bench/bench_report.h"
+#include "bench/bench_sweep.h"
 #include "runtime/route_replay.h"
 
 #include <fmt/format.h>

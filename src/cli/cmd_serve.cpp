@@ -159,7 +159,7 @@ int serve(const ServeOptions& opts) {
                  static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_expert), static_cast<long long>(hp.n_expert_used),
                  static_cast<long long>(model.n_vocab()), format ? chat_format_name(*format) : "none",
                  format_bytes(sum.file_bytes).c_str(), sum.n_shards,
-                 format_bytes(sum.bytes_by_category.count(TensorCategory::RoutedExperts) ? sum.bytes_by_category.at(TensorCategory::RoutedExperts) : 0).c_str(),
+                 format_bytes(sum.bytes_by_category.count(TensorCategory::RoutedExpert) ? sum.bytes_by_category.at(TensorCategory::RoutedExpert) : 0).c_str(),
                  format_bytes(sum.bytes_per_expert).c_str(), scheduler.placement().c_str(), format_bytes(sum.file_bytes).c_str(), format_bytes(kv).c_str(),
                  static_cast<long long>(scheduler.n_ctx()), scheduler.n_slots(),
                  o.session.n_threads > 0 ? o.session.n_threads : static_cast<int>(std::thread::hardware_concurrency()),

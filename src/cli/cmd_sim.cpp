@@ -4,7 +4,7 @@
 #include "core/error.h"
 #include "core/user_file.h"
 #include "gguf/gguf.h"
-#include "runtime/expert_cache.h"
+#include "cache/expert_cache.h"
 #include "runtime/generate.h"
 #include "runtime/placement.h"
 #include "sim/policy_spec.h"

@@ -1,7 +1,7 @@
 #include "cli/engine_options.h"
 #include "cli/validators.h"
 #include "core/error.h"
-#include "runtime/expert_cache.h"
+#include "cache/expert_cache.h"
 
 namespace nitro::cli {
 

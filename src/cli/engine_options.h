@@ -22,7 +22,7 @@ struct EngineCli {
 void add_engine_options(CLI::App* sub, EngineCli& o, bool with_mode = true);
 
 /// Adds the adaptive-residency flags (--cache-policy, --static-slots, --refresh-every,
-/// --admit-per-token, --prefill-weight, --staging-buffers; runtime/expert_cache.h) to `sub`.
+/// --admit-per-token, --prefill-weight, --staging-buffers; cache/expert_cache.h) to `sub`.
 /// add_engine_options calls it; `nitro sim` uses it for the same model of the engine.
 void add_residency_options(CLI::App* sub, ResidencyOptions& o);
 

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #ifdef NITRO_HAS_CUDA
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #endif
 
 #include <cstdio>

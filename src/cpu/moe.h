@@ -4,13 +4,13 @@
 // moe_ffn takes "which experts are resident elsewhere" as input and returns the partial sum of
 // the others, so CPU-only (nothing resident) and hybrid (the GPU holds some experts) are the same
 // code. Math: llama.cpp build_moe_ffn (src/llama-graph.cpp) with the gating and activation of the
-// architecture (arch/arch.h MoeGating, FfnAct).
+// architecture (ops/moe.h MoeGating, FfnAct).
 #pragma once
 
-#include "arch/arch.h"
 #include "cpu/matmul.h"
 #include "cpu/thread_pool.h"
 #include "gguf/gguf.h"
+#include "ops/moe.h"
 
 #include <cstdint>
 #include <memory>
@@ -86,7 +86,7 @@ struct MoeScratch {
 /// stealing at the end. Every output value is computed by one kernel call, one SwiGLU and one
 /// sum in router order whatever the thread that runs it: results do not depend on the thread count.
 ///
-/// Copy-on-compute (runtime/expert_cache.h): copy_to, if given, is [n_expert] destinations (null =
+/// Copy-on-compute (cache/expert_cache.h): copy_to, if given, is [n_expert] destinations (null =
 /// none); for every computed expert x with copy_to[x] set, each unit also copies the weight rows it
 /// has just read (from cache, not a second read of RAM) to copy_to[x], laid out as the expert's
 /// gate bytes, then up, then down (ExpertWeights::expert_bytes() in all), the layout of a VRAM slot.

@@ -3,6 +3,8 @@
 // functions; each op's source is named at its declaration.
 #pragma once
 
+#include "ops/rope.h"
+
 #include <cstdint>
 #include <span>
 
@@ -14,19 +16,6 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* out);
 
 /// x[i] += b[i] for i < n.
 void add(float* x, const float* b, int64_t n);
-
-/// RoPE settings (ggml_rope_ext arguments). YaRN per Peng et al. 2023, "YaRN: Efficient Context
-/// Window Extension", as implemented in ggml (rope_yarn, ggml_rope_yarn_corr_dims).
-struct RopeParams {
-    int n_rot = 0;              ///< rotated dimensions per head (<= head_dim)
-    int n_ctx_orig = 0;         ///< original training context (YaRN), tokens
-    float freq_base = 10000.f;
-    float freq_scale = 1.f;     ///< 1 / scaling factor
-    float ext_factor = 0.f;     ///< YaRN extrapolation mix (1 for YaRN, 0 otherwise)
-    float attn_factor = 1.f;    ///< magnitude scale
-    float beta_fast = 32.f;
-    float beta_slow = 1.f;
-};
 
 /// Precomputed cos/sin for one position: cache[2*i] = cos, cache[2*i+1] = sin for pair i < n_rot/2
 /// (ggml_rope_cache_init).

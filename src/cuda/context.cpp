@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/nvml.h"
-#include "runtime/placement.h"
+#include "ops/gpu_limits.h"
 
 #include <cublas_v2.h>
 #include <fmt/format.h>
@@ -94,7 +94,7 @@ void* DeviceAllocator::alloc(uint64_t bytes, const std::string& what) {
         arena_off_ += piece;
         return p;
     }
-    const uint64_t rounded = vram_alloc_size(bytes);  // what the device reserves (runtime/placement.h)
+    const uint64_t rounded = vram_alloc_size(bytes);  // what the device reserves (ops/gpu_limits.h)
     if (used_ + rounded > budget_)
         fail("GPU memory budget exceeded: {} needs {:.1f} MiB but {:.1f} MiB of the {:.2f} GiB budget are in use "
              "({:.1f} MiB left); raise --vram-budget or use a smaller context",

@@ -9,7 +9,7 @@
 #include "cuda/common.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/q8dot.cuh"
-#include "runtime/placement.h"
+#include "ops/gpu_limits.h"
 
 #include <atomic>
 #include <cstdlib>

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "cuda/ops.h"
-#include "runtime/placement.h"
+#include "ops/gpu_limits.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +18,7 @@ namespace nitro::cuda {
 
 /// Rows of activations in 8-bit blocks of 32: q [rows, ne0] int8, d [rows, ne0 / 32] f32 (a Q8_K
 /// block of 256 gives its 8 blocks of 32 its one scale); value = q * d, equal to round_acts's.
-/// Laid out as q8_act_bytes (runtime/placement.h) says.
+/// Laid out as q8_act_bytes (ops/gpu_limits.h) says.
 struct Q8Acts {
     const int8_t* q = nullptr;
     const float* d = nullptr;

@@ -11,7 +11,7 @@
 #include "cuda/mmvq.h"
 #include "cuda/q8dot.cuh"
 #include "cuda/route.cuh"
-#include "runtime/placement.h"
+#include "ops/gpu_limits.h"
 
 
 #include <cublas_v2.h>
@@ -292,7 +292,7 @@ __global__ void kv_store_kernel(const float* __restrict__ src, int64_t n_tok, in
 
 namespace {
 
-RopeDev rope_dev(const cpu::RopeParams& p) {
+RopeDev rope_dev(const RopeParams& p) {
     RopeDev d{};
     d.n_rot = p.n_rot;
     d.theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
@@ -312,7 +312,7 @@ RopeDev rope_dev(const cpu::RopeParams& p) {
 }  // namespace
 
 void rope_neox(cudaStream_t s, float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t ld,
-               const cpu::RopeParams& p, const int32_t* pos0) {
+               const RopeParams& p, const int32_t* pos0) {
     const RopeDev d = rope_dev(p);
     const int64_t total = n_tok * n_heads * (p.n_rot / 2);
     if (total <= 0) return;
@@ -332,7 +332,7 @@ void kv_store(cudaStream_t s, const float* k, const float* v, int64_t n_tok, int
 
 void qk_norm_rope_kv_store(cudaStream_t s, float* q, float* k, const float* v, int64_t n_tok, int64_t n_head,
                            int64_t n_head_kv, int64_t head_dim, int64_t dim_v, const float* q_norm, const float* k_norm,
-                           float eps, const cpu::RopeParams& p, const int32_t* pos0, uint16_t* k_cache, uint16_t* v_cache,
+                           float eps, const RopeParams& p, const int32_t* pos0, uint16_t* k_cache, uint16_t* v_cache,
                            int64_t capacity) {
     if (n_tok <= 0) return;
     if ((q_norm == nullptr) != (k_norm == nullptr)) cfail("CUDA qk_norm_rope_kv_store: q_norm and k_norm go together");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cpu/ops.h"
+#include "ops/gpu_limits.h"
 #include "quant/types.h"
 
 #include <cuda_runtime_api.h>
@@ -43,7 +44,7 @@ void add(cudaStream_t s, float* x, const float* y, const float* b, int64_t n_row
 /// token i at position *pos0 + i (pos0 in device memory, so graphs can replay it). The cos/sin
 /// are computed exactly as cpu::rope_cache does (same float operation order).
 void rope_neox(cudaStream_t s, float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t ld,
-               const cpu::RopeParams& p, const int32_t* pos0);
+               const RopeParams& p, const int32_t* pos0);
 
 /// K/V of n_tok tokens (f32 [n_tok, dim]) into an F16 cache ring of `capacity` rows at slots
 /// (*pos0 + i) % capacity.
@@ -56,7 +57,7 @@ void kv_store(cudaStream_t s, const float* k, const float* v, int64_t n_tok, int
 /// place), v [n_tok, dim_v]; the caches as kv_store's (k rows of n_head_kv * head_dim values).
 void qk_norm_rope_kv_store(cudaStream_t s, float* q, float* k, const float* v, int64_t n_tok, int64_t n_head,
                            int64_t n_head_kv, int64_t head_dim, int64_t dim_v, const float* q_norm, const float* k_norm,
-                           float eps, const cpu::RopeParams& p, const int32_t* pos0, uint16_t* k_cache, uint16_t* v_cache,
+                           float eps, const RopeParams& p, const int32_t* pos0, uint16_t* k_cache, uint16_t* v_cache,
                            int64_t capacity);
 
 /// Attention of n_q queries (token i at position *pos0 + i) over the F16 cache (causal; window
@@ -164,7 +165,6 @@ void round_acts(cudaStream_t s, GgmlType weight, const float* x, int64_t ldx, co
 /// quantizer, so prompt products are the CPU's integer block sums too. Otherwise: weights
 /// dequantized to f16 in row chunks (F16 used as stored), activations to f16, cuBLAS GEMM with f32
 /// accumulation (tensor cores). accumulate: add to out instead of overwriting.
-inline constexpr int64_t kGemvMaxTokens = 8;
 /// pre (optional): x's rows already quantized (rms_norm_q8); the integer path takes them instead of
 /// quantizing x again when they are x's n_tok rows for w's vec-dot type (q8_ready), the same bytes.
 void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int64_t ldx, float* out, int64_t ldo,
@@ -288,7 +288,7 @@ void moe_experts(cudaStream_t s, const ExpertSlots& ex, const float* h, int64_t 
 void moe_combine(cudaStream_t s, const ExpertSlots& ex, int64_t n, int64_t E, int K, const int32_t* ids, const float* w,
                  const int32_t* host_ids, const float* partial, float* x, MoeScratch& scratch);
 /// The prefill path of moe_experts in pieces, for a caller that computes some experts from
-/// elsewhere than their slot (the hybrid's staged experts, cuda/prefill_stager.h).
+/// elsewhere than their slot (the hybrid's staged experts, gpu/prefill_stager.h).
 /// Grouping of one chunk's (token, j) pairs by expert: expert e's pairs are the grouped rows
 /// [off[e], off[e + 1]) of scratch.gate / up / act / down, in token order.
 struct MoePrefillGroups {

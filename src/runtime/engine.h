@@ -1,5 +1,5 @@
 // The engine a front end drives: the CPU reference (runtime/session.h) or the GPU-all CUDA
-// session (src/cuda/gpu_session.h), chosen by --mode. Both evaluate tokens the same way:
+// session (src/gpu/gpu_session.h), chosen by --mode. Both evaluate tokens the same way:
 // eval(tokens, all_logits, logits) appends `tokens` to the sequence and returns logits. Both
 // also hold several sequences (SessionOptions::n_seq) and evaluate rows of all of them in one
 // batch (eval_batch: the server's --parallel).
@@ -9,7 +9,7 @@
 // without CUDA is a clear error.
 #pragma once
 
-#include "runtime/expert_cache.h"
+#include "cache/expert_cache.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
 #include "runtime/prefill_cost.h"
@@ -45,7 +45,7 @@ struct GpuOptions {
     std::vector<std::string> override_tensor;  ///< -ot REGEX=DEVICE, in order
     std::string hot_set;                     ///< --hot-set FILE
     std::string residency = "auto";          ///< --residency auto|hot-set|even|layers
-    /// Adaptive residency of the hybrid (runtime/expert_cache.h): --cache-policy, --static-slots,
+    /// Adaptive residency of the hybrid (cache/expert_cache.h): --cache-policy, --static-slots,
     /// --refresh-every, --admit-per-token, --prefill-weight, --staging-buffers.
     ResidencyOptions adapt;
     bool verbose = false;                    ///< per-layer plan and counters on stderr
@@ -65,7 +65,7 @@ struct GpuOptions {
     int64_t prefill_group = -1;
     /// --prefill-pin: GiB of the off-GPU experts' pages in the mapped model file registered with
     /// CUDA in place (page-locked, read-only), so prompts copy those experts by DMA straight from
-    /// the file instead of through the CPU-filled ring (cuda/prefill_stager.h); bounded, never
+    /// the file instead of through the CPU-filled ring (gpu/prefill_stager.h); bounded, never
     /// the whole model unless asked. -1 = auto (default: prefill_pin_auto_bytes, a quarter of RAM at
     /// most), 0 = none.
     double prefill_pin_gib = -1;

@@ -1,5 +1,5 @@
 // The forward pass, written once. Every executor walks this loop: the CPU Session
-// (runtime/session.cpp), the CUDA GpuSession (cuda/gpu_session.cpp) in GPU-all and hybrid
+// (runtime/session.cpp), the CUDA GpuSession (gpu/gpu_session.cpp) in GPU-all and hybrid
 // placement. An executor supplies the ops (`B`) with these names; what differs between placements
 // is inside the ops (which device runs them, which experts are resident), never the order.
 //

@@ -54,11 +54,18 @@ ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t
     s.attn_sinks = cfg.attn_sinks;
     s.expert_bias = cfg.expert_bias;
     s.gating = cfg.gating;
+    const GatingSpec& g = cfg.gating;
+    const bool plain = g.score == GatingSpec::Score::Softmax && !g.score_bias && g.n_group <= 1 && g.weights_scale == 1.0f;
+    if (plain && g.weights_from_logits && !g.norm_weights) s.moe_gating = MoeGating::SoftmaxSelected;
+    else if (plain && !g.weights_from_logits && g.norm_weights) s.moe_gating = MoeGating::SoftmaxAll;
+    else fail("{}: this build's router kernels implement softmax gating only (the model's is {} scores{}{})", hp.arch,
+              g.score == GatingSpec::Score::Sigmoid ? "sigmoid" : "softmax", g.score_bias ? " with a score bias" : "",
+              g.n_group > 1 ? ", expert groups" : "");
     s.act = cfg.act;
     s.attn_gate = cfg.attn_output_gate;
     s.shared_expert = cfg.shared_expert_gated;
     s.n_ff_shexp = cfg.shared_expert_gated ? (hp.n_ff_shexp > 0 ? hp.n_ff_shexp : hp.n_ff) : 0;
-    if (cfg.recurrent) {
+    if (cfg.recurrent()) {
         s.ssm.d_conv = hp.ssm_d_conv;
         s.ssm.n_k_heads = hp.ssm_n_group;
         s.ssm.n_v_heads = hp.ssm_dt_rank;
@@ -70,8 +77,11 @@ ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t
     // a prompt chunk plus the chunk itself (src/runtime/kv_cache.h).
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         LayerSpec ls;
-        ls.kind = layer_is_recurrent(cfg, hp, il) ? LayerKind::DeltaNet : LayerKind::Attention;
-        ls.window = layer_uses_swa(cfg, il) ? hp.sliding_window : 0;
+        const LayerShape& shape = cfg.layers[static_cast<size_t>(il)];
+        ls.kind = shape.mixer;
+        ls.ffn = shape.ffn;
+        ls.n_expert = shape.ffn == FfnKind::Moe ? hp.n_expert : 0;
+        ls.window = shape.swa ? hp.sliding_window : 0;
         ls.kv_capacity = ls.kind == LayerKind::DeltaNet ? 0
                          : ls.window > 0                ? std::min(s.n_ctx, ls.window + s.n_ubatch - 1)
                                                         : s.n_ctx;

@@ -18,13 +18,12 @@ namespace nitro {
 
 struct SessionOptions;
 
-/// What mixes tokens in a layer: softmax attention over a K/V cache, or a Gated DeltaNet (linear
-/// attention with a recurrent state per sequence, qwen3next).
-enum class LayerKind { Attention, DeltaNet };
-
-/// One layer's attention geometry.
+/// One layer of the plan: what mixes its tokens (arch/arch.h LayerKind), its FFN, its attention
+/// geometry.
 struct LayerSpec {
     LayerKind kind = LayerKind::Attention;
+    FfnKind ffn = FfnKind::Moe;
+    int64_t n_expert = 0;     ///< routed experts of this layer (0: a dense FFN layer)
     int64_t window = 0;       ///< sliding window in tokens (0 = full attention)
     int64_t kv_capacity = 0;  ///< K/V positions held: n_ctx, or window + n_ubatch - 1 for SWA layers; 0 for DeltaNet layers
 };
@@ -57,7 +56,7 @@ struct ModelSpec {
     int64_t n_seq = 1;     ///< sequences held (SessionOptions::n_seq), each with its own K/V and recurrent state
     float rms_eps = 0;
     float attn_scale = 0;  ///< 1 / sqrt(head_dim)
-    cpu::RopeParams rope;  ///< NEOX RoPE (+ YaRN / linear scaling) as llama.cpp computes it
+    RopeParams rope;  ///< NEOX RoPE (+ YaRN / linear scaling) as llama.cpp computes it
     bool attn_bias = false, qk_norm = false, attn_sinks = false, expert_bias = false;
     /// attn_q holds [q, gate] per head; the attention output is multiplied by sigmoid(gate).
     bool attn_gate = false;
@@ -67,7 +66,10 @@ struct ModelSpec {
     SsmSpec ssm;             ///< Gated DeltaNet geometry (zeros when no layer is one)
     /// True when some layer is a DeltaNet layer (the executor holds a recurrent state per sequence).
     bool has_recurrent() const { return ssm.n_v_heads > 0; }
-    MoeGating gating = MoeGating::SoftmaxAll;
+    GatingSpec gating;     ///< the router (ops/moe.h)
+    /// The gating as the kernels of this build name it (make_model_spec refuses a gating they
+    /// do not implement).
+    MoeGating moe_gating = MoeGating::SoftmaxAll;
     FfnAct act = FfnAct::Swiglu;
     /// gpt-oss clamped SwiGLU constants (ggml_swiglu_oai): alpha, limit.
     float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;

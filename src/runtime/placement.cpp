@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <functional>
 #include <regex>
 
 namespace nitro {
@@ -18,11 +19,6 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = kMiB * 1024.0;
-
-bool is_expert_weight(const std::string& name) {
-    return name.find("_exps.weight") != std::string::npos;
-}
-bool is_expert_bias(const std::string& name) { return name.find("_exps.bias") != std::string::npos; }
 
 std::string upper(std::string s) {
     for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -162,10 +158,10 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
     z.moe_down = R * E;
     const int64_t max_ne0 = std::max({E, sp.n_o(), F, sp.ssm.value_dim(), sp.n_ff_shexp});
     // (+ room for the decode MoE's 8-bit activations when the chunk is too small to hold them)
-    const int64_t dec_rows = std::min<int64_t>(ub, GpuScratchSizes::kGemvMaxTokens) * K;
+    const int64_t dec_rows = std::min<int64_t>(ub, kGemvMaxTokens) * K;
     z.xr = std::max<int64_t>(ub * max_ne0, static_cast<int64_t>((q8_act_bytes(dec_rows, max_ne0) + 3) / 4));
-    z.hq = static_cast<int64_t>((q8_act_bytes(std::min<int64_t>(ub, GpuScratchSizes::kGemvMaxTokens), E) + 3) / 4);
-    if (ub > GpuScratchSizes::kGemvMaxTokens) {
+    z.hq = static_cast<int64_t>((q8_act_bytes(std::min<int64_t>(ub, kGemvMaxTokens), E) + 3) / 4);
+    if (ub > kGemvMaxTokens) {
         z.moe_gate = R * F;
         z.moe_up = R * F;
         z.group = R;
@@ -220,49 +216,57 @@ uint64_t PrefillGroupSizes::bytes() const {
     return vram_alloc_size(b);
 }
 
+namespace {
+
+/// Sorts table rows into a layout: routed experts per layer (gate, up, down), their biases, the
+/// rest (the dense core the GPU engine uploads). bytes(row): what the row takes.
+void sort_rows(ModelLayout& l, const std::vector<TensorSpec>& rows, const std::function<uint64_t(const TensorSpec&)>& bytes) {
+    l.experts.resize(static_cast<size_t>(l.spec.n_layer));
+    for (const TensorSpec& t : rows) {
+        const ModelLayout::Tensor lt{t.name, bytes(t)};
+        if (t.kind == TensorKind::Expert) {
+            const int k = t.id == TensorId::ffn_gate_exps ? 0 : t.id == TensorId::ffn_up_exps ? 1 : 2;
+            l.experts[static_cast<size_t>(t.layer)][static_cast<size_t>(k)] = lt;
+        } else {
+            (t.kind == TensorKind::ExpertBias ? l.expert_biases : l.dense).push_back(lt);
+        }
+    }
+}
+
+}  // namespace
+
 ModelLayout model_layout(const Model& model, const ModelSpec& spec) {
     ModelLayout l;
     l.spec = spec;
     l.description = model.path();
-    for (const auto& t : model.gguf().tensors()) {
-        if (is_expert_weight(t.name)) continue;
-        (is_expert_bias(t.name) ? l.expert_biases : l.dense).push_back({t.name, t.n_bytes});
-    }
+    sort_rows(l, model.tensors(), [&](const TensorSpec& t) { return model.gguf().get(t.name).n_bytes; });
     for (const LayerWeights& L : model.layers())
-        l.experts.push_back({ModelLayout::Tensor{L.gate_exps->name, L.gate_exps->n_bytes},
-                             ModelLayout::Tensor{L.up_exps->name, L.up_exps->n_bytes},
-                             ModelLayout::Tensor{L.down_exps->name, L.down_exps->n_bytes}});
-    l.expert_type = type_display_name(model.layers().at(0).gate_exps->type);
+        if (L[TensorId::ffn_gate_exps]) {
+            l.expert_type = type_display_name(L[TensorId::ffn_gate_exps]->type);
+            break;
+        }
     return l;
 }
 
 ModelLayout synth_layout(const std::string& arch_name, const std::string& preset, GgmlType expert_type,
                          const SessionOptions& so) {
     int64_t n_vocab = 0;
-    const ModelHparams hp = synth_preset(arch_name, preset, &n_vocab);
+    bool tied = false;
+    const ModelHparams hp = synth_preset(arch_name, preset, &n_vocab, &tied);
     if (n_vocab == 0) n_vocab = 256;  // tiny presets get a vocabulary copied from elsewhere; any size plans
-    const ArchInfo* arch = find_arch(hp.arch);
-    if (!arch) fail("unknown architecture '{}' (known: {})", hp.arch, known_arch_names());
+    const ArchInfo& arch = require_arch(hp.arch, "nitro plan");
     ModelLayout l;
-    l.spec = make_model_spec(hp, arch->config(hp), n_vocab, so);
+    l.spec = make_model_spec(hp, arch.config(hp), n_vocab, so);
     l.description = fmt::format("synth preset {} ({} experts)", preset, type_display_name(expert_type));
     l.expert_type = type_display_name(expert_type);
-    l.experts.resize(static_cast<size_t>(hp.n_layer));
-    for (const TensorSpec& t : arch->tensors(hp, n_vocab)) {
-        if (hp.arch == "qwen3moe" && preset == "tiny" && t.name == "output.weight") continue;  // tied, as synth writes it
-        if (t.legacy) continue;                                                                  // not written by synth
-        const GgmlType type = synth_tensor_type(t.kind, expert_type);
+    std::vector<TensorSpec> rows;
+    for (TensorSpec& t : arch.tensors(hp, n_vocab))
+        if (!t.legacy && !(tied && t.id == TensorId::output)) rows.push_back(std::move(t));  // what synth writes
+    sort_rows(l, rows, [&](const TensorSpec& t) {
         int64_t n = 1;
         for (size_t d = 1; d < t.ne.size(); ++d) n *= t.ne[d];
-        const uint64_t bytes = row_size(type, t.ne[0]) * static_cast<uint64_t>(n);
-        if (!is_expert_weight(t.name)) {
-            (is_expert_bias(t.name) ? l.expert_biases : l.dense).push_back({t.name, bytes});
-            continue;
-        }
-        const int64_t il = std::stoll(t.name.substr(4, t.name.find('.', 4) - 4));
-        const int k = t.name.find("ffn_gate_exps") != std::string::npos ? 0 : t.name.find("ffn_up_exps") != std::string::npos ? 1 : 2;
-        l.experts[static_cast<size_t>(il)][static_cast<size_t>(k)] = {t.name, bytes};
-    }
+        return row_size(synth_tensor_type(t.kind, expert_type), t.ne[0]) * static_cast<uint64_t>(n);
+    });
     return l;
 }
 
@@ -386,7 +390,7 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     // staging slots first (as many as fit, up to the option's count).
     const bool forced_cpu = std::find(force.begin(), force.end(), Force::Cpu) != force.end();
     const bool all_fit = p.expert_bytes == 0 || static_cast<uint64_t>(capacity) <= avail / p.expert_bytes;
-    if ((forced_cpu || !all_fit) && opt.prefill_stage_slots > 0 && spec.n_ubatch > GpuScratchSizes::kGemvMaxTokens) {
+    if ((forced_cpu || !all_fit) && opt.prefill_stage_slots > 0 && spec.n_ubatch > kGemvMaxTokens) {
         for (const auto& layer : layout.experts) {
             uint64_t b = 0;
             for (const ModelLayout::Tensor& t : layer) b += align(t.bytes / X);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "runtime/model.h"
+#include "ops/gpu_limits.h"
 #include "runtime/model_spec.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -152,30 +153,10 @@ std::string plan_summary_line(const Plan& p);
 /// The plan as JSON (every byte count, per-layer resident lists, warnings).
 nlohmann::json plan_to_json(const Plan& p);
 
-/// The device memory one allocation of `bytes` takes: 256-byte aligned, and large allocations
-/// (>= 1 MiB) rounded up to the driver's 2 MiB pages, which is what cudaMalloc reserves for them.
-/// The GPU engine's allocator counts allocations with it and the plan adds up with it, so the
-/// budget bounds what the device really gives out.
-constexpr uint64_t vram_alloc_size(uint64_t bytes) {
-    const uint64_t b = (bytes < 1 ? 1 : bytes);
-    return b >= (1ull << 20) ? (b + (2ull << 20) - 1) / (2ull << 20) * (2ull << 20) : (b + 255) / 256 * 256;
-}
-
 /// Element counts of the activations and scratch the GPU engine allocates for a chunk of
-/// n_ubatch tokens. The engine allocates exactly these (cuda/gpu_session.cpp) and the plan counts
+/// n_ubatch tokens. The engine allocates exactly these (gpu/gpu_session.cpp) and the plan counts
 /// them, so the two cannot disagree. f32 unless noted.
-/// Bytes of `rows` rows of `ne0` activations quantized to 8-bit blocks of 32 for the GPU's integer
-/// decode products (cuda/mmvq.h): int8 values [rows, ne0], then, 256-byte aligned, one f32 scale per
-/// block [rows, ne0 / 32].
-constexpr uint64_t q8_act_scales_offset(int64_t rows, int64_t ne0) {
-    return (static_cast<uint64_t>(rows * ne0) + 255) / 256 * 256;  ///< where the scales start, bytes
-}
-constexpr uint64_t q8_act_bytes(int64_t rows, int64_t ne0) {
-    return q8_act_scales_offset(rows, ne0) + static_cast<uint64_t>(rows * (ne0 / 32)) * 4;
-}
-
 struct GpuScratchSizes {
-    static constexpr int64_t kGemvMaxTokens = 8;   ///< chunks up to this use the GEMV path (cuda/ops.h)
     static constexpr int64_t kMaxLogitsRows = 64;  ///< the LM head writes at most this many rows at a time
     int64_t x = 0, h = 0, q = 0, k = 0, v = 0, attn = 0, router = 0;
     int64_t ids = 0;          ///< int32 [n_ubatch, n_expert_used]
@@ -209,11 +190,6 @@ struct GpuScratchSizes {
     /// vram_alloc_size.
     uint64_t bytes() const;
 };
-
-/// The most flash-decoding splits a decode step over `keys` keys (n_ctx, or the window) may use:
-/// one per 128 keys (a 32-key tile for each of the decode attention kernel's 4 warps), at most 64.
-/// The partial buffer is sized for it; cuda::attention_decode_splits picks within it.
-inline int attention_max_split(int64_t keys) { return static_cast<int>(std::clamp<int64_t>((keys + 127) / 128, 1, 64)); }
 
 GpuScratchSizes gpu_scratch_sizes(const ModelSpec& spec);
 

@@ -16,7 +16,7 @@
 // plan_prefill_layer picks the partition that minimises that estimate: the experts with the most
 // rows are the ones worth staging (a copy costs the same whatever the rows; the CPU's cost grows
 // with them), so it stages the k experts with the most rows for the k with the smallest estimate.
-// The rates come from measurements at engine start (cuda/gpu_session.cpp measures them).
+// The rates come from measurements at engine start (gpu/gpu_session.cpp measures them).
 #pragma once
 
 #include <cstdint>

@@ -154,13 +154,14 @@ void RouteReplay::init(const Trace& t, const Model& model) {
     }
     bias_.clear();
     for (const LayerWeights& lw : model.layers()) {
-        if (!lw.gate_inp_b) {
+        const GgufTensorInfo* gb = lw[TensorId::ffn_gate_inp_bias];
+        if (!gb) {
             bias_.emplace_back();
             continue;
         }
-        if (lw.gate_inp_b->type != GgmlType::F32 || lw.gate_inp_b->n_elements() != n_expert_)
-            fail("replay: router bias '{}' must be F32 with {} values", lw.gate_inp_b->name, n_expert_);
-        const float* b = reinterpret_cast<const float*>(lw.gate_inp_b->data);
+        if (gb->type != GgmlType::F32 || gb->n_elements() != n_expert_)
+            fail("replay: router bias '{}' must be F32 with {} values", gb->name, n_expert_);
+        const float* b = reinterpret_cast<const float*>(gb->data);
         bias_.emplace_back(b, b + n_expert_);
     }
 }

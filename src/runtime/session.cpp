@@ -17,6 +17,8 @@ namespace nitro {
 
 namespace {
 
+using T = TensorId;
+
 const float* f32(const GgufTensorInfo* t) { return t ? reinterpret_cast<const float*>(t->data) : nullptr; }
 
 }  // namespace
@@ -81,8 +83,7 @@ Session::Session(const Model& model, const SessionOptions& opt)
     }
     s_ = std::make_unique<Scratch>();
     for (const auto& L : model.layers())
-        experts_.push_back({L.gate_exps, L.up_exps, L.down_exps, f32(L.gate_exps_b), f32(L.up_exps_b), f32(L.down_exps_b),
-                            spec_.act});
+        experts_.push_back(layer_experts(L, spec_.act));
 }
 
 Session::~Session() = default;
@@ -298,9 +299,9 @@ void Session::norm_rows(const GgufTensorInfo* w, int64_t n) {
     });
 }
 
-void Session::attn_norm(int il, const ChunkArgs& c) { norm_rows(model_.layers()[static_cast<size_t>(il)].attn_norm, c.n); }
+void Session::attn_norm(int il, const ChunkArgs& c) { norm_rows(model_.layers()[static_cast<size_t>(il)][T::attn_norm], c.n); }
 
-void Session::ffn_norm(int il, const ChunkArgs& c) { norm_rows(model_.layers()[static_cast<size_t>(il)].ffn_norm, c.n); }
+void Session::ffn_norm(int il, const ChunkArgs& c) { norm_rows(model_.layers()[static_cast<size_t>(il)][T::ffn_norm], c.n); }
 
 void Session::qkv(int il, const ChunkArgs& c) {
     const LayerWeights& L = model_.layers()[static_cast<size_t>(il)];
@@ -315,18 +316,18 @@ void Session::qkv(int il, const ChunkArgs& c) {
     float* qout = spec_.attn_gate ? s.qg.data() : s.q.data();
     s.k.resize(static_cast<size_t>(n * nk));
     s.v.resize(static_cast<size_t>(n * nv));
-    cpu::quantize_acts(*pool_, s.h.data(), n, E, L.wq->type, s.acts);
-    const bool same = L.wk->type == L.wq->type && L.wv->type == L.wq->type;
-    if (!same) cpu::quantize_acts(*pool_, s.h.data(), n, E, L.wk->type, s.acts2);
+    cpu::quantize_acts(*pool_, s.h.data(), n, E, L[T::attn_q]->type, s.acts);
+    const bool same = L[T::attn_k]->type == L[T::attn_q]->type && L[T::attn_v]->type == L[T::attn_q]->type;
+    if (!same) cpu::quantize_acts(*pool_, s.h.data(), n, E, L[T::attn_k]->type, s.acts2);
     s.jobs.clear();
-    s.jobs.push_back({cpu::weight_view(*L.wq), &s.acts, nullptr, n, qout, nq_w});
-    s.jobs.push_back({cpu::weight_view(*L.wk), same ? &s.acts : &s.acts2, nullptr, n, s.k.data(), nk});
+    s.jobs.push_back({cpu::weight_view(*L[T::attn_q]), &s.acts, nullptr, n, qout, nq_w});
+    s.jobs.push_back({cpu::weight_view(*L[T::attn_k]), same ? &s.acts : &s.acts2, nullptr, n, s.k.data(), nk});
     if (!same) {
         cpu::matmul_batch(*pool_, s.jobs);
-        cpu::quantize_acts(*pool_, s.h.data(), n, E, L.wv->type, s.acts2);
+        cpu::quantize_acts(*pool_, s.h.data(), n, E, L[T::attn_v]->type, s.acts2);
         s.jobs.clear();
     }
-    s.jobs.push_back({cpu::weight_view(*L.wv), same ? &s.acts : &s.acts2, nullptr, n, s.v.data(), nv});
+    s.jobs.push_back({cpu::weight_view(*L[T::attn_v]), same ? &s.acts : &s.acts2, nullptr, n, s.v.data(), nv});
     cpu::matmul_batch(*pool_, s.jobs);
     if (spec_.attn_gate) {
         // llama.cpp qwen3next build_layer_attn: views [head_dim, n_head] at offsets 0 (q) and head_dim (gate).
@@ -353,12 +354,12 @@ void Session::rope_kv_store(int il, const ChunkArgs& c) {
             float* q = &s.q[i * nq];
             float* k = &s.k[i * nk];
             float* v = &s.v[i * nv];
-            if (L.bq) cpu::add(q, f32(L.bq), nq);
-            if (L.bk) cpu::add(k, f32(L.bk), nk);
-            if (L.bv) cpu::add(v, f32(L.bv), nv);
-            if (L.q_norm) {
-                for (int64_t h = 0; h < spec_.n_head; ++h) cpu::rms_norm(q + h * hd, f32(L.q_norm), hd, eps, q + h * hd);
-                for (int64_t h = 0; h < spec_.n_head_kv; ++h) cpu::rms_norm(k + h * hd, f32(L.k_norm), hd, eps, k + h * hd);
+            if (L[T::attn_q_bias]) cpu::add(q, f32(L[T::attn_q_bias]), nq);
+            if (L[T::attn_k_bias]) cpu::add(k, f32(L[T::attn_k_bias]), nk);
+            if (L[T::attn_v_bias]) cpu::add(v, f32(L[T::attn_v_bias]), nv);
+            if (L[T::attn_q_norm]) {
+                for (int64_t h = 0; h < spec_.n_head; ++h) cpu::rms_norm(q + h * hd, f32(L[T::attn_q_norm]), hd, eps, q + h * hd);
+                for (int64_t h = 0; h < spec_.n_head_kv; ++h) cpu::rms_norm(k + h * hd, f32(L[T::attn_k_norm]), hd, eps, k + h * hd);
             }
             const float* rc = &s.rope_cache[i * n_rot];
             cpu::rope_neox(q, spec_.n_head, hd, n_rot, rc);
@@ -385,7 +386,7 @@ void Session::attention(int il, const ChunkArgs& c) {
     const float scale = spec_.attn_scale;
     const int64_t group = n_head / spec_.n_head_kv;
     const int64_t window = spec_.layers[static_cast<size_t>(il)].window;
-    const float* sinks = f32(L.sinks);
+    const float* sinks = f32(L[T::attn_sinks]);
     KvCache& kv = *kv_;
     pool_->parallel_for(c.n * n_head, 1, [&](int64_t b, int64_t e, int) {
         thread_local std::vector<float> scores, acc;
@@ -431,11 +432,11 @@ void Session::attn_out(int il, const ChunkArgs& c) {
         const int64_t no = spec_.n_o();
         for (int64_t i = 0; i < c.n * no; ++i) s.attn[static_cast<size_t>(i)] *= cpu::sigmoid(s.gate[static_cast<size_t>(i)]);
     }
-    cpu::quantize_acts(*pool_, s.attn.data(), c.n, spec_.n_o(), L.wo->type, s.acts);
-    cpu::matmul(*pool_, cpu::weight_view(*L.wo), s.acts, s.proj.data());
+    cpu::quantize_acts(*pool_, s.attn.data(), c.n, spec_.n_o(), L[T::attn_output]->type, s.acts);
+    cpu::matmul(*pool_, cpu::weight_view(*L[T::attn_output]), s.acts, s.proj.data());
     for (int64_t i = 0; i < c.n; ++i) {
         float* o = &s.proj[i * E];
-        if (L.bo) cpu::add(o, f32(L.bo), E);
+        if (L[T::attn_output_bias]) cpu::add(o, f32(L[T::attn_output_bias]), E);
         cpu::add(&s.x[i * E], o, E);
     }
     mark(Phase::AttnOut);
@@ -447,8 +448,8 @@ void Session::route(int il, const ChunkArgs& c) {
     const int64_t n = c.n, E = spec_.n_embd, X = spec_.n_expert, K = spec_.n_expert_used;
     // Router (llama.cpp build_moe_ffn): logits, expert selection and weights per token.
     s.router.resize(static_cast<size_t>(n * X));
-    cpu::quantize_acts(*pool_, s.h.data(), n, E, L.gate_inp->type, s.acts);
-    cpu::matmul(*pool_, cpu::weight_view(*L.gate_inp), s.acts, s.router.data());
+    cpu::quantize_acts(*pool_, s.h.data(), n, E, L[T::ffn_gate_inp]->type, s.acts);
+    cpu::matmul(*pool_, cpu::weight_view(*L[T::ffn_gate_inp]), s.acts, s.router.data());
     if (route_replay) {  // benchmark-only: the trace's choices, through the same top-k below
         if (il == 0) route_replay->next_chunk(row_prefill_);
         route_replay->fill_logits(il, s.router.data());
@@ -456,7 +457,7 @@ void Session::route(int il, const ChunkArgs& c) {
     s.sel.resize(static_cast<size_t>(n * K));
     s.sel_w.resize(static_cast<size_t>(n * K));
     s.margin.resize(static_cast<size_t>(n));
-    cpu::route(s.router.data(), f32(L.gate_inp_b), n, X, static_cast<int>(K), spec_.gating, s.sel.data(), s.sel_w.data(),
+    cpu::route(s.router.data(), f32(L[T::ffn_gate_inp_bias]), n, X, static_cast<int>(K), spec_.moe_gating, s.sel.data(), s.sel_w.data(),
                s.margin.data());
     if (on_route)
         for (int64_t i = 0; i < n; ++i)
@@ -516,16 +517,16 @@ void Session::ssm_in(int il, const ChunkArgs& c) {
     // beta/alpha: one ssm_ba ([b x r, a x r] per key head, [n, 2 n_v]) or ssm_beta and ssm_alpha
     // (qwen35moe: [n, n_v] each, stored one after the other).
     std::vector<Proj> ps;
-    if (L.ssm_ba) ps.push_back({L.ssm_ba, s.ssm_ba.data()});
-    else ps.insert(ps.end(), {{L.ssm_beta, s.ssm_ba.data()}, {L.ssm_alpha, s.ssm_ba.data() + n * nv}});
-    if (L.wqkv && L.wqkv_gate) {
-        ps.insert(ps.end(), {{L.wqkv, s.ssm_qkv.data()}, {L.wqkv_gate, s.ssm_z.data()}});
+    if (L[T::ssm_ba]) ps.push_back({L[T::ssm_ba], s.ssm_ba.data()});
+    else ps.insert(ps.end(), {{L[T::ssm_beta], s.ssm_ba.data()}, {L[T::ssm_alpha], s.ssm_ba.data() + n * nv}});
+    if (L[T::attn_qkv] && L[T::attn_gate]) {
+        ps.insert(ps.end(), {{L[T::attn_qkv], s.ssm_qkv.data()}, {L[T::attn_gate], s.ssm_z.data()}});
         project(s.h.data(), n, E, ps);
     } else {
         // Older files: ssm_in holds [q (hd), k (hd), v (r hd), z (r hd)] per key head; regroup it
         // as q of all key heads, k of all key heads, v of all value heads, and z (build_qkvz's legacy path).
         s.ssm_tmp.resize(static_cast<size_t>(n * (cd + vd)));
-        ps.push_back({L.ssm_in, s.ssm_tmp.data()});
+        ps.push_back({L[T::ssm_in], s.ssm_tmp.data()});
         project(s.h.data(), n, E, ps);
         const int64_t grp = 2 * hd + 2 * r * hd;
         for (int64_t i = 0; i < n; ++i)
@@ -542,12 +543,12 @@ void Session::ssm_in(int il, const ChunkArgs& c) {
     // [b x r, a x r] per key head (value head h = key head * r + j).
     s.ssm_beta.resize(static_cast<size_t>(n * nv));
     s.ssm_g.resize(static_cast<size_t>(n * nv));
-    const float* dt = f32(L.ssm_dt);
-    const float* A = f32(L.ssm_a);
+    const float* dt = f32(L[T::ssm_dt]);
+    const float* A = f32(L[T::ssm_a]);
     for (int64_t i = 0; i < n; ++i)
         for (int64_t h = 0; h < nv; ++h) {
             float b, a;
-            if (L.ssm_ba) {
+            if (L[T::ssm_ba]) {
                 const float* ba = &s.ssm_ba[i * 2 * nv + (h / r) * 2 * r];
                 b = ba[h % r];
                 a = ba[r + h % r];
@@ -578,7 +579,7 @@ void Session::ssm_conv(int il, const ChunkArgs& c) {
             a.x_stride = cd;
             a.rows = &group_rows_[static_cast<size_t>(group_off_[static_cast<size_t>(g)])];
             a.n = group_off_[static_cast<size_t>(g) + 1] - group_off_[static_cast<size_t>(g)];
-            a.w = f32(L.ssm_conv1d);
+            a.w = f32(L[T::ssm_conv1d]);
             a.d_conv = spec_.ssm.d_conv;
             a.state = rs_->conv(il, group_seq_[static_cast<size_t>(g)]);
             a.out = s.ssm_conv.data();
@@ -634,7 +635,7 @@ void Session::ssm_out(int il, const ChunkArgs& c) {
     const SsmSpec& ss = spec_.ssm;
     const int64_t E = spec_.n_embd, vd = ss.value_dim(), hd = ss.head_dim, nv = ss.n_v_heads;
     // Gated RMSNorm per value head: rms_norm(o) * ssm_norm * silu(z) (build_norm_gated).
-    const float* w = f32(L.ssm_norm);
+    const float* w = f32(L[T::ssm_norm]);
     pool_->parallel_for(c.n, 1, [&](int64_t b, int64_t e, int) {
         for (int64_t i = b; i < e; ++i)
             for (int64_t h = 0; h < nv; ++h) {
@@ -645,7 +646,7 @@ void Session::ssm_out(int il, const ChunkArgs& c) {
             }
     });
     s.proj.resize(static_cast<size_t>(c.n * E));
-    const Proj ps[] = {{L.ssm_out, s.proj.data()}};
+    const Proj ps[] = {{L[T::ssm_out], s.proj.data()}};
     project(s.ssm_core.data(), c.n, vd, ps);
     for (int64_t i = 0; i < c.n; ++i) cpu::add(&s.x[i * E], &s.proj[i * E], E);
     mark(Phase::SsmOut);
@@ -659,13 +660,13 @@ void Session::shared_expert(int il, const ChunkArgs& c) {
     // sigmoid(h . ffn_gate_inp_shexp), added to the routed experts' output.
     s.sh_gate.resize(static_cast<size_t>(n * F));
     s.sh_up.resize(static_cast<size_t>(n * F));
-    const Proj gu[] = {{L.gate_shexp, s.sh_gate.data()}, {L.up_shexp, s.sh_up.data()}};
+    const Proj gu[] = {{L[T::ffn_gate_shexp], s.sh_gate.data()}, {L[T::ffn_up_shexp], s.sh_up.data()}};
     project(s.h.data(), n, E, gu);
     cpu::swiglu(s.sh_gate.data(), s.sh_up.data(), n * F, s.sh_gate.data());
     s.proj.resize(static_cast<size_t>(n * E));
-    const Proj dn[] = {{L.down_shexp, s.proj.data()}};
+    const Proj dn[] = {{L[T::ffn_down_shexp], s.proj.data()}};
     project(s.sh_gate.data(), n, F, dn);
-    const float* wg = f32(L.gate_inp_shexp);
+    const float* wg = f32(L[T::ffn_gate_inp_shexp]);
     for (int64_t i = 0; i < n; ++i) {
         const float* h = &s.h[i * E];
         double dot = 0.0;

@@ -93,7 +93,7 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
     // truncation that drops more than n_ubatch - 1 positions would leave the keep-prefix's last
     // `window` positions overwritten. Full-attention models may drop any number.
     bool swa = false;
-    for (const auto& l : model.layers()) swa |= l.swa;
+    for (const auto& l : model.layers()) swa |= l.shape.swa;
     max_rewind_ = swa ? std::max<int64_t>(0, opt.session.n_ubatch - 1) : std::numeric_limits<int64_t>::max();
     for (int i = 0; i < opt.n_slots; ++i) {
         slots_.push_back(std::make_unique<Slot>());
@@ -213,7 +213,7 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
                [](const ExpertLayerCounters& L) { return L.gpu_ms / 1e3; });
         family("nitro_expert_gpu_wait_seconds_total", "GPU time waiting for the CPU's experts in decode steps, seconds.",
                [](const ExpertLayerCounters& L) { return L.wait_ms / 1e3; });
-        // The expert cache (adaptive residency, runtime/expert_cache.h), per layer with experts on the CPU.
+        // The expert cache (adaptive residency, cache/expert_cache.h), per layer with experts on the CPU.
         family("nitro_expert_cache_hits_total", "Selections whose expert was in a ready VRAM slot.",
                [](const ExpertLayerCounters& L) { return L.cache.hits; });
         family("nitro_expert_cache_misses_total", "Selections computed by the CPU.",

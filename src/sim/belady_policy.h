@@ -18,7 +18,7 @@
 // The tests check it against an exhaustive search.
 #pragma once
 
-#include "runtime/expert_cache_policy.h"
+#include "cache/expert_cache_policy.h"
 
 #include <span>
 #include <vector>

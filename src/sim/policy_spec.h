@@ -46,7 +46,7 @@ struct RoutingProfile {
 RoutingProfile make_profile(const ReplayTrace& trace);
 
 /// How the simulator models the engine beyond the policy (docs/sim.md): prompt chunks' weight
-/// and the staging buffers (runtime/expert_cache.h ResidencyOptions).
+/// and the staging buffers (cache/expert_cache.h ResidencyOptions).
 struct SimModel {
     double prefill_weight = 1.0;  ///< a prompt chunk requests its round(W x k) most selected experts
     int staging_buffers = -1;     ///< admissions one step can start; < 0 = unlimited

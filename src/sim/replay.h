@@ -1,11 +1,11 @@
-// Trace replay. Online policies run through the runtime's ExpertCache (runtime/expert_cache.h),
+// Trace replay. Online policies run through the runtime's ExpertCache (cache/expert_cache.h),
 // step by step as the engine drives it: a decode token is one step, consecutive prompt tokens of
 // a sequence form chunks of up to `ubatch` tokens (the engine's prompt chunks), each one step.
 // Belady's OPT, which reads the future, replays each layer's records one by one (replay()).
 #pragma once
 
-#include "runtime/expert_cache.h"
-#include "runtime/expert_cache_policy.h"
+#include "cache/expert_cache.h"
+#include "cache/expert_cache_policy.h"
 #include "trace/trace.h"
 
 #include <cstdint>

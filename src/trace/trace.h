@@ -11,7 +11,7 @@
 // a step may lack some layers (gaps), and the simulator replays each layer's records in file order.
 #pragma once
 
-#include "runtime/expert_cache_policy.h"
+#include "core/ids.h"
 
 #include <cstdint>
 #include <span>

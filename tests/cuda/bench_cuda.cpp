@@ -23,11 +23,11 @@
 #include "cuda/check.h"
 #include "cuda/context.h"
 #include "cuda/event_timing.h"
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #include "cuda/moe_gemm.h"
 #include "cuda/mmvq.h"
 #include "cuda/moe_mmq.h"
-#include "cuda/op_profile.h"
+#include "gpu/op_profile.h"
 #include "cuda/ops.h"
 #include "quant/types.h"
 #include "runtime/model.h"
@@ -335,7 +335,7 @@ double fill_rate(const std::vector<ExpertRange>& ex, uint8_t* buf, int threads, 
     return static_cast<double>(bytes) / (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e9);
 }
 
-/// GB/s of the staging pipeline as cuda/prefill_stager.h runs it: each expert filled by the team
+/// GB/s of the staging pipeline as gpu/prefill_stager.h runs it: each expert filled by the team
 /// into one of `bufs` (round robin, after that buffer's previous copy finished) while the DMA
 /// copies the previous ones into `dev` on stream s. Fill and copy share the DRAM here.
 double pipeline_rate(const std::vector<ExpertRange>& ex, const std::vector<uint8_t*>& bufs, uint8_t* dev, cudaStream_t s,
@@ -370,7 +370,7 @@ int staging_figures(const Model& model, const std::vector<int>& threads) {
     for (int64_t e = 0; e < X && all.size() < 4096; ++e)
         for (const auto& L : layers) {
             ExpertRange r{};
-            const GgufTensorInfo* t[3] = {L.gate_exps, L.up_exps, L.down_exps};
+            const GgufTensorInfo* t[3] = {L[TensorId::ffn_gate_exps], L[TensorId::ffn_up_exps], L[TensorId::ffn_down_exps]};
             for (int k = 0; k < 3; ++k) {
                 r.bytes[k] = row_size(t[k]->type, t[k]->ne[0]) * static_cast<size_t>(t[k]->ne[1]);
                 r.part[k] = t[k]->data + static_cast<size_t>(e) * r.bytes[k];

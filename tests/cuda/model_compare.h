@@ -8,7 +8,7 @@
 //   - free-running greedy: the same tokens up to the CPU's first step with a margin < 0.25.
 #pragma once
 
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
 

@@ -1,4 +1,4 @@
-// Adaptive residency on a GPU (label cuda; runtime/expert_cache.h, cuda/slot_copier.h):
+// Adaptive residency on a GPU (label cuda; cache/expert_cache.h, gpu/slot_copier.h):
 //   - at every capacity, from one slot per layer up, with aggressive admission (every miss may be
 //     admitted), decode steps (the CUDA graph) and prompt chunks give the CPU reference's tokens
 //     within model_compare.h's bounds; admissions happen and land (counters);
@@ -9,7 +9,7 @@
 //   - faults: no staging buffer could be pinned (frozen, a warning), one buffer, failing copies:
 //     clear behaviour and outputs still within the bounds.
 #include "core/error.h"
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"
 #include "runtime/default_model.h"
@@ -147,7 +147,7 @@ void slots_hold_their_experts(const Model& model, const cuda::GpuSession& gpu) {
         for (size_t e = 0; e < table.size(); ++e) {
             if (table[e] < 0) continue;
             std::vector<uint8_t> want;
-            for (const GgufTensorInfo* t : {L.gate_exps, L.up_exps, L.down_exps}) {
+            for (const GgufTensorInfo* t : {L[TensorId::ffn_gate_exps], L[TensorId::ffn_up_exps], L[TensorId::ffn_down_exps]}) {
                 const size_t per = t->n_bytes / static_cast<size_t>(t->ne[2]);
                 want.insert(want.end(), t->data + e * per, t->data + (e + 1) * per);
             }

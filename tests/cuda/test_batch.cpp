@@ -18,7 +18,7 @@
 // residency, so both engines place every expert alike).
 #include "arch/synth.h"
 #include "core/error.h"
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"

@@ -5,7 +5,7 @@
 // bit-identical logits; the process never holds more GPU memory than the budget.
 #include "core/error.h"
 #include "cuda/context.h"
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"
 #include "arch/synth.h"
@@ -50,7 +50,7 @@ double budget_for(const Model& model, const SessionOptions& so, double fraction)
     if (fraction < 1.0) {
         const LayerWeights& L = model.layers()[0];
         const uint64_t X = static_cast<uint64_t>(model.hp().n_expert);
-        for (const GgufTensorInfo* t : {L.gate_exps, L.up_exps, L.down_exps}) stage += (t->n_bytes / X + 255) / 256 * 256;
+        for (const GgufTensorInfo* t : {L[TensorId::ffn_gate_exps], L[TensorId::ffn_up_exps], L[TensorId::ffn_down_exps]}) stage += (t->n_bytes / X + 255) / 256 * 256;
         stage = vram_alloc_size(4 * stage + (X * 4 + 255) / 256 * 256);
     }
     // + the pool rounding the plan keeps free, + half an expert so the count lands on `fraction`

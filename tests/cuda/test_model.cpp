@@ -10,9 +10,9 @@
 // gets a copy of the fixtures beside the build).
 #include "arch/synth.h"
 #include "core/error.h"
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #include "cuda/pdl.cuh"
-#include "cuda/op_profile.h"
+#include "gpu/op_profile.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"

@@ -525,7 +525,7 @@ TEST_F(CudaOps, RmsNormMatchesCpu) {
 
 TEST_F(CudaOps, RopeMatchesCpuIncludingYarn) {
     for (int variant = 0; variant < 2; ++variant) {
-        cpu::RopeParams p;
+        RopeParams p;
         int64_t heads = 64, hd = 64;
         if (variant == 0) {  // gpt-oss: YaRN x32 from 4096
             p.n_rot = 64; p.freq_base = 150000; p.freq_scale = 1.f / 32; p.ext_factor = 1; p.n_ctx_orig = 4096;
@@ -558,7 +558,7 @@ TEST_F(CudaOps, FusedQkNormRopeKvStoreEqualsTheSeparateOpsBitForBit) {
     for (const Cfg& c : cfgs)
         for (int64_t n : {1, 37}) {
             SCOPED_TRACE("head_dim " + std::to_string(c.hd) + " n " + std::to_string(n));
-            cpu::RopeParams p;
+            RopeParams p;
             p.n_rot = c.n_rot;
             p.freq_base = c.yarn ? 150000.f : 1e6f;
             if (c.yarn) p.freq_scale = 1.f / 32, p.ext_factor = 1, p.n_ctx_orig = 4096;

@@ -21,7 +21,7 @@
 #include "cuda/context.h"
 #include "cuda/delta_net.h"
 #include "cuda/flash_attn.h"
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"
 #include "runtime/placement.h"

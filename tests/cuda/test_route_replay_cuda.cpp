@@ -5,7 +5,7 @@
 // switched on after the graph was captured; the hybrid's expert counters add up to every
 // replayed selection.
 #include "core/error.h"
-#include "cuda/gpu_session.h"
+#include "gpu/gpu_session.h"
 #include "runtime/route_replay.h"
 #include "runtime/session.h"
 #include "trace/trace.h"

@@ -1,4 +1,4 @@
-// The kernel table of `nitro bench` (runtime/bench.h bench_expert_kernels, docs/cpu-kernels.md
+// The kernel table of `nitro bench` (bench/bench.h bench_expert_kernels, docs/cpu-kernels.md
 // "Benchmark"): the cells it runs, the bytes it counts per step (checked against the GGUF block
 // sizes by hand), and the read probe it makes before each cell over the same memory.
 #include "arch/synth.h"
@@ -7,7 +7,7 @@
 #include "gguf_bytes.h"
 #include "cpu/thread_pool.h"
 #include "quant/types.h"
-#include "runtime/bench.h"
+#include "bench/bench.h"
 #include "runtime/model.h"
 
 #include <gtest/gtest.h>

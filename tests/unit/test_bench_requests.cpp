@@ -1,4 +1,4 @@
-// Request replay of `nitro bench -o DIR --requests FILE` (runtime/bench_requests.h,
+// Request replay of `nitro bench -o DIR --requests FILE` (bench/bench_requests.h,
 // docs/bench.md): the request file, URLs, the SSE parser, the timing of a stream against a
 // scripted server with known delays, the weighted rates against a hand computation, a peer URL
 // that is down (a quick, clear error), and the records of a replay against nitro serve on the
@@ -7,7 +7,7 @@
 #include "gguf_bytes.h"
 
 #include "core/error.h"
-#include "runtime/bench_requests.h"
+#include "bench/bench_requests.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

@@ -1,12 +1,12 @@
-// The benchmark protocol of `nitro bench -o DIR` (runtime/bench_sweep.h, runtime/bench_report.h,
+// The benchmark protocol of `nitro bench -o DIR` (bench/bench_sweep.h, bench/bench_report.h,
 // docs/bench.md): the context ladder, the mirrored run order, the weighted-rate arithmetic, peer
 // output and failures, the record schema on the embedded model and a synthetic one, and the
 // report's SVG as well-formed XML.
 #include "gguf_bytes.h"
 
 #include "core/error.h"
-#include "runtime/bench_report.h"
-#include "runtime/bench_sweep.h"
+#include "bench/bench_report.h"
+#include "bench/bench_sweep.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

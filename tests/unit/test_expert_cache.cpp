@@ -1,8 +1,8 @@
-// The ExpertCache (runtime/expert_cache.h): snapshot and copy latency, staging buffers, rate
+// The ExpertCache (cache/expert_cache.h): snapshot and copy latency, staging buffers, rate
 // limits, prompt chunks, failures; and live = simulated: the cache driven step by step from the
 // CPU engine's live routing equals `nitro sim`'s replay of the trace captured in the same run.
 // Expected numbers are worked out by hand in the comments.
-#include "runtime/expert_cache.h"
+#include "cache/expert_cache.h"
 #include "runtime/route_trace.h"
 #include "runtime/session.h"
 #include "runtime/default_model.h"

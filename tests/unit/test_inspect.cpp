@@ -57,10 +57,14 @@ TEST(Inspect, GptOssFixtureSummary) {
     // = 1088 B each; down [64 -> 32]: 32 rows x 2 blocks x 17 B = 1088 B; biases F32: 64 + 64 + 32
     // floats = 640 B. Total 3904 B.
     EXPECT_EQ(s.bytes_per_expert, 3904u);
-    EXPECT_EQ(s.bytes_by_category[TensorCategory::RoutedExperts], 4u * 16 * 3904);
-    // token_embd and output are Q4_0 [32, 201088]: 201088 rows x 18 B.
-    EXPECT_EQ(s.bytes_by_category[TensorCategory::EmbedOutput], 2u * 201088 * 18);
-    EXPECT_EQ(s.bytes_by_category[TensorCategory::SharedExperts], 0u);
+    EXPECT_EQ(s.bytes_by_category[TensorCategory::RoutedExpert], 4u * 16 * 3904);
+    // token_embd and output are Q4_0 [32, 201088]: 201088 rows x 18 B; output_norm 32 floats.
+    EXPECT_EQ(s.bytes_by_category[TensorCategory::Embedding], 201088u * 18);
+    EXPECT_EQ(s.bytes_by_category[TensorCategory::Output], 201088u * 18 + 32 * 4);
+    // attn_norm and post_attention_norm (the FFN's norm) of 4 layers: 32 floats each.
+    EXPECT_EQ(s.bytes_by_category[TensorCategory::Norm], 4u * 2 * 32 * 4);
+    EXPECT_EQ(s.bytes_by_category[TensorCategory::SharedExpert], 0u);
+    EXPECT_EQ(s.bytes_by_category[TensorCategory::DenseFfn], 0u);
     EXPECT_EQ(s.types[GgmlType::MXFP4].n_tensors, 12);
 }
 

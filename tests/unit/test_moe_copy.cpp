@@ -1,4 +1,4 @@
-// Copy-on-compute (cpu::moe_ffn's copy_to, runtime/expert_cache.h): while the CPU computes an
+// Copy-on-compute (cpu::moe_ffn's copy_to, cache/expert_cache.h): while the CPU computes an
 // admitted expert it writes the weight bytes it reads into a staging buffer in the layout of a VRAM
 // slot (gate, up, down). The staged bytes must equal the expert's bytes in the file exactly, for
 // every thread count, token count and mix of types; experts without a destination, skipped or not

@@ -1,8 +1,8 @@
-// Hand-computed traces with exact expected hits for every policy (src/runtime/expert_cache_policy.h,
+// Hand-computed traces with exact expected hits for every policy (src/cache/expert_cache_policy.h,
 // src/sim/belady_policy.h). Every expected number below was worked out on paper, step by step, in
 // the comments next to it; ticks are given in router order (t<expert>=<tick>).
-#include "runtime/expert_cache.h"
-#include "runtime/expert_cache_policy.h"
+#include "cache/expert_cache.h"
+#include "cache/expert_cache_policy.h"
 #include "sim/belady_policy.h"
 
 #include <gtest/gtest.h>

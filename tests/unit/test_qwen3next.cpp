@@ -80,7 +80,7 @@ TEST_F(Qwen3Next, LayerKindsAndStateSize) {
     for (int il = 0; il < 3; ++il) {
         EXPECT_EQ(sp.layers[static_cast<size_t>(il)].kind, LayerKind::DeltaNet) << il;
         EXPECT_EQ(sp.layers[static_cast<size_t>(il)].kv_capacity, 0) << il;  // no K/V for a DeltaNet layer
-        EXPECT_TRUE(m.layers()[static_cast<size_t>(il)].recurrent);
+        EXPECT_TRUE(m.layers()[static_cast<size_t>(il)].recurrent());
     }
     EXPECT_EQ(sp.layers[3].kind, LayerKind::Attention);  // (il + 1) % 4 == 0
     EXPECT_EQ(sp.layers[3].kv_capacity, 1024);
@@ -306,7 +306,7 @@ TEST(Qwen35Moe, TiledHeadsSeparateBetaAlphaAndRopeSections) {
     synth_model(o);
     Model m(o.out);
     EXPECT_EQ(m.hp().rope_sections, (std::vector<int32_t>{11, 11, 10, 0}));
-    EXPECT_TRUE(m.layers()[0].ssm_beta && m.layers()[0].ssm_alpha && !m.layers()[0].ssm_ba);
+    EXPECT_TRUE(m.layers()[0][TensorId::ssm_beta] && m.layers()[0][TensorId::ssm_alpha] && !m.layers()[0][TensorId::ssm_ba]);
     Session s(m, opts());
     EXPECT_EQ(s.spec().ssm.k_head(1), 1);  // h % n_k (qwen3next: h / (n_v / n_k) = 0)
     EXPECT_EQ(s.spec().ssm.k_head(2), 0);

@@ -1,4 +1,4 @@
-#include "cuda/prefill_stager.h"
+#include "gpu/prefill_stager.h"
 
 #include "core/error.h"
 #include "cpu/thread_pool.h"

@@ -1,4 +1,4 @@
-#include "runtime/bench_report.h"
+#include "bench/bench_report.h"
 
 #include <fmt/format.h>
 

@@ -5,7 +5,7 @@
 // cpp-httplib's (plain http: the library is built without TLS).
 #pragma once
 
-#include "runtime/bench_sweep.h"
+#include "bench/bench_sweep.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,11 +1,11 @@
 // Prompt chunks in hybrid placement (issue 14, docs/hybrid.md "Prompts"): per MoE layer, the
 // chunk's (token, expert) pairs grouped by expert; resident experts from their slots, every other
-// expert either staged over PCIe into a scratch slot for a GPU GEMM (cuda/prefill_stager.h) or
+// expert either staged over PCIe into a scratch slot for a GPU GEMM (gpu/prefill_stager.h) or
 // computed by the CPU straight from the mapped file, as the cost model (runtime/prefill_cost.h)
 // decides on rates measured at start-up. The CPU share runs on its own thread while this thread
 // feeds the staging pipeline; the combine adds both in router order.
 #include "core/error.h"
-#include "cuda/gpu_session_impl.h"
+#include "gpu/gpu_session_impl.h"
 
 #include "core/mapped_file.h"
 #include "quant/types.h"

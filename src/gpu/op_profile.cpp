@@ -1,5 +1,5 @@
 // Per-op timing of the decode graph (op_profile.h).
-#include "cuda/op_profile.h"
+#include "gpu/op_profile.h"
 
 #include "cuda/check.h"
 

@@ -1,7 +1,7 @@
 // The GPU engine (gpu_session.h): upload per the plan, the ops of runtime/forward.h on CUDA, the
 // hybrid's CPU side and the decode graph. docs/hybrid.md describes the protocol.
-#include "cuda/gpu_session.h"
-#include "cuda/gpu_session_impl.h"
+#include "gpu/gpu_session.h"
+#include "gpu/gpu_session_impl.h"
 
 #include "core/error.h"
 #include "cpu/moe.h"
@@ -9,7 +9,7 @@
 #include "cuda/context.h"
 #include "cuda/delta_net.h"
 #include "cuda/ops.h"
-#include "cuda/slot_copier.h"
+#include "gpu/slot_copier.h"
 #include "runtime/forward.h"
 #include "runtime/route_replay.h"
 
@@ -57,8 +57,6 @@ private:
     int last_ = -1;
 };
 
-const float* f32(const GgufTensorInfo* t) { return t ? reinterpret_cast<const float*>(t->data) : nullptr; }
-
 /// Placement options from the engine options, the budget and the runtime overhead measured by ctx.
 PlacementOptions placement_options(const GpuOptions& go, const DeviceContext& ctx, const HotSet* hot) {
     // the runtime + the cuBLAS workspace so far (the final plan adds what the warm-up measured)
@@ -70,13 +68,19 @@ PlacementOptions placement_options(const GpuOptions& go, const DeviceContext& ct
 
 namespace {
 
-const float* upload_f32(DeviceContext& ctx, StagingRing& ring, Progress& pr, const GgufTensorInfo* t) {
-    if (!t) return nullptr;
-    if (t->type != GgmlType::F32) fail("tensor '{}' must be F32 for the GPU engine (is {})", t->name, type_display_name(t->type));
-    void* d = ctx.alloc().alloc(t->n_bytes, "tensor " + t->name);
-    ring.upload(d, t->data, t->n_bytes);
-    pr.add(t->n_bytes);
-    return static_cast<const float*>(d);
+/// A vector (norm, bias, sinks, ...): F32, as a one-row DWeight.
+DWeight upload_vector(DeviceContext& ctx, StagingRing& ring, Progress& pr, const GgufTensorInfo& t) {
+    if (t.type != GgmlType::F32) fail("tensor '{}' must be F32 for the GPU engine (is {})", t.name, type_display_name(t.type));
+    void* d = ctx.alloc().alloc(t.n_bytes, "tensor " + t.name);
+    ring.upload(d, t.data, t.n_bytes);
+    pr.add(t.n_bytes);
+    DWeight w;
+    w.type = GgmlType::F32;
+    w.data = static_cast<const uint8_t*>(d);
+    w.ne0 = t.ne[0];
+    w.n_rows = t.n_elements() / t.ne[0];
+    w.row_bytes = static_cast<size_t>(t.ne[0]) * 4;
+    return w;
 }
 
 void check_gpu_type(const GgufTensorInfo& t) {
@@ -173,77 +177,45 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     constexpr uint64_t kAssumedLazyModules = 320ull << 20;  // when NVML cannot measure them
     m.plan = plan_placement(layout, po);  // throws with the shortfall when the fixed part does not fit
 
-    // ---- weights, through the pinned staging ring
-    // ---- weights, through the pinned staging ring, into one arena (one allocation: a small
-    // budget would lose hundreds of MiB to the driver's 2 MiB rounding of each tensor)
+    // ---- weights: every row of the architecture's table the file holds (Model::tensors()) but the
+    // routed experts' matrices, which go to the slot pools with the plan (install_slots), through
+    // the pinned staging ring into one arena (one allocation: a small budget would lose hundreds of
+    // MiB to the driver's 2 MiB rounding of each tensor).
     uint64_t total = 0, arena = 0;
-    auto count = [&](const GgufTensorInfo* t) {
-        if (!t) return;
-        total += t->n_bytes;
-        arena += (t->n_bytes + 255) / 256 * 256;
-    };
-    count(&model.token_embd());
-    count(&model.output_norm());
-    if (&model.output() != &model.token_embd()) count(&model.output());
-    for (const auto& L : model.layers())
-        for (const GgufTensorInfo* t : {L.attn_norm, L.wq, L.bq, L.wk, L.bk, L.wv, L.bv, L.wo, L.bo, L.q_norm, L.k_norm,
-                                        L.sinks, L.ffn_norm, L.gate_inp, L.gate_inp_b, L.gate_exps_b, L.up_exps_b, L.down_exps_b,
-                                        L.wqkv, L.wqkv_gate, L.wqkv ? nullptr : L.ssm_in, L.ssm_conv1d, L.ssm_dt, L.ssm_a, L.ssm_ba, L.ssm_beta, L.ssm_alpha, L.ssm_norm,
-                                        L.ssm_out, L.gate_inp_shexp, L.gate_shexp, L.up_shexp, L.down_shexp})
-            count(t);
+    std::vector<std::pair<const TensorSpec*, const GgufTensorInfo*>> uploads;
+    for (const TensorSpec& t : model.tensors()) {
+        if (t.kind == TensorKind::Expert) continue;
+        const GgufTensorInfo& g = model.gguf().get(t.name);
+        uploads.emplace_back(&t, &g);
+        total += g.n_bytes;
+        arena += (g.n_bytes + 255) / 256 * 256;
+    }
     Progress pr(go.progress, total);
+    m.layers.resize(model.layers().size());
+    std::array<DWeight, kTensorIds> globals{};
     ctx.alloc().begin_arena(arena, "dense core");
     {
         StagingRing ring(ctx.copy(), 64ull << 20, 4);
-        m.token_embd = upload_matrix(ctx, ring, pr, model.token_embd());
-        m.output = &model.output() == &model.token_embd() ? m.token_embd : upload_matrix(ctx, ring, pr, model.output());
-        m.output_norm = upload_f32(ctx, ring, pr, &model.output_norm());
-        for (size_t il = 0; il < model.layers().size(); ++il) {
-            const LayerWeights& L = model.layers()[il];
-            Impl::Layer D;
-            D.attn_norm = upload_f32(ctx, ring, pr, L.attn_norm);
-            auto opt_matrix = [&](const GgufTensorInfo* t) { return t ? upload_matrix(ctx, ring, pr, *t) : DWeight{}; };
-            D.recurrent = L.recurrent;
-            D.wq = opt_matrix(L.wq);  // absent in DeltaNet layers
-            D.wk = opt_matrix(L.wk);
-            D.wv = opt_matrix(L.wv);
-            D.wo = opt_matrix(L.wo);
-            D.wqkv = opt_matrix(L.wqkv);
-            D.wqkv_gate = opt_matrix(L.wqkv_gate);
-            D.ssm_in = opt_matrix(L.wqkv ? nullptr : L.ssm_in);
-            D.ssm_ba = opt_matrix(L.ssm_ba);
-            D.ssm_beta = opt_matrix(L.ssm_beta);
-            D.ssm_alpha = opt_matrix(L.ssm_alpha);
-            D.ssm_out = opt_matrix(L.ssm_out);
-            D.ssm_conv1d = upload_f32(ctx, ring, pr, L.ssm_conv1d);
-            D.ssm_dt = upload_f32(ctx, ring, pr, L.ssm_dt);
-            D.ssm_a = upload_f32(ctx, ring, pr, L.ssm_a);
-            D.ssm_norm = upload_f32(ctx, ring, pr, L.ssm_norm);
-            D.gate_shexp = opt_matrix(L.gate_shexp);
-            D.up_shexp = opt_matrix(L.up_shexp);
-            D.down_shexp = opt_matrix(L.down_shexp);
-            D.gate_inp_shexp = upload_f32(ctx, ring, pr, L.gate_inp_shexp);
-            D.bq = upload_f32(ctx, ring, pr, L.bq);
-            D.bk = upload_f32(ctx, ring, pr, L.bk);
-            D.bv = upload_f32(ctx, ring, pr, L.bv);
-            D.bo = upload_f32(ctx, ring, pr, L.bo);
-            D.q_norm = upload_f32(ctx, ring, pr, L.q_norm);
-            D.k_norm = upload_f32(ctx, ring, pr, L.k_norm);
-            D.sinks = upload_f32(ctx, ring, pr, L.sinks);
-            D.ffn_norm = upload_f32(ctx, ring, pr, L.ffn_norm);
-            D.gate_inp = upload_matrix(ctx, ring, pr, *L.gate_inp);
-            D.gate_inp_b = upload_f32(ctx, ring, pr, L.gate_inp_b);
-            // Experts: biases of every expert now; the slot pools come with the plan (install_slots).
-            D.ex.gate_b = upload_f32(ctx, ring, pr, L.gate_exps_b);
-            D.ex.up_b = upload_f32(ctx, ring, pr, L.up_exps_b);
-            D.ex.down_b = upload_f32(ctx, ring, pr, L.down_exps_b);
-            D.ex.n_expert = m.X;
-            D.ex.oai_act = sp.act == FfnAct::SwigluOai;
-            m.layers.push_back(std::move(D));
-        }
+        for (const auto& [t, g] : uploads)
+            (t->layer < 0 ? globals : m.layers[static_cast<size_t>(t->layer)].w)[static_cast<size_t>(t->id)] =
+                tensor_kind_is_f32(t->kind) ? upload_vector(ctx, ring, pr, *g) : upload_matrix(ctx, ring, pr, *g);
         ring.finish();
     }
     ctx.alloc().end_arena();
+    m.token_embd = globals[static_cast<size_t>(TensorId::token_embd)];
+    m.output = globals[static_cast<size_t>(TensorId::output)].data ? globals[static_cast<size_t>(TensorId::output)]
+                                                                    : m.token_embd;  // tied LM head
+    m.output_norm = reinterpret_cast<const float*>(globals[static_cast<size_t>(TensorId::output_norm)].data);
+    for (size_t il = 0; il < m.layers.size(); ++il) {
+        Impl::Layer& D = m.layers[il];
+        D.recurrent = model.layers()[il].recurrent();
+        // Experts: biases of every expert with the dense core; the slot pools come with the plan.
+        D.ex.gate_b = D.f32(TensorId::ffn_gate_exps_bias);
+        D.ex.up_b = D.f32(TensorId::ffn_up_exps_bias);
+        D.ex.down_b = D.f32(TensorId::ffn_down_exps_bias);
+        D.ex.n_expert = m.X;
+        D.ex.oai_act = sp.act == FfnAct::SwigluOai;
+    }
 
     // ---- slot tables, KV cache (one arena), decode-step exchange buffers. Every sequence has its
     // own K/V region of kv_capacity positions per layer (sequence q's at q * capacity) and its own
@@ -414,8 +386,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     const int threads = so.n_threads > 0 ? so.n_threads : std::max(1u, std::thread::hardware_concurrency());
     m.pool = std::make_unique<cpu::ThreadPool>(threads);
     for (const auto& L : model.layers())
-        m.experts.push_back({L.gate_exps, L.up_exps, L.down_exps, f32(L.gate_exps_b), f32(L.up_exps_b), f32(L.down_exps_b),
-                             sp.act});
+        m.experts.push_back(layer_experts(L, sp.act));
 
     // ---- warm-up: one slot per layer, a prompt chunk and a decode step on dummy tokens, so every
     // kernel (ours and cuBLAS's) has been loaded; then the process's GPU memory is measured and
@@ -424,7 +395,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
         Plan warm = m.plan;  // one slot per layer if the budget has room for them, else none
         for (auto& lp : warm.layers) lp.resident.assign(m.plan.n_resident() >= sp.n_layer ? 1 : 0, 0);
         install_slots(warm, false);
-        const int64_t n = std::min<int64_t>(sp.n_ubatch, GpuScratchSizes::kGemvMaxTokens + 8);
+        const int64_t n = std::min<int64_t>(sp.n_ubatch, kGemvMaxTokens + 8);
         std::vector<int32_t> dummy(static_cast<size_t>(n), 0);
         std::vector<float> l;
         if (n + 1 <= sp.n_ctx) {
@@ -496,7 +467,7 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
     for (size_t il = 0; il < m.layers.size(); ++il) {
         const LayerWeights& L = model.layers()[il];
         const size_t n = resident_of(il).size();
-        arena += pool_bytes(*L.gate_exps, n) + pool_bytes(*L.up_exps, n) + pool_bytes(*L.down_exps, n);
+        arena += pool_bytes(*L[TensorId::ffn_gate_exps], n) + pool_bytes(*L[TensorId::ffn_up_exps], n) + pool_bytes(*L[TensorId::ffn_down_exps], n);
     }
     if (arena > 0) m.slot_arena = static_cast<uint8_t*>(ctx.alloc().alloc(arena, "expert slots"));
     uint8_t* at = m.slot_arena;
@@ -506,12 +477,12 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
         const LayerWeights& L = model.layers()[il];
         const std::vector<int32_t>& res = resident_of(il);
         // slot s holds expert res[s]; slot_of maps expert -> slot (-1: computed by the CPU)
-        D.ex.gate = upload_slots(ring, pr, *L.gate_exps, res, at, &D.ex.gate_stride);
-        at += pool_bytes(*L.gate_exps, res.size());
-        D.ex.up = upload_slots(ring, pr, *L.up_exps, res, at, &D.ex.up_stride);
-        at += pool_bytes(*L.up_exps, res.size());
-        D.ex.down = upload_slots(ring, pr, *L.down_exps, res, at, &D.ex.down_stride);
-        at += pool_bytes(*L.down_exps, res.size());
+        D.ex.gate = upload_slots(ring, pr, *L[TensorId::ffn_gate_exps], res, at, &D.ex.gate_stride);
+        at += pool_bytes(*L[TensorId::ffn_gate_exps], res.size());
+        D.ex.up = upload_slots(ring, pr, *L[TensorId::ffn_up_exps], res, at, &D.ex.up_stride);
+        at += pool_bytes(*L[TensorId::ffn_up_exps], res.size());
+        D.ex.down = upload_slots(ring, pr, *L[TensorId::ffn_down_exps], res, at, &D.ex.down_stride);
+        at += pool_bytes(*L[TensorId::ffn_down_exps], res.size());
         D.n_slots = static_cast<int64_t>(res.size());
         D.h_slot_of.assign(static_cast<size_t>(m.X), -1);
         D.on_gpu.assign(static_cast<size_t>(m.X), 0);

@@ -1,4 +1,4 @@
-#include "cuda/slot_copier.h"
+#include "gpu/slot_copier.h"
 
 #include "core/error.h"
 #include "cuda/check.h"

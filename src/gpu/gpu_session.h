@@ -28,7 +28,7 @@
 
 namespace nitro::cuda {
 
-struct OpProfile;  // cuda/op_profile.h
+struct OpProfile;  // gpu/op_profile.h
 
 class DeviceContext;
 
@@ -92,7 +92,7 @@ public:
     /// Programmatic (PDL, cuda/pdl.cuh) edges between the kernels of that graph: a kernel scheduled
     /// while the one before it still runs. 0 where PDL is off or the device lacks it.
     int pdl_edges_per_token() const { return pdl_edges_per_token_; }
-    /// Per-op GPU time of single-token steps (cuda/op_profile.h): on = the decode graphs are
+    /// Per-op GPU time of single-token steps (gpu/op_profile.h): on = the decode graphs are
     /// captured again with a timing mark before each op of the forward pass and a new profile
     /// starts; off = plain graphs again. For benchmarks (nitro_cuda_bench --ops).
     void set_op_profile(bool on);

@@ -9,11 +9,11 @@
 #include "cuda/context.h"
 #include "cuda/delta_net.h"
 #include "cuda/mmvq.h"
-#include "cuda/gpu_session.h"
-#include "cuda/op_profile.h"
+#include "gpu/gpu_session.h"
+#include "gpu/op_profile.h"
 #include "cuda/ops.h"
-#include "cuda/prefill_stager.h"
-#include "cuda/slot_copier.h"
+#include "gpu/prefill_stager.h"
+#include "gpu/slot_copier.h"
 #include "runtime/forward.h"
 #include "runtime/prefill_cost.h"
 #include "runtime/route_replay.h"
@@ -21,12 +21,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <vector>
 
 namespace nitro::cuda {
+
+using T = TensorId;
 
 namespace detail {
 using Clock = std::chrono::steady_clock;
@@ -46,9 +49,11 @@ struct GpuSession::Impl {
     int64_t E = 0, X = 0, K = 0, F = 0, V = 0;
 
     struct Layer {
-        DWeight wq, wk, wv, wo, gate_inp;
-        const float *attn_norm = nullptr, *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
-        const float *q_norm = nullptr, *k_norm = nullptr, *sinks = nullptr, *ffn_norm = nullptr, *gate_inp_b = nullptr;
+        /// The layer's tensors by id, as uploaded (vectors as F32 DWeights; empty where the layer
+        /// has none): the rows of the model's table (Model::tensors()) but the routed experts.
+        std::array<DWeight, kTensorIds> w{};
+        const DWeight& operator[](TensorId id) const { return w[static_cast<size_t>(id)]; }
+        const float* f32(TensorId id) const { return reinterpret_cast<const float*>(w[static_cast<size_t>(id)].data); }
         ExpertSlots ex;
         int32_t* d_slot_of = nullptr;    ///< [X] device: this layer's row of d_slot_tables
         std::vector<int32_t> h_slot_of;  ///< [X] slot of each expert in the current step, -1 = on the CPU
@@ -71,14 +76,9 @@ struct GpuSession::Impl {
         uint32_t *ph_done = nullptr, *pd_done = nullptr;     // CPU -> GPU: partial of step N is there
         uint64_t *th_route = nullptr, *td_route = nullptr;   // GPU clock when the router flag was set
         uint64_t *th_wait = nullptr, *td_wait = nullptr;     // GPU clock at the start / end of the wait
-        // Gated DeltaNet layers (qwen3next): weights and the sequence's recurrent state.
+        // Gated DeltaNet layers (qwen3next): the sequence's recurrent state.
         bool recurrent = false;
-        DWeight wqkv, wqkv_gate, ssm_in, ssm_ba, ssm_beta, ssm_alpha, ssm_out;
-        const float *ssm_conv1d = nullptr, *ssm_dt = nullptr, *ssm_a = nullptr, *ssm_norm = nullptr;
         float *conv_state = nullptr, *delta_state = nullptr;  // [conv_dim, d_conv - 1], [n_v, d, d]
-        // Shared expert with a sigmoid gate.
-        DWeight gate_shexp, up_shexp, down_shexp;
-        const float* gate_inp_shexp = nullptr;
     };
     std::vector<Layer> layers;
     DWeight token_embd, output;
@@ -392,19 +392,19 @@ struct GpuSession::Impl {
     }
     void attn_norm(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
-        const DWeight& next = D.recurrent ? (D.wqkv.data ? D.wqkv : D.ssm_in) : D.wq;
-        norm_h(D.attn_norm, c.n, nullptr, next.type);
+        const DWeight& next = D.recurrent ? (D[T::attn_qkv].data ? D[T::attn_qkv] : D[T::ssm_in]) : D[T::attn_q];
+        norm_h(D.f32(T::attn_norm), c.n, nullptr, next.type);
     }
     void qkv(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
         const GemmScratch* gs = &gemm;
         // (one rounding of h for the three products in decode)
         if (spec.attn_gate) {  // attn_q gives [q, gate] per head, split into q and gate
-            matmul_same_input(s, {{&D.wq, qg, 2 * spec.n_q(), D.bq}, {&D.wk, k, spec.n_k(), D.bk}, {&D.wv, v, spec.n_v(), D.bv}},
+            matmul_same_input(s, {{&D[T::attn_q], qg, 2 * spec.n_q(), D.f32(T::attn_q_bias)}, {&D[T::attn_k], k, spec.n_k(), D.f32(T::attn_k_bias)}, {&D[T::attn_v], v, spec.n_v(), D.f32(T::attn_v_bias)}},
                               h, c.n, E, gs, &hq);
             split_q_gate(s, qg, c.n, spec.n_head, spec.head_dim, q, gate);
         } else {
-            matmul_same_input(s, {{&D.wq, q, spec.n_q(), D.bq}, {&D.wk, k, spec.n_k(), D.bk}, {&D.wv, v, spec.n_v(), D.bv}},
+            matmul_same_input(s, {{&D[T::attn_q], q, spec.n_q(), D.f32(T::attn_q_bias)}, {&D[T::attn_k], k, spec.n_k(), D.f32(T::attn_k_bias)}, {&D[T::attn_v], v, spec.n_v(), D.f32(T::attn_v_bias)}},
                               h, c.n, E, gs, &hq);
         }
     }
@@ -415,7 +415,7 @@ struct GpuSession::Impl {
         for (size_t g = 0; g < groups.size(); ++g) {  // each sequence at its positions, into its own K/V
             const Group& G = groups[g];
             qk_norm_rope_kv_store(s, q + G.off * nq, k + G.off * nk, v + G.off * nv, G.n, spec.n_head, spec.n_head_kv,
-                                  spec.head_dim, nv, D.q_norm, D.k_norm, spec.rms_eps, spec.rope, d_pos + g,
+                                  spec.head_dim, nv, D.f32(T::attn_q_norm), D.f32(T::attn_k_norm), spec.rms_eps, spec.rope, d_pos + g,
                                   D.kc + G.seq * D.capacity * nk, D.vc + G.seq * D.capacity * nv, D.capacity);
         }
     }
@@ -433,7 +433,7 @@ struct GpuSession::Impl {
             a.n_head_kv = spec.n_head_kv;
             a.head_dim = spec.head_dim;
             a.window = D.window;
-            a.sinks = D.sinks;
+            a.sinks = D.f32(T::attn_sinks);
             a.scale = spec.attn_scale;
             a.pos0 = d_pos + g;
             a.n_split = G.n == 1 ? D.n_split_decode : 1;  // as a decode step of that sequence alone
@@ -450,7 +450,7 @@ struct GpuSession::Impl {
     void attn_out(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
         if (spec.attn_gate) mul_sigmoid(s, attn, gate, c.n * spec.n_o());  // attn *= sigmoid(gate)
-        matmul(s, D.wo, attn, c.n, spec.n_o(), x, E, D.bo, true, &gemm);  // x += attn W_o + b_o
+        matmul(s, D[T::attn_output], attn, c.n, spec.n_o(), x, E, D.f32(T::attn_output_bias), true, &gemm);  // x += attn W_o + b_o
     }
     // Gated DeltaNet (llama.cpp qwen3next build_layer_attn_linear; CPU: runtime/session.cpp).
     void ssm_in(int il, const ChunkArgs& c) {
@@ -458,26 +458,26 @@ struct GpuSession::Impl {
         const SsmSpec& ss = spec.ssm;
         const GemmScratch* gs = &gemm;
         const int64_t cd = ss.conv_dim(), vd = ss.value_dim(), nv = ss.n_v_heads, r = nv / ss.n_k_heads;
-        if (D.wqkv.data) {
-            matmul(s, D.wqkv, h, c.n, E, ssm_qkv, cd, nullptr, false, gs, &hq);
-            matmul(s, D.wqkv_gate, h, c.n, E, ssm_z, vd, nullptr, false, gs, &hq);
+        if (D[T::attn_qkv].data) {
+            matmul(s, D[T::attn_qkv], h, c.n, E, ssm_qkv, cd, nullptr, false, gs, &hq);
+            matmul(s, D[T::attn_gate], h, c.n, E, ssm_z, vd, nullptr, false, gs, &hq);
         } else {
-            matmul(s, D.ssm_in, h, c.n, E, ssm_fused, cd + vd, nullptr, false, gs, &hq);
+            matmul(s, D[T::ssm_in], h, c.n, E, ssm_fused, cd + vd, nullptr, false, gs, &hq);
             ssm_in_regroup(s, ssm_fused, c.n, ss.n_k_heads, ss.head_dim, r, ssm_qkv, ssm_z);
         }
-        if (D.ssm_ba.data) {
-            matmul(s, D.ssm_ba, h, c.n, E, ssm_ba, 2 * nv, nullptr, false, gs, &hq);
+        if (D[T::ssm_ba].data) {
+            matmul(s, D[T::ssm_ba], h, c.n, E, ssm_ba, 2 * nv, nullptr, false, gs, &hq);
         } else {  // qwen35moe: beta rows then alpha rows
-            matmul(s, D.ssm_beta, h, c.n, E, ssm_ba, nv, nullptr, false, gs, &hq);
-            matmul(s, D.ssm_alpha, h, c.n, E, ssm_ba + c.n * nv, nv, nullptr, false, gs, &hq);
+            matmul(s, D[T::ssm_beta], h, c.n, E, ssm_ba, nv, nullptr, false, gs, &hq);
+            matmul(s, D[T::ssm_alpha], h, c.n, E, ssm_ba + c.n * nv, nv, nullptr, false, gs, &hq);
         }
-        ssm_beta_decay(s, ssm_ba, D.ssm_dt, D.ssm_a, c.n, nv, r, !D.ssm_ba.data, ssm_beta, ssm_g);
+        ssm_beta_decay(s, ssm_ba, D.f32(T::ssm_dt), D.f32(T::ssm_a), c.n, nv, r, !D[T::ssm_ba].data, ssm_beta, ssm_g);
     }
     void ssm_conv(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
         const int64_t cd = spec.ssm.conv_dim();
         for (const Group& G : groups)  // each sequence's rows through its own conv state
-            ssm_conv_silu(s, ssm_qkv + G.off * cd, G.n, cd, D.ssm_conv1d, spec.ssm.d_conv,
+            ssm_conv_silu(s, ssm_qkv + G.off * cd, G.n, cd, D.f32(T::ssm_conv1d), spec.ssm.d_conv,
                           D.conv_state + G.seq * rstate_floats, ssm_convout + G.off * cd);
     }
     void delta_net(int il, const ChunkArgs& c) {
@@ -507,28 +507,28 @@ struct GpuSession::Impl {
         const SsmSpec& ss = spec.ssm;
         const int64_t hd = ss.head_dim, vd = ss.value_dim();
         // Gated RMSNorm per value head, then x += core W_out.
-        rms_norm(s, ssm_core, D.ssm_norm, c.n * ss.n_v_heads, hd, hd, spec.rms_eps, ssm_core, hd);
+        rms_norm(s, ssm_core, D.f32(T::ssm_norm), c.n * ss.n_v_heads, hd, hd, spec.rms_eps, ssm_core, hd);
         mul_silu(s, ssm_core, ssm_z, c.n * vd);
-        matmul(s, D.ssm_out, ssm_core, c.n, vd, x, E, nullptr, true, &gemm);
+        matmul(s, D[T::ssm_out], ssm_core, c.n, vd, x, E, nullptr, true, &gemm);
     }
     void shared_expert(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
         const GemmScratch* gs = &gemm;
         const int64_t Fs = spec.n_ff_shexp;
-        matmul_same_input(s, {{&D.gate_shexp, sh_gate, Fs, nullptr}, {&D.up_shexp, sh_up, Fs, nullptr}}, h, c.n, E, gs, &hq);
+        matmul_same_input(s, {{&D[T::ffn_gate_shexp], sh_gate, Fs, nullptr}, {&D[T::ffn_up_shexp], sh_up, Fs, nullptr}}, h, c.n, E, gs, &hq);
         swiglu(s, sh_gate, sh_up, c.n * Fs, sh_gate);
-        matmul(s, D.down_shexp, sh_gate, c.n, Fs, sh_down, E, nullptr, false, gs);
-        shexp_gate_add(s, x, h, D.gate_inp_shexp, sh_down, c.n, E);  // x += sigmoid(h . g) * ffn_shexp(h)
+        matmul(s, D[T::ffn_down_shexp], sh_gate, c.n, Fs, sh_down, E, nullptr, false, gs);
+        shexp_gate_add(s, x, h, D.f32(T::ffn_gate_inp_shexp), sh_down, c.n, E);  // x += sigmoid(h . g) * ffn_shexp(h)
     }
     void ffn_norm(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
         // h in 8-bit blocks for the routed experts (the shared expert's, if no expert is resident)
-        const GgmlType next = D.n_slots > 0 || !spec.shared_expert ? D.ex.gate.type : D.gate_shexp.type;
-        norm_h(D.ffn_norm, c.n, single && D.cpu_part ? D.rd_h : nullptr, next);
+        const GgmlType next = D.n_slots > 0 || !spec.shared_expert ? D.ex.gate.type : D[T::ffn_gate_shexp].type;
+        norm_h(D.f32(T::ffn_norm), c.n, single && D.cpu_part ? D.rd_h : nullptr, next);
     }
     void route(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
-        const bool softmax_all = spec.gating == MoeGating::SoftmaxAll;
+        const bool softmax_all = spec.moe_gating == MoeGating::SoftmaxAll;
         RouterHostOut ho;
         if (single && host_router()) {
             ho.ids = D.rd_ids;
@@ -540,14 +540,14 @@ struct GpuSession::Impl {
         }
         // A decode step: the router product and its top-k in one launch (router_top_k), where it applies
         if (single && !replay &&
-            router_top_k(s, D.gate_inp, h, router, D.gate_inp_b, static_cast<int>(K), softmax_all, d_ids, d_w, d_margin,
+            router_top_k(s, D[T::ffn_gate_inp], h, router, D.f32(T::ffn_gate_inp_bias), static_cast<int>(K), softmax_all, d_ids, d_w, d_margin,
                          host_router() ? &ho : nullptr, d_route_counter))
             return;
-        matmul(s, D.gate_inp, h, c.n, E, router, X, nullptr, false, &gemm);
+        matmul(s, D[T::ffn_gate_inp], h, c.n, E, router, X, nullptr, false, &gemm);
         if (replay)
             NITRO_CUDA_CHECK(cudaMemcpyAsync(router, h_replay + il * c.n * X, static_cast<size_t>(c.n * X) * 4,
                                              cudaMemcpyHostToDevice, s));
-        top_k_route(s, router, D.gate_inp_b, c.n, X, static_cast<int>(K), softmax_all, d_ids, d_w, d_margin,
+        top_k_route(s, router, D.f32(T::ffn_gate_inp_bias), c.n, X, static_cast<int>(K), softmax_all, d_ids, d_w, d_margin,
                     single && host_router() ? &ho : nullptr);
         if (single) return;
         // Multi-token chunk: ids to the host when the CPU computes some experts or for route events

@@ -1,4 +1,4 @@
-#include "runtime/bench.h"
+#include "bench/bench.h"
 
 #include "arch/summary.h"
 #include "core/error.h"
@@ -110,22 +110,22 @@ PhaseTimes decode_weight_bytes(const Model& model) {
     };
     const double used = static_cast<double>(model.hp().n_expert_used) / static_cast<double>(model.hp().n_expert);
     for (const LayerWeights& L : model.layers()) {
-        add(Phase::AttnProj, L.wq);
-        add(Phase::AttnProj, L.wk);
-        add(Phase::AttnProj, L.wv);
-        add(Phase::AttnOut, L.wo);
-        add(Phase::SsmProj, L.wqkv);
-        add(Phase::SsmProj, L.wqkv_gate);
-        add(Phase::SsmProj, L.ssm_in);
-        add(Phase::SsmProj, L.ssm_ba);
-        add(Phase::SsmOut, L.ssm_out);
-        add(Phase::SharedExpert, L.gate_shexp);
-        add(Phase::SharedExpert, L.up_shexp);
-        add(Phase::SharedExpert, L.down_shexp);
-        add(Phase::Router, L.gate_inp);
-        add(Phase::ExpertGateUp, L.gate_exps, used);
-        add(Phase::ExpertGateUp, L.up_exps, used);
-        add(Phase::ExpertDown, L.down_exps, used);
+        add(Phase::AttnProj, L[TensorId::attn_q]);
+        add(Phase::AttnProj, L[TensorId::attn_k]);
+        add(Phase::AttnProj, L[TensorId::attn_v]);
+        add(Phase::AttnOut, L[TensorId::attn_output]);
+        add(Phase::SsmProj, L[TensorId::attn_qkv]);
+        add(Phase::SsmProj, L[TensorId::attn_gate]);
+        add(Phase::SsmProj, L[TensorId::ssm_in]);
+        add(Phase::SsmProj, L[TensorId::ssm_ba]);
+        add(Phase::SsmOut, L[TensorId::ssm_out]);
+        add(Phase::SharedExpert, L[TensorId::ffn_gate_shexp]);
+        add(Phase::SharedExpert, L[TensorId::ffn_up_shexp]);
+        add(Phase::SharedExpert, L[TensorId::ffn_down_shexp]);
+        add(Phase::Router, L[TensorId::ffn_gate_inp]);
+        add(Phase::ExpertGateUp, L[TensorId::ffn_gate_exps], used);
+        add(Phase::ExpertGateUp, L[TensorId::ffn_up_exps], used);
+        add(Phase::ExpertDown, L[TensorId::ffn_down_exps], used);
     }
     add(Phase::LmHead, &model.output());
     return b;
@@ -163,8 +163,6 @@ EngineBench bench_engine(const Model& model, const SessionOptions& so, int64_t n
 
 namespace {
 
-const float* f32(const GgufTensorInfo* t) { return t ? reinterpret_cast<const float*>(t->data) : nullptr; }
-
 /// Runs `step(i)` for i = 0, 1, ... until `seconds` have passed (at least `min_steps` steps)
 /// after one warm-up step; returns the seconds per step.
 template <class Step>
@@ -185,7 +183,7 @@ ExpertGemvBench bench_expert_gemv(const Model& model, cpu::ThreadPool& pool, int
     const ModelSpec spec = make_model_spec(model, so);
     std::vector<cpu::ExpertWeights> ex;
     for (const LayerWeights& L : model.layers())
-        ex.push_back({L.gate_exps, L.up_exps, L.down_exps, f32(L.gate_exps_b), f32(L.up_exps_b), f32(L.down_exps_b), spec.act});
+        ex.push_back(layer_experts(L, spec.act));
     std::mt19937 rng(3);
     std::normal_distribution<float> nd(0.f, 1.f);
     std::vector<float> h(static_cast<size_t>(tokens * E)), out(h.size());

@@ -1,4 +1,4 @@
-#include "runtime/bench_sweep.h"
+#include "bench/bench_sweep.h"
 
 #include "core/sha256.h"
 
@@ -6,7 +6,7 @@
 #include "core/mapped_file.h"
 #include "cpu/matmul.h"
 #include "quant/types.h"
-#include "runtime/bench.h"
+#include "bench/bench.h"
 #include "runtime/sampler.h"
 #include "trace/model_header.h"
 

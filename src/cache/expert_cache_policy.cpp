@@ -1,4 +1,4 @@
-#include "runtime/expert_cache_policy.h"
+#include "cache/expert_cache_policy.h"
 
 #include "core/error.h"
 

@@ -7,7 +7,7 @@
 // tests/cuda/test_adaptive.cpp on the GPU).
 //
 // Slots of a layer are static (the first n_static of the initial residents, from the plan: never
-// evicted) or adaptive (under an eviction policy of runtime/expert_cache_policy.h). A step is one
+// evicted) or adaptive (under an eviction policy of cache/expert_cache_policy.h). A step is one
 // decode token or one prompt chunk; the engine calls, per step:
 //
 //   begin_step(n_tokens)       copies that have landed flip their slot to ready; the snapshot of
@@ -38,7 +38,7 @@
 //     refresh_every = 0 freezes residency (no admission ever: bit-exact A/B runs).
 #pragma once
 
-#include "runtime/expert_cache_policy.h"
+#include "cache/expert_cache_policy.h"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -130,7 +130,7 @@ struct CacheCounters {
 };
 
 /// How admitted experts' bytes reach their slots. The engine's backend copies a pinned staging
-/// buffer into a VRAM slot on a copy stream (cuda/gpu_session.cpp); the simulator's lands every
+/// buffer into a VRAM slot on a copy stream (gpu/gpu_session.cpp); the simulator's lands every
 /// copy at once (InstantCopyBackend); tests inject delays and failures.
 class CopyBackend {
 public:

@@ -15,13 +15,15 @@
 //      (choose_victim) chosen only among cached experts NOT in S. No victim means no admission.
 // A policy may preload experts before the first step, pinned (static slots, never evicted) or not.
 // Static residency, static + adaptive splits and rate limits are built from these classes by the
-// runtime's ExpertCache (runtime/expert_cache.h), which owns the per-layer policy objects.
+// runtime's ExpertCache (cache/expert_cache.h), which owns the per-layer policy objects.
 //
 // The token path allocates nothing: all state is sized at construction (n_expert, capacity).
 // Not thread-safe: one object per layer, driven by one thread.
 #pragma once
 
-#include "runtime/expert_heap.h"
+#include "cache/expert_heap.h"
+
+#include "core/ids.h"
 
 #include <cstdint>
 #include <memory>
@@ -30,11 +32,6 @@
 #include <vector>
 
 namespace nitro {
-
-/// An expert index within one layer, 0 <= id < n_expert (n_expert < 65535).
-using ExpertId = uint16_t;
-/// "No expert": a free slot, or no victim.
-inline constexpr ExpertId kNoExpert = 0xFFFF;
 
 /// One admission decided during a step: `expert` goes into `slot`, replacing `evicted`
 /// (kNoExpert when the slot was free). The slot pool copies the expert's bytes into the slot.
@@ -56,7 +53,7 @@ struct StepOutcome {
 struct StepLimits {
     /// Experts the step also uses without requesting them (no recency tick, no admission): they
     /// may not be evicted in this step either. The runtime passes every expert a prompt chunk
-    /// computes here, while only its most selected ones are requested (runtime/expert_cache.h).
+    /// computes here, while only its most selected ones are requested (cache/expert_cache.h).
     std::span<const ExpertId> protect;
     /// At most this many admissions in the step; further misses count as refused_limit.
     int max_admissions = 1 << 30;

@@ -1,4 +1,4 @@
-#include "runtime/bench_requests.h"
+#include "bench/bench_requests.h"
 
 #include "core/error.h"
 #include "core/user_file.h"

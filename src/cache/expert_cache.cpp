@@ -1,4 +1,4 @@
-#include "runtime/expert_cache.h"
+#include "cache/expert_cache.h"
 
 #include "core/error.h"
 

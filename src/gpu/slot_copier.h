@@ -1,11 +1,11 @@
-// The GPU engine's copy backend for adaptive residency (runtime/expert_cache.h CopyBackend): a
+// The GPU engine's copy backend for adaptive residency (cache/expert_cache.h CopyBackend): a
 // bounded set of pinned, write-combined staging buffers (one expert each; never the whole model:
 // pinning tens of GB fails on real machines, ollama #11772) that the CPU fills while it computes an
 // admitted expert (cpu::moe_ffn's copy-on-compute), each copied into its VRAM slot on the copy
 // stream with an event per buffer; the ExpertCache flips the slot only once that event completed.
 #pragma once
 
-#include "runtime/expert_cache.h"
+#include "cache/expert_cache.h"
 
 #include <cuda_runtime.h>
 

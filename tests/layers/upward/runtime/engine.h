@@ -1,0 +1,2 @@
+// Part of the negative control of cmake/check_layers.cmake.
+#pragma once
