@@ -1,6 +1,6 @@
 #include "hub/download.h"
 
-#include "arch/summary.h"
+#include "core/text.h"
 #include "core/error.h"
 #include "core/sha256.h"
 #include "hub/hub_api.h"

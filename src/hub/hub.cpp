@@ -1,6 +1,6 @@
 #include "hub/hub.h"
 
-#include "arch/summary.h"
+#include "core/text.h"
 #include "core/error.h"
 #include "hub/download.h"
 #include "hub/hf_cache.h"

@@ -1,6 +1,6 @@
 #include "hub/progress.h"
 
-#include "arch/summary.h"
+#include "core/text.h"
 
 #include <fmt/format.h>
 
