@@ -1,6 +1,6 @@
 #include "server/live_stats.h"
 
-#include "runtime/expert_cache.h"
+#include "cache/expert_cache.h"
 #include "server/scheduler.h"
 
 #include <nlohmann/json.hpp>

@@ -4,7 +4,7 @@
 // hit rates and the CPU/GPU split from an engine's counters, the bounded history and its rates,
 // concurrent counting, and the wake-ups of the event streams.
 #include "core/error.h"
-#include "runtime/expert_cache.h"
+#include "cache/expert_cache.h"
 #include "runtime/generate.h"
 #include "runtime/model.h"
 #include "server/live_stats.h"
