@@ -466,8 +466,9 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
     size_t arena = 0;
     for (size_t il = 0; il < m.layers.size(); ++il) {
         const LayerWeights& L = model.layers()[il];
+        if (!L.moe()) continue;  // a dense FFN layer: no experts, no slots
         const size_t n = resident_of(il).size();
-        arena += pool_bytes(*L[TensorId::ffn_gate_exps], n) + pool_bytes(*L[TensorId::ffn_up_exps], n) + pool_bytes(*L[TensorId::ffn_down_exps], n);
+        for (TensorId t : {TensorId::ffn_gate_exps, TensorId::ffn_up_exps, TensorId::ffn_down_exps}) arena += pool_bytes(*L[t], n);
     }
     if (arena > 0) m.slot_arena = static_cast<uint8_t*>(ctx.alloc().alloc(arena, "expert slots"));
     uint8_t* at = m.slot_arena;
@@ -476,6 +477,14 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
         Impl::Layer& D = m.layers[il];
         const LayerWeights& L = model.layers()[il];
         const std::vector<int32_t>& res = resident_of(il);
+        D.h_slot_of.assign(static_cast<size_t>(m.X), -1);
+        D.on_gpu.assign(static_cast<size_t>(m.X), 0);
+        if (!L.moe()) {  // a dense FFN layer: nothing on the GPU, nothing on the CPU
+            D.n_slots = 0;
+            D.cpu_part = false;
+            std::copy(D.h_slot_of.begin(), D.h_slot_of.end(), m.h_slot_tables + il * static_cast<size_t>(m.X));
+            continue;
+        }
         // slot s holds expert res[s]; slot_of maps expert -> slot (-1: computed by the CPU)
         D.ex.gate = upload_slots(ring, pr, *L[TensorId::ffn_gate_exps], res, at, &D.ex.gate_stride);
         at += pool_bytes(*L[TensorId::ffn_gate_exps], res.size());
@@ -484,8 +493,6 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
         D.ex.down = upload_slots(ring, pr, *L[TensorId::ffn_down_exps], res, at, &D.ex.down_stride);
         at += pool_bytes(*L[TensorId::ffn_down_exps], res.size());
         D.n_slots = static_cast<int64_t>(res.size());
-        D.h_slot_of.assign(static_cast<size_t>(m.X), -1);
-        D.on_gpu.assign(static_cast<size_t>(m.X), 0);
         for (size_t sl = 0; sl < res.size(); ++sl) {
             D.h_slot_of[static_cast<size_t>(res[sl])] = static_cast<int32_t>(sl);
             D.on_gpu[static_cast<size_t>(res[sl])] = 1;
@@ -507,6 +514,11 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
     size_t buffer_bytes = 0;
     for (size_t il = 0; il < m.layers.size(); ++il) {
         LayerSlots ls;
+        if (!model.layers()[il].moe()) {  // a dense FFN layer: no experts
+            ls.n_expert = 0;
+            setup.layers.push_back(std::move(ls));
+            continue;
+        }
         ls.resident = resident_of(il);
         ls.capacity = static_cast<int>(ls.resident.size());
         ls.n_static = static_cast<int>(std::floor(ls.capacity * m.adapt.static_share + 1e-9));

@@ -511,19 +511,30 @@ struct GpuSession::Impl {
         mul_silu(s, ssm_core, ssm_z, c.n * vd);
         matmul(s, D[T::ssm_out], ssm_core, c.n, vd, x, E, nullptr, true, &gemm);
     }
+    /// down(silu(h gate) * h up) of the chunk's rows into `out` [n, E], or added to it (accumulate):
+    /// the shared expert's and a dense layer's FFN.
+    void swiglu_ffn(const DWeight& gate, const DWeight& up, const DWeight& down, int64_t n, int64_t F, float* out,
+                    bool accumulate) {
+        const GemmScratch* gs = &gemm;
+        matmul_same_input(s, {{&gate, sh_gate, F, nullptr}, {&up, sh_up, F, nullptr}}, h, n, E, gs, &hq);
+        swiglu(s, sh_gate, sh_up, n * F, sh_gate);
+        matmul(s, down, sh_gate, n, F, out, E, nullptr, accumulate, gs);
+    }
     void shared_expert(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
-        const GemmScratch* gs = &gemm;
-        const int64_t Fs = spec.n_ff_shexp;
-        matmul_same_input(s, {{&D[T::ffn_gate_shexp], sh_gate, Fs, nullptr}, {&D[T::ffn_up_shexp], sh_up, Fs, nullptr}}, h, c.n, E, gs, &hq);
-        swiglu(s, sh_gate, sh_up, c.n * Fs, sh_gate);
-        matmul(s, D[T::ffn_down_shexp], sh_gate, c.n, Fs, sh_down, E, nullptr, false, gs);
+        swiglu_ffn(D[T::ffn_gate_shexp], D[T::ffn_up_shexp], D[T::ffn_down_shexp], c.n, spec.n_ff_shexp, sh_down, false);
         shexp_gate_add(s, x, h, D.f32(T::ffn_gate_inp_shexp), sh_down, c.n, E);  // x += sigmoid(h . g) * ffn_shexp(h)
+    }
+    void ffn_dense(int il, const ChunkArgs& c) {  // x += down(silu(h gate) * h up)
+        const Layer& D = layers[static_cast<size_t>(il)];
+        swiglu_ffn(D[T::ffn_gate], D[T::ffn_up], D[T::ffn_down], c.n, spec.n_ff, x, true);
     }
     void ffn_norm(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
         // h in 8-bit blocks for the routed experts (the shared expert's, if no expert is resident)
-        const GgmlType next = D.n_slots > 0 || !spec.shared_expert ? D.ex.gate.type : D[T::ffn_gate_shexp].type;
+        const GgmlType next = spec.layers[static_cast<size_t>(il)].ffn == FfnKind::Dense ? D[T::ffn_gate].type
+                              : D.n_slots > 0 || !spec.shared_expert                   ? D.ex.gate.type
+                                                                                       : D[T::ffn_gate_shexp].type;
         norm_h(D.f32(T::ffn_norm), c.n, single && D.cpu_part ? D.rd_h : nullptr, next);
     }
     void route(int il, const ChunkArgs& c) {

@@ -4,7 +4,7 @@
 // is inside the ops (which device runs them, which experts are resident), never the order.
 //
 // Per layer (llama.cpp src/models/openai-moe-iswa.cpp, src/models/qwen3moe.cpp,
-// src/models/qwen3next.cpp):
+// src/models/qwen3next.cpp, src/models/glm4-moe.cpp):
 //   h = rms_norm(x) * attn_norm
 //   attention layer:
 //     q, k, v = h W_q, h W_k, h W_v (+ biases)       [gated: W_q gives q and an output gate g per head]
@@ -17,6 +17,7 @@
 //     o = gated delta rule over the chunk (state S per value head: S = decay S + k (beta (v - S^T k))^T, o = S^T q / sqrt(d))
 //     x += (rms_norm(o) * ssm_norm * silu(z)) W_out
 //   h = rms_norm(x) * ffn_norm
+//   dense FFN layer (DeepSeek's and GLM's leading layers): x += W_down(silu(h W_gate) * h W_up); else
 //   ids, weights = top-k of the router (h W_router + b)
 //   [x += sigmoid(h . w_shexp_gate) * shared_expert(h)]
 //   x += sum_j weights_j * expert_{ids_j}(h)        (resident experts + a partial sum from elsewhere)
@@ -65,6 +66,10 @@ void forward_layer(B& b, const ModelSpec& spec, int il, const ChunkArgs& c) {
         b.attn_out(il, c);             // x += (attn [* sigmoid(gate)]) W_o (+ b_o)
     }
     b.ffn_norm(il, c);                 // h = rms_norm(x) * ffn_norm
+    if (spec.layers[static_cast<size_t>(il)].ffn == FfnKind::Dense) {
+        b.ffn_dense(il, c);            // x += ffn_down(silu(h ffn_gate) * h ffn_up)
+        return;
+    }
     b.route(il, c);                    // router: expert ids and weights per token (+ route events)
     // The shared expert before the routed ones: a hybrid GPU computes it while the CPU works on
     // the non-resident experts (the router's result has gone to the CPU already).

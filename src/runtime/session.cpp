@@ -37,6 +37,7 @@ const char* phase_name(Phase p) {
         case Phase::ExpertDown: return "expert down";
         case Phase::MoeSum: return "expert sum";
         case Phase::SharedExpert: return "shared expert";
+        case Phase::DenseFfn: return "dense FFN";
         case Phase::LmHead: return "LM head";
         case Phase::Count: break;
     }
@@ -652,20 +653,37 @@ void Session::ssm_out(int il, const ChunkArgs& c) {
     mark(Phase::SsmOut);
 }
 
+void Session::swiglu_ffn(const GgufTensorInfo* gate, const GgufTensorInfo* up, const GgufTensorInfo* down, int64_t n, int64_t F,
+                         float* out) {
+    Scratch& s = *s_;
+    s.sh_gate.resize(static_cast<size_t>(n * F));
+    s.sh_up.resize(static_cast<size_t>(n * F));
+    const Proj gu[] = {{gate, s.sh_gate.data()}, {up, s.sh_up.data()}};
+    project(s.h.data(), n, spec_.n_embd, gu);
+    cpu::swiglu(s.sh_gate.data(), s.sh_up.data(), n * F, s.sh_gate.data());
+    const Proj dn[] = {{down, out}};
+    project(s.sh_gate.data(), n, F, dn);
+}
+
+void Session::ffn_dense(int il, const ChunkArgs& c) {
+    const LayerWeights& L = model_.layers()[static_cast<size_t>(il)];
+    Scratch& s = *s_;
+    const int64_t E = spec_.n_embd;
+    // llama.cpp build_ffn(LLM_FFN_SILU, LLM_FFN_PAR): x += down(silu(h W_gate) * h W_up).
+    s.proj.resize(static_cast<size_t>(c.n * E));
+    swiglu_ffn(L[T::ffn_gate], L[T::ffn_up], L[T::ffn_down], c.n, spec_.n_ff, s.proj.data());
+    for (int64_t i = 0; i < c.n; ++i) cpu::add(&s.x[i * E], &s.proj[i * E], E);
+    mark(Phase::DenseFfn);
+}
+
 void Session::shared_expert(int il, const ChunkArgs& c) {
     const LayerWeights& L = model_.layers()[static_cast<size_t>(il)];
     Scratch& s = *s_;
     const int64_t n = c.n, E = spec_.n_embd, F = spec_.n_ff_shexp;
     // llama.cpp qwen3next build_layer_ffn: ffn_shexp = down(silu(h W_gate) * h W_up), scaled by
     // sigmoid(h . ffn_gate_inp_shexp), added to the routed experts' output.
-    s.sh_gate.resize(static_cast<size_t>(n * F));
-    s.sh_up.resize(static_cast<size_t>(n * F));
-    const Proj gu[] = {{L[T::ffn_gate_shexp], s.sh_gate.data()}, {L[T::ffn_up_shexp], s.sh_up.data()}};
-    project(s.h.data(), n, E, gu);
-    cpu::swiglu(s.sh_gate.data(), s.sh_up.data(), n * F, s.sh_gate.data());
     s.proj.resize(static_cast<size_t>(n * E));
-    const Proj dn[] = {{L[T::ffn_down_shexp], s.proj.data()}};
-    project(s.sh_gate.data(), n, F, dn);
+    swiglu_ffn(L[T::ffn_gate_shexp], L[T::ffn_up_shexp], L[T::ffn_down_shexp], n, F, s.proj.data());
     const float* wg = f32(L[T::ffn_gate_inp_shexp]);
     for (int64_t i = 0; i < n; ++i) {
         const float* h = &s.h[i * E];

@@ -96,6 +96,7 @@ enum class Phase : int {
     ExpertDown,    ///< activation, ffn_down_exps products
     MoeSum,        ///< weighted sum of the experts' outputs and residual
     SharedExpert,  ///< the shared expert (gate/up/down) and its sigmoid gate
+    DenseFfn,      ///< the FFN of a layer without routed experts (gate/up/down)
     LmHead,        ///< output_norm and the output (LM head) product
     Count
 };
@@ -187,6 +188,11 @@ private:
     void delta_net(int il, const ChunkArgs& c);
     void ssm_out(int il, const ChunkArgs& c);
     void shared_expert(int il, const ChunkArgs& c);
+    void ffn_dense(int il, const ChunkArgs& c);
+    /// out = down(silu(h gate) * h up) for the chunk's n rows of h (F: the FFN width); the shared
+    /// expert's and a dense layer's FFN.
+    void swiglu_ffn(const GgufTensorInfo* gate, const GgufTensorInfo* up, const GgufTensorInfo* down, int64_t n, int64_t F,
+                    float* out);
     /// h = rms_norm(x) * w for the chunk's n rows.
     void norm_rows(const GgufTensorInfo* w, int64_t n);
     /// One weight and its output [n, w rows] for project().

@@ -57,10 +57,12 @@ TEST(TraceFormat, RecordSizeAndHeaderLayout) {
         w.close();
     }
     const std::vector<uint8_t> b = read_bytes(p);
-    // header: 40 + name 4 + 2 layers x 8 + checksum 8 = 68; chunk header 16; 1 record 24; end 24.
-    ASSERT_EQ(b.size(), 68u + 16 + 24 + 24);
+    // header: 40 + name 4 + 2 layers x (8 expert bytes + 4 expert count) + checksum 8 = 76; chunk
+    // header 16; 1 record 24; end 24.
+    ASSERT_EQ(b.size(), 76u + 16 + 24 + 24);
     EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "NMTR");
-    EXPECT_EQ(b[8], 68);                                   // header_size
+    EXPECT_EQ(b[4], 2);                                    // version
+    EXPECT_EQ(b[8], 76);                                   // header_size
     EXPECT_EQ(b[12], 2);                                   // n_layer
     EXPECT_EQ(b[16], 8);                                   // n_expert
     EXPECT_EQ(b[20], 2);                                   // n_expert_used
@@ -69,16 +71,18 @@ TEST(TraceFormat, RecordSizeAndHeaderLayout) {
     EXPECT_EQ(b[32], 0xef);                                // model hash, little-endian
     EXPECT_EQ(std::string(b.begin() + 40, b.begin() + 44), "tiny");
     EXPECT_EQ(b[44] | (b[45] << 8), 1000);                 // layer 0 expert bytes
-    EXPECT_EQ(std::string(b.begin() + 68, b.begin() + 72), "NMCK");
-    EXPECT_EQ(b[72], 1);                                   // records in the chunk
-    const size_t r = 84;                                   // the record
+    EXPECT_EQ(b[60], 8);                                   // layer 0 routed experts (= n_expert)
+    EXPECT_EQ(b[64], 8);                                   // layer 1
+    EXPECT_EQ(std::string(b.begin() + 76, b.begin() + 80), "NMCK");
+    EXPECT_EQ(b[80], 1);                                   // records in the chunk
+    const size_t r = 92;                                   // the record
     EXPECT_EQ(b[r], 7);                                    // seq
     EXPECT_EQ(b[r + 8], 1);                                // layer
     EXPECT_EQ(b[r + 10], 1);                               // phase decode
     EXPECT_EQ(b[r + 11], 2);                               // n_used
     EXPECT_EQ(b[r + 12], 3);                               // first id
     EXPECT_EQ(b[r + 14], 5);                               // second id
-    EXPECT_EQ(std::string(b.begin() + 108, b.begin() + 112), "NMEN");
+    EXPECT_EQ(std::string(b.begin() + 116, b.begin() + 120), "NMEN");
     std::remove(p.c_str());
 }
 
@@ -110,6 +114,44 @@ TEST(TraceFormat, RoundTripKeepsEveryField) {
     EXPECT_EQ(r.weights, t.weights);
     EXPECT_TRUE(is_binary_trace(p));
     std::remove(p.c_str());
+}
+
+TEST(TraceFormat, LayersWithoutRoutedExpertsHaveNoRecords) {
+    // DeepSeek-style: layer 0 a dense FFN layer, layers 1 and 2 with 8 experts.
+    TraceHeader h = small_header(false);
+    h.n_layer = 3;
+    h.bytes_per_expert_per_layer = {0, 1000, 1000};
+    h.layer_n_expert = {0, 8, 8};
+    const std::string p = temp_path("dense.nmtr");
+    const ExpertId ids[2] = {3, 5};
+    {
+        TraceWriter w(p, h);
+        w.write({0, 0, TracePhase::Decode, 1, ids, {}});
+        w.write({0, 0, TracePhase::Decode, 2, ids, {}});
+        const std::string e = error_of([&] { w.write({0, 1, TracePhase::Decode, 0, ids, {}}); });
+        EXPECT_NE(e.find("layer 0 has no routed experts"), std::string::npos) << e;
+        w.close();
+    }
+    const Trace r = read_trace(p);
+    EXPECT_EQ(r.header.layer_n_expert, (std::vector<uint32_t>{0, 8, 8}));
+    EXPECT_EQ(r.header.experts_of(0), 0u);
+    EXPECT_EQ(r.header.experts_of(2), 8u);
+    EXPECT_EQ(r.size(), 2u);
+    // A header whose counts make no sense is refused.
+    h.layer_n_expert = {0, 0, 0};
+    EXPECT_NE(error_of([&] { h.validate("h"); }).find("no layer has routed experts"), std::string::npos);
+    h.layer_n_expert = {0, 9, 8};
+    EXPECT_NE(error_of([&] { h.validate("h"); }).find("layer 1 has 9 experts"), std::string::npos);
+    std::remove(p.c_str());
+}
+
+TEST(TraceFormat, Version1FilesAreStillRead) {
+    // bench/traces holds traces written as version 1 (every layer with n_expert experts).
+    const Trace t = read_trace(std::string(NITRO_SOURCE_DIR) + "/bench/traces/gpt-oss-20b.nmtr");
+    EXPECT_TRUE(t.header.layer_n_expert.empty());
+    EXPECT_EQ(t.header.n_layer, 24u);
+    for (uint32_t l = 0; l < t.header.n_layer; ++l) EXPECT_EQ(t.header.experts_of(l), t.header.n_expert);
+    EXPECT_GT(t.size(), 0u);
 }
 
 TEST(TraceCapture, EngineStyleWritesPrefillBlocksAndDecodeTokens) {
