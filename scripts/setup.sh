@@ -6,11 +6,12 @@ cd "$(dirname "$0")/.."
 
 # Debian packages (see README "Dependencies" for what each is for).
 PKGS=(build-essential cmake ninja-build pkg-config git
-      nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev libpcre2-dev libcpp-httplib-dev libssl-dev
+      nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev libpcre2-dev libcpp-httplib-dev libssl-dev libcurl4-openssl-dev
       nodejs curl
       libgtest-dev libgmock-dev libbenchmark-dev
       clang libclang-rt-14-dev
-      qemu-user binutils)
+      qemu-user binutils
+      chromium)
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 missing=()
@@ -40,6 +41,12 @@ if ! (cd tools/peer && npm ls --omit=optional >/dev/null 2>&1); then
 fi
 # The server's client tests (tests/server) use the OpenAI Node SDK pinned in their own lockfile.
 npm ci --prefix tests/server --no-audit --no-fund --loglevel=error
+# The model download tests (tests/hub) use the official Hugging Face JS client, pinned in their own
+# lockfile, as the peer that reads and writes the same cache.
+npm ci --prefix tests/hub --no-audit --no-fund --loglevel=error
+# The web page's browser test (tests/web) drives Debian's chromium (above) with puppeteer-core,
+# pinned in its lockfile; puppeteer-core downloads no browser.
+npm ci --prefix tests/web --no-audit --no-fund --loglevel=error
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${NITRO_CMAKE_ARGS:-}
 cmake --build build -j"$(nproc)"

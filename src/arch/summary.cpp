@@ -10,14 +10,6 @@
 
 namespace nitro {
 
-std::string format_bytes(uint64_t n) {
-    const double d = static_cast<double>(n);
-    if (n >= (1ull << 30)) return fmt::format("{:.2f} GiB", d / (1ull << 30));
-    if (n >= (1ull << 20)) return fmt::format("{:.2f} MiB", d / (1ull << 20));
-    if (n >= (1ull << 10)) return fmt::format("{:.2f} KiB", d / (1ull << 10));
-    return fmt::format("{} B", n);
-}
-
 ModelSummary summarize_model(const GgufModel& model) {
     ModelSummary s;
     const auto& m = model.metadata();

@@ -4,6 +4,7 @@
 
 #include "arch/arch.h"
 #include "arch/hparams.h"
+#include "core/text.h"
 #include "gguf/gguf.h"
 
 #include <map>
@@ -55,7 +56,5 @@ nlohmann::json summary_to_json(const ModelSummary& s);
 /// The summary as aligned, human-readable text; every figure carries its unit.
 std::string summary_to_text(const ModelSummary& s);
 
-/// "1.23 GiB" style sizes (binary units).
-std::string format_bytes(uint64_t n);
 
 }  // namespace nitro

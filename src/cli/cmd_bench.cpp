@@ -4,6 +4,7 @@
 #include "arch/summary.h"
 #include "cli/bench_sweep_cli.h"
 #include "cli/commands.h"
+#include "cli/hf_option.h"
 #include "cli/memory_options.h"
 #include "cli/validators.h"
 #include "core/error.h"
@@ -74,6 +75,7 @@ Action add_bench(CLI::App& app) {
         MemoryFlags mem;
         BenchSweepOptions sweep;
         std::string vram_budgets;
+        std::string hf;
     };
     auto o = std::make_shared<Opts>();
     CLI::App* sub = app.add_subcommand(
@@ -81,6 +83,7 @@ Action add_bench(CLI::App& app) {
     // Required except with -o DIR --render-only, which reads no model (checked in the action: CLI11's
     // required() cannot depend on another flag).
     sub->add_option("-m,--model", o->model, "GGUF model (required, except with -o DIR --render-only)");
+    add_hf_option(sub, o->hf);
     sub->add_flag("--cpu", o->cpu, "Benchmark the CPU engine (the default)");
     sub->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens")->capture_default_str()->check(integer_at_least(1));
     sub->add_option("-n,--n-gen", o->n_gen, "Generated tokens")->capture_default_str()->check(integer_at_least(1));
@@ -174,8 +177,9 @@ Action add_bench(CLI::App& app) {
                     "Sweep with --requests: seconds a request, or the start of a nitro serve, may take")
         ->capture_default_str();
     return [o, ctx_opt]() {
+        if (!o->sweep.render_only) resolve_hf_model(o->hf, o->model);
         if (o->model.empty() && !o->sweep.render_only)
-            fail("nitro bench: -m/--model is required (a GGUF model; only -o DIR --render-only runs without one)");
+            fail("nitro bench: -m/--model or -hf is required (a GGUF model; only -o DIR --render-only runs without one)");
         warn_threads_over_hardware(o->threads);
         apply_memory_flags(o->mem);
         cpu::set_prefetch_bytes(o->prefetch_bytes);

@@ -4,6 +4,7 @@
 #include "arch/synth.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/hf_option.h"
 #include "cli/validators.h"
 #include "core/error.h"
 #include "runtime/model.h"
@@ -22,7 +23,7 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 struct PlanCli {
-    std::string model, synth;
+    std::string model, synth, hf;
     SessionOptions session;
     EngineCli engine;
     double dram_gbps = 50.0;
@@ -47,7 +48,7 @@ ModelLayout synth_from_arg(const std::string& arg, const SessionOptions& so) {
 }
 
 int run_plan(const PlanCli& o) {
-    if (o.model.empty() == o.synth.empty()) fail("nitro plan: give a model (-m FILE) or a preset (--synth ARCH:PRESET[:TYPE]), one of them");
+    if (o.model.empty() == o.synth.empty()) fail("nitro plan: give a model (-m FILE or -hf REPO) or a preset (--synth ARCH:PRESET[:TYPE]), one of them");
     std::unique_ptr<Model> model;
     ModelLayout layout;
     if (!o.model.empty()) {
@@ -132,6 +133,7 @@ Action add_plan(CLI::App& app) {
     auto o = std::make_shared<PlanCli>();
     CLI::App* sub = app.add_subcommand("plan", "Where every tensor and expert would live for a VRAM budget (no GPU needed)");
     sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model)")->envname("NITRO_MODEL");
+    add_hf_option(sub, o->hf);
     sub->add_option("--synth", o->synth, "Plan a synth preset's shape instead of a file: ARCH:PRESET[:TYPE], e.g. gpt-oss:gpt-oss-120b");
     sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str();
     sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk")->capture_default_str();
@@ -146,7 +148,11 @@ Action add_plan(CLI::App& app) {
         ->check(number_in(0.0, 1.0e7));
     sub->add_flag("--layers", o->layers, "List the resident expert ids of every layer");
     sub->add_flag("--json", o->json, "Print the plan as JSON");
-    return [o]() { return run_plan(*o); };
+    return [o]() {
+        if (!o->hf.empty() && !o->synth.empty()) fail("nitro plan: -hf and --synth name two models: give one of them");
+        resolve_hf_model(o->hf, o->model);
+        return run_plan(*o);
+    };
 }
 
 }  // namespace nitro::cli

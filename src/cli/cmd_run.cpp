@@ -1,6 +1,7 @@
 // nitro run -m MODEL [-p TEXT | -f FILE | --prompt-ids 1,2,3] [-n N] [sampling] [--json --n-probs K --echo]
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/hf_option.h"
 #include "cli/memory_options.h"
 #include "cli/validators.h"
 #include "core/error.h"
@@ -52,8 +53,10 @@ Action add_run(CLI::App& app) {
     auto json = std::make_shared<bool>(false);
     auto eng = std::make_shared<EngineCli>();
     auto prompt_ids = std::make_shared<std::vector<std::string>>();
+    auto hf = std::make_shared<std::string>();
     CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt (on the CPU, the GPU, or both: --mode)");
     sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model); default: the embedded models/tiny-moe-pystd.gguf")->envname("NITRO_MODEL");
+    add_hf_option(sub, *hf);
     sub->add_option("-p,--prompt", o->prompt, "Prompt text");
     sub->add_option("-f,--file", o->prompt_file, "Read the prompt from this file");
     sub->add_option("--prompt-ids", *prompt_ids, "Prompt as token ids, comma-separated (no tokenization)");
@@ -90,9 +93,10 @@ Action add_run(CLI::App& app) {
     sub->add_flag("--echo", o->echo, "With --json --n-probs: also the top-K after every prompt position (prompt_probs)");
     auto mem = std::make_shared<MemoryFlags>();
     add_memory_flags(sub, *mem);
-    return [o, json, eng, mem, prompt_ids, ctx_opt]() {
+    return [o, json, eng, mem, prompt_ids, ctx_opt, hf]() {
         warn_threads_over_hardware(o->session.n_threads);
         o->prompt_ids = parse_prompt_ids(*prompt_ids);
+        resolve_hf_model(*hf, o->model);
         o->ctx_given = ctx_opt->count() > 0;
         apply_memory_flags(*mem);
         const bool verbose = o->gpu.verbose;

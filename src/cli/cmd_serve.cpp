@@ -3,6 +3,7 @@
 #include "arch/summary.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/hf_option.h"
 #include "cli/memory_options.h"
 #include "cli/validators.h"
 #include "core/error.h"
@@ -202,8 +203,10 @@ int serve(const ServeOptions& opts) {
 
 Action add_serve(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
+    auto hf = std::make_shared<std::string>();
     CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat/completions, completions, models, metrics)");
     sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model); default: the embedded models/tiny-moe-pystd.gguf")->envname("NITRO_MODEL");
+    add_hf_option(sub, *hf);
     sub->add_option("--host", o->http.host, "Address to listen on")->capture_default_str()->envname("NITRO_HOST");
     sub->add_option("--port", o->http.port, "Port to listen on (0 = any free port, printed at startup)")
         ->check(CLI::Range(0, 65535))
@@ -268,11 +271,12 @@ Action add_serve(CLI::App& app) {
     sub->add_flag("--no-prefault", o->no_prefault, "Do not read the weights at startup (pages load on first use)");
     auto mem = std::make_shared<MemoryFlags>();
     add_memory_flags(sub, *mem);
-    return [o, mem, ctx_opt, key_opt]() {
+    return [o, mem, ctx_opt, key_opt, hf]() {
         o->api_key_given = key_opt->count() > 0;
         o->ctx_given = ctx_opt->count() > 0;
         warn_threads_over_hardware(o->session.n_threads);
         apply_memory_flags(*mem);
+        resolve_hf_model(*hf, o->model);
         return serve(*o);
     };
 }

@@ -25,5 +25,7 @@ Action add_convert(CLI::App& app);
 Action add_serve(CLI::App& app);
 /// `nitro plan`: the placement of a model for a VRAM budget, without a GPU (docs/hybrid.md).
 Action add_plan(CLI::App& app);
+/// `nitro pull`: download a GGUF model from Hugging Face into its cache (docs/models.md).
+Action add_pull(CLI::App& app);
 
 }  // namespace nitro::cli

@@ -75,12 +75,14 @@ int main(int argc, char** argv) {
     add(nitro::cli::add_convert);
     add(nitro::cli::add_serve);
     add(nitro::cli::add_plan);
+    add(nitro::cli::add_pull);
 
-    // llama.cpp spells --override-tensor "-ot" (a two-letter short option, which CLI11 cannot
-    // declare): accept it as that.
+    // llama.cpp spells --override-tensor "-ot" and --hf-repo "-hf" (two-letter short options, which
+    // CLI11 cannot declare): accept them as that.
     std::vector<std::string> args(argv, argv + argc);
     for (auto& a : args)
         if (a == "-ot") a = "--override-tensor";
+        else if (a == "-hf") a = "--hf-repo";
     std::vector<char*> argv2;
     for (auto& a : args) argv2.push_back(a.data());
     try {

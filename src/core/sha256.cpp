@@ -10,10 +10,10 @@ namespace nitro {
 
 namespace {
 
-using Ctx = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
+using EvpCtx = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
 
-Ctx start() {
-    Ctx c(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+EvpCtx start() {
+    EvpCtx c(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
     if (!c || EVP_DigestInit_ex(c.get(), EVP_sha256(), nullptr) != 1) fail("sha256: libcrypto could not start a digest");
     return c;
 }
@@ -33,8 +33,27 @@ std::string finish(EVP_MD_CTX* c) {
 
 }  // namespace
 
+struct Sha256::Ctx {
+    EvpCtx c = start();
+};
+
+Sha256::Sha256() : ctx_(std::make_unique<Ctx>()) {}
+Sha256::~Sha256() = default;
+Sha256::Sha256(Sha256&&) noexcept = default;
+Sha256& Sha256::operator=(Sha256&&) noexcept = default;
+
+void Sha256::update(const void* p, size_t n) {
+    if (EVP_DigestUpdate(ctx_->c.get(), p, n) != 1) fail("sha256: libcrypto failed on {} bytes", n);
+}
+
+std::string Sha256::hex_digest() {
+    std::string s = finish(ctx_->c.get());
+    ctx_->c = start();
+    return s;
+}
+
 std::string sha256_hex(const void* p, size_t n) {
-    Ctx c = start();
+    EvpCtx c = start();
     if (EVP_DigestUpdate(c.get(), p, n) != 1) fail("sha256: libcrypto failed on {} bytes", n);
     return finish(c.get());
 }

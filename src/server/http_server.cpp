@@ -7,6 +7,7 @@
 #include "server/http_guard.h"
 #include "server/http_pool.h"
 #include "server/openai_schema.h"
+#include "server/web_ui.h"
 
 #include <httplib.h>
 
@@ -325,9 +326,10 @@ struct HttpServer::Impl {
                     "context_length_exceeded");
     }
 
-    /// The Host check (without an API key) and the API key (with one); /health needs neither.
+    /// The Host check (without an API key) and the API key (with one); /health and the web page's
+    /// files (web_ui.h: a browser cannot send a key when it navigates) need neither.
     std::optional<ApiError> check_access(const httplib::Request& req) const {
-        if (req.path == "/health") return std::nullopt;
+        if (req.path == "/health" || is_web_page_path(req.path)) return std::nullopt;
         if (opt.api_key.empty()) {
             const std::string host = req.get_header_value("Host");
             if (host_allowed(host, opt.host, opt.allowed_hosts)) return std::nullopt;
@@ -596,7 +598,8 @@ struct HttpServer::Impl {
             if (req.method == "POST" && is_generation_path(req.path)) return httplib::Server::HandlerResponse::Unhandled;
             std::optional<ApiError> e = check_access(req);
             if (!e && framing.has_body()) {
-                const bool known = req.path == "/health" || req.path == "/metrics" || req.path.starts_with("/v1/models");
+                const bool known = req.path == "/health" || req.path == "/metrics" || req.path.starts_with("/v1/models") ||
+                                   req.path.starts_with("/v1/nitro/") || is_web_page_path(req.path);
                 e = known ? client_error(400, fmt::format("{} {} takes no request body.", req.method, req.path), "unexpected_body")
                           : client_error(404, fmt::format("Unknown endpoint: {} {}", req.method, req.path), "unknown_url");
             }
@@ -670,6 +673,7 @@ struct HttpServer::Impl {
         svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
             res.set_content(ctx.metrics->render(), "text/plain; version=0.0.4");
         });
+        add_web_routes(svr, WebRoutesContext{ctx.scheduler, ctx.metrics, opt.model_id});  // GET /, /web/*, /v1/nitro/*
     }
 };
 

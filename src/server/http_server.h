@@ -2,7 +2,7 @@
 // limits, SSE streaming, client-disconnect detection, and errors in OpenAI's shape.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/ID], GET /health,
-// GET /metrics. Each generation request is validated and tokenized on its HTTP thread (so a bad
+// GET /metrics, and the web page with its live statistics (server/web_ui.h). Each generation request is validated and tokenized on its HTTP thread (so a bad
 // request never waits in the queue), then submitted to the Scheduler; the HTTP thread relays the
 // response builder's chunks (SSE) or waits for the whole body, watching the client's socket: when
 // the client goes away the job is cancelled (dropped from the queue, or stopped at the next prompt

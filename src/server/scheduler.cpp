@@ -99,15 +99,35 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
         slots_.push_back(std::make_unique<Slot>());
         slots_.back()->seq = i;
     }
+    // Routing goes to the trace file (--trace) and to the live statistics of the web page, which
+    // count it only where the router's output reaches the host anyway (LiveStats::wants_routes).
+    LiveShape shape;
+    shape.n_layer = static_cast<int>(model.hp().n_layer);
+    shape.n_expert = static_cast<int>(model.hp().n_expert);
+    shape.n_expert_used = static_cast<int>(model.hp().n_expert_used);
+    for (const auto& l : model.layers()) shape.moe_layer.push_back(l.gate_inp != nullptr);
+    live_ = std::make_unique<LiveStats>(std::move(shape));
+    std::function<void(const RouteEvent&)> write_trace;
     if (!opt.trace_path.empty()) {
         trace_ = std::make_unique<TraceWriter>(opt.trace_path, trace_header_from_model(model.gguf(), true));
         // Trace sequence = request number: the job running in the event's slot (read in the worker,
         // which also admits jobs).
-        capture_routes(*session_, *trace_, [this](const RouteEvent& e) {
+        write_trace = route_record_writer(*trace_, [this](const RouteEvent& e) {
             const Slot& s = *slots_[static_cast<size_t>(e.seq)];
             return static_cast<uint32_t>(s.job ? s.job->id : 0);
         });
     }
+    // (With --trace the routing reaches the host anyway, so it is counted on every engine.)
+    if (write_trace || LiveStats::wants_routes(*session_)) {
+        LiveStats* live = live_.get();
+        const bool ok = session_->set_route_callback([write_trace, live](const RouteEvent& e) {
+            if (write_trace) write_trace(e);
+            live->on_route(e);
+        });
+        if (!ok && write_trace) fail("--trace: routing capture is not available with this engine ({})", session_->describe());
+        live_->set_routing(ok);
+    }
+    publish_live();
     // Slots and batches in /metrics.
     metrics_.add_collector([this](std::string& out) {
         int64_t busy = 0;
@@ -271,6 +291,7 @@ void Scheduler::stop() {
         cv_.notify_all();
     }
     for (auto& j : left) j->sink->on_finish(FinishCause::CANCELLED, JobStats{}, "the server is shutting down");
+    live_->close();  // ends the web page's event streams
     if (thread_.joinable()) thread_.join();
     if (trace_) {
         trace_->close();
@@ -458,6 +479,7 @@ void Scheduler::step() {
         room -= n;
     }
     if (parts.empty()) return;
+    const auto t_step = Clock::now();
     try {
         session_->eval_batch(SeqBatch{batch_tokens_, batch_seq_, batch_logits_}, batch_out_);
     } catch (const std::exception& e) {
@@ -470,6 +492,7 @@ void Scheduler::step() {
         }
         return;
     }
+    live_->on_step(n_decode, batch_tokens_.size() - n_decode, std::chrono::duration<double>(Clock::now() - t_step).count());
     steps_++;
     if (batch_tokens_.size() - n_decode > n_ubatch) group_steps_++;
     decode_rows_ += n_decode;
@@ -510,6 +533,13 @@ void Scheduler::step() {
             ++out;
         }
     }
+    if (live_->due()) publish_live();
+}
+
+void Scheduler::publish_live() {
+    slot_loads_.resize(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i) slot_loads_[i] = SlotLoad{slots_[i]->job != nullptr, slots_[i]->n_cached.load()};
+    live_->publish(*session_, slot_loads_, n_ctx_);
 }
 
 void Scheduler::finish(Slot& slot, FinishCause cause, const std::string& error) {
@@ -537,6 +567,11 @@ void Scheduler::finish(Slot& slot, FinishCause cause, const std::string& error) 
     }
     std::shared_ptr<Job> job = std::move(slot.job);
     slot.clear_job();
+    live_->on_finish(st, cause == FinishCause::CANCELLED ? "cancelled"
+                         : cause == FinishCause::ERROR   ? "error"
+                         : cause == FinishCause::LENGTH  ? "length"
+                                                         : "stop");
+    publish_live();
     job->sink->on_finish(cause, st, error);
 }
 

@@ -30,6 +30,7 @@
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "runtime/token_constraint.h"
+#include "server/live_stats.h"
 #include "server/metrics.h"
 
 #include <atomic>
@@ -145,6 +146,8 @@ public:
     /// What runs where (the engine's own description).
     std::string placement() const { return session_->describe(); }
     size_t queue_length() const;
+    /// Live statistics for the web page and /v1/nitro/* (server/live_stats.h); closed by stop().
+    const LiveStats& live() const { return *live_; }
 
 private:
     struct Slot;
@@ -157,6 +160,8 @@ private:
     /// Samples and emits the token of a slot whose logits are fresh; false if the job finished.
     bool emit(Slot& slot);
     void finish(Slot& slot, FinishCause cause, const std::string& error = "");
+    /// Hands live_ a new snapshot (the slots' K/V use, the engine's counters and residency).
+    void publish_live();
     /// Longest prefix of `prompt` whose cached K/V (`cached`) may be kept (see the SWA note in the .cpp).
     int64_t reusable_prefix(const std::vector<int32_t>& cached, const std::vector<int32_t>& prompt) const;
 
@@ -168,6 +173,8 @@ private:
     ExpertCounters experts_;
     std::unique_ptr<Engine> session_;
     std::unique_ptr<TraceWriter> trace_;
+    std::unique_ptr<LiveStats> live_;
+    std::vector<SlotLoad> slot_loads_;  ///< publish_live's buffer
     int64_t n_ctx_ = 0;
     int64_t max_rewind_ = 0;           ///< most tokens a truncation may drop (SWA ring bound)
     std::vector<std::unique_ptr<Slot>> slots_;  ///< slot i uses engine sequence i

@@ -191,7 +191,7 @@ TEST(CliErrors, BenchRenderOnlyNeedsNoModelButOtherRunsDo) {
     EXPECT_TRUE(has(r.out, "error: --render-only: " + dir + "/records.jsonl does not exist")) << r.out;
     r = nitro_cli("bench -p 4 -n 2");
     EXPECT_EQ(r.status, 1) << r.out;
-    EXPECT_TRUE(has(r.out, "error: nitro bench: -m/--model is required")) << r.out;
+    EXPECT_TRUE(has(r.out, "error: nitro bench: -m/--model or -hf is required")) << r.out;
 }
 
 TEST(CliErrors, RunSamplingFlagsHaveTheServersBounds) {
