@@ -16,7 +16,7 @@
 #include "gpu/slot_copier.h"
 #include "runtime/forward.h"
 #include "runtime/prefill_cost.h"
-#include "runtime/route_replay.h"
+#include "runtime/sequence_engine.h"
 
 #include <cuda_runtime.h>
 
@@ -101,24 +101,13 @@ struct GpuSession::Impl {
     float* rstate = nullptr;
     int64_t rstate_floats = 0;
     int n_seq = 1;
-    // Prefix reuse with a recurrent state (as runtime/session.h seq_truncate), per sequence: the
-    // tokens held and host snapshots of its state after multi-token evaluations, newest last.
-    std::vector<std::vector<int32_t>> history;  ///< [n_seq]
-    struct Snapshot {
-        int64_t pos;
-        std::vector<float> state;
-    };
-    std::vector<std::vector<Snapshot>> snapshots;  ///< [n_seq]
-    int n_snapshots = 4;
     cudaStream_t compute = nullptr;  ///< the compute stream (non-blocking: state copies are ordered on it)
     float* seq_state(int q) const { return rstate + static_cast<int64_t>(q) * rstate_floats; }
-    /// Sequence q: zero state, no history, no snapshots (a fresh sequence).
+    /// Sequence q's recurrent state zeroed (a fresh sequence).
     void reset_recurrent(int q) {
         if (!rstate) return;
         NITRO_CUDA_CHECK(cudaMemsetAsync(seq_state(q), 0, static_cast<size_t>(rstate_floats) * 4, compute));
         NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
-        history[static_cast<size_t>(q)].clear();
-        snapshots[static_cast<size_t>(q)].clear();
     }
     /// Copies sequence q's recurrent state to / from host memory (stream-ordered, then synchronised).
     void state_to_host(int q, std::vector<float>& out) {
@@ -133,10 +122,7 @@ struct GpuSession::Impl {
     /// The chunk's rows grouped by sequence: group g is rows [off, off + n) of the chunk, all of
     /// sequence seq at positions pos0 .. pos0 + n - 1 (d_pos[g] holds pos0 on the device). Attention,
     /// the K/V store, RoPE and the DeltaNet recurrence run per group; every other op over all rows.
-    struct Group {
-        int seq = 0;
-        int64_t off = 0, n = 0, pos0 = 0;
-    };
+    using Group = SeqGroup;
     std::vector<Group> groups;
     std::vector<int64_t> row_pos;  ///< [n] position of each row of the chunk (route events)
     std::vector<int32_t> row_seq;  ///< [n] sequence of each row
@@ -197,7 +183,7 @@ struct GpuSession::Impl {
     // Benchmark-only routing replay (runtime/route_replay.h): eval() fills h_replay with the
     // replay's router logits [n_layer, rows, X] before it launches a chunk; route() copies layer
     // il's rows over the router's own logits (a memcpy node in the decode graph).
-    std::shared_ptr<RouteReplay> replay;
+    const SequenceEngine* replay = nullptr;  ///< the engine while it replays routing (its replay_logits), else null
     float* h_replay = nullptr;
 
     // Prompt chunks of the hybrid (gpu_session_prompt.cpp, docs/hybrid.md "Prompts"): experts

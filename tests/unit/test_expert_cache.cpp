@@ -381,11 +381,11 @@ TEST(ExpertCache, LiveRoutingOfTheEngineEqualsTheSimulatorsReplayOfItsTrace) {
     TraceWriter writer(trace, trace_header_from_model(model.gguf(), true));
     auto record = route_record_writer(writer, [](const RouteEvent&) { return 0u; });
     std::vector<std::vector<int32_t>> layer_ids(static_cast<size_t>(L));
-    s.on_route = [&](const RouteEvent& e) {
+    s.set_route_callback([&](const RouteEvent& e) {
         record(e);
         auto& v = layer_ids[static_cast<size_t>(e.layer)];
         v.insert(v.end(), e.experts.begin(), e.experts.end());
-    };
+    });
     auto step = [&](std::span<const int32_t> toks) {
         for (auto& v : layer_ids) v.clear();
         std::vector<float> logits;
@@ -409,7 +409,7 @@ TEST(ExpertCache, LiveRoutingOfTheEngineEqualsTheSimulatorsReplayOfItsTrace) {
         tok = step(std::span<const int32_t>(prompt.data() + i, n));
     }
     for (int i = 0; i < 40; ++i) tok = step(std::span<const int32_t>(&tok, 1));
-    s.on_route = nullptr;
+    s.set_route_callback(nullptr);
     writer.close();
 
     const ReplayTrace rt = make_replay_trace(read_trace(trace));

@@ -268,23 +268,23 @@ TEST(TraceValidation, EverySingleBitFlipIsRejected) {
 TEST(TraceValidation, ErrorNamesTheOffsetOfTheFirstBadRecord) {
     const std::string p = make_valid_file("offset.nmtr");
     std::vector<uint8_t> b = read_bytes(p);
-    // header 40 + 4 ("tiny") + 16 + 8 = 68; chunk 0 header at 68, records at 84, 24 bytes each;
-    // chunk 1 header at 84 + 5*24 = 204, its records at 220. Record 7 = chunk 1's third record,
-    // at 220 + 2*24 = 268; its first id is at +12.
-    const size_t rec7 = 268;
+    // header 40 + 4 ("tiny") + 2 layers x 12 + 8 = 76; chunk 0 header at 76, records at 92, 24
+    // bytes each; chunk 1 header at 92 + 5*24 = 212, its records at 228. Record 7 = chunk 1's third
+    // record, at 228 + 2*24 = 276; its first id is at +12.
+    const size_t rec7 = 276;
     b[rec7 + 12] = 200;  // expert id 200 >= 8
     b[rec7 + 13] = 0;
     const std::string q = temp_path("offset_bad.nmtr");
     write_bytes(q, b);
     const std::string msg = error_of([&] { read_trace(q); });
-    EXPECT_NE(msg.find("offset 268: record 7: expert id 200 >= n_expert 8"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("offset 276: record 7: expert id 200 >= n_expert 8"), std::string::npos) << msg;
     // A change that keeps every record valid is caught by the chunk checksum, and the message
     // names the chunk and its first record.
     b = read_bytes(p);
     b[rec7 + 16] ^= 0x01;  // lowest mantissa bit of the first weight: still a valid weight
     write_bytes(q, b);
     const std::string msg2 = error_of([&] { read_trace(q); });
-    EXPECT_NE(msg2.find("offset 204: chunk checksum mismatch in records 5..9 (first record at offset 220)"),
+    EXPECT_NE(msg2.find("offset 212: chunk checksum mismatch in records 5..9 (first record at offset 228)"),
               std::string::npos)
         << msg2;
     std::remove(p.c_str());
