@@ -57,6 +57,9 @@ enum class TensorId : uint8_t {
     ffn_gate_shexp,      ///< [n_embd, n_ff_shexp]
     ffn_up_shexp,        ///< [n_embd, n_ff_shexp]
     ffn_down_shexp,      ///< [n_ff_shexp, n_embd]
+    ffn_gate,            ///< [n_embd, n_ff] a dense FFN layer (no routed experts)
+    ffn_up,              ///< [n_embd, n_ff]
+    ffn_down,            ///< [n_ff, n_embd]
     attn_qkv,            ///< [n_embd, conv_dim] Gated DeltaNet q|k|v
     attn_gate,           ///< [n_embd, value_dim] Gated DeltaNet output gate z
     ssm_in,              ///< [n_embd, conv_dim + value_dim] older qwen3next files: q|k|v|z per key head

@@ -1,6 +1,6 @@
 // Measurements behind `nitro bench`: host memory read bandwidth, prompt/decode tok/s of the CPU
 // engine, the achieved bandwidth of the expert products (the decode floor is bytes of the
-// selected experts per token / memory read bandwidth; DESIGN.md point 5), the expert kernels per
+// selected experts per token / memory read bandwidth; docs/architecture.md, "Principles"), the expert kernels per
 // weight type and ISA level against the read probe, and page faults.
 #pragma once
 

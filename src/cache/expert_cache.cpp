@@ -60,7 +60,8 @@ std::unique_ptr<ExpertCachePolicy> make_eviction_policy(const std::string& name,
 nlohmann::json setup_to_json(const CacheSetup& s) {
     nlohmann::json layers = nlohmann::json::array();
     for (const LayerSlots& l : s.layers)
-        layers.push_back({{"resident", l.resident},
+        layers.push_back({{"n_expert", l.n_expert},
+                          {"resident", l.resident},
                           {"capacity", l.capacity < 0 ? static_cast<int>(l.resident.size()) : l.capacity},
                           {"n_static", l.n_static},
                           {"expert_bytes", l.expert_bytes}});
@@ -94,6 +95,7 @@ CacheSetup setup_from_json(const nlohmann::json& j) {
         for (size_t i = 0; i < ls.size(); ++i) {
             const std::string where = fmt::format("layers[{}]", i);
             LayerSlots l;
+            l.n_expert = ls[i].value("n_expert", -1);  // (absent in setups written before layers could lack experts)
             l.resident = need(ls[i], "resident", where).get<std::vector<int32_t>>();
             l.capacity = need(ls[i], "capacity", where).get<int>();
             l.n_static = need(ls[i], "n_static", where).get<int>();
@@ -124,6 +126,7 @@ void CacheCounters::add(const CacheCounters& o) {
 // The cache
 
 struct ExpertCache::Layer {
+    int n_expert = 0;                    // the layer's routed experts (0: a dense FFN layer)
     std::unique_ptr<ExpertCachePolicy> policy;
     int capacity = 0;
     uint64_t expert_bytes = 0;
@@ -154,21 +157,28 @@ ExpertCache::ExpertCache(std::vector<LayerSlots> layers, int n_expert, int n_exp
     for (size_t il = 0; il < layers.size(); ++il) {
         LayerSlots& ls = layers[il];
         auto L = std::make_unique<Layer>();
+        L->n_expert = ls.n_expert < 0 ? n_expert : ls.n_expert;
+        if (L->n_expert > n_expert) fail("layer {}: {} experts, more than the cache's {}", il, L->n_expert, n_expert);
         L->capacity = ls.capacity < 0 ? static_cast<int>(ls.resident.size()) : ls.capacity;
-        if (L->capacity > n_expert) fail("layer {}: {} slots for {} experts", il, L->capacity, n_expert);
+        if (L->capacity > L->n_expert) fail("layer {}: {} slots for {} experts", il, L->capacity, L->n_expert);
         if (ls.resident.size() > static_cast<size_t>(L->capacity))
             fail("layer {}: {} initial residents for {} slots", il, ls.resident.size(), L->capacity);
         L->expert_bytes = ls.expert_bytes;
-        L->policy = make_eviction_policy(opt_.policy, n_expert, L->capacity);
-        L->ready_slot_of.assign(static_cast<size_t>(n_expert), -1);
+        if (L->n_expert == 0) {  // a layer without routed experts: nothing to cache
+            layers_.push_back(std::move(L));
+            continue;
+        }
+        const int ne = L->n_expert;
+        L->policy = make_eviction_policy(opt_.policy, ne, L->capacity);
+        L->ready_slot_of.assign(static_cast<size_t>(ne), -1);
         L->slot_gen.assign(static_cast<size_t>(L->capacity), 0);
-        L->resident.assign(static_cast<size_t>(n_expert), 0);
-        L->changes.resize(static_cast<size_t>(n_expert));
-        L->count.assign(static_cast<size_t>(n_expert), 0);
+        L->resident.assign(static_cast<size_t>(ne), 0);
+        L->changes.resize(static_cast<size_t>(ne));
+        L->count.assign(static_cast<size_t>(ne), 0);
         const int n_static = std::clamp(ls.n_static, 0, L->capacity);
         for (int s = 0; s < static_cast<int>(ls.resident.size()); ++s) {
             const int32_t e = ls.resident[static_cast<size_t>(s)];
-            if (e < 0 || e >= n_expert) fail("layer {}: initial resident expert {} out of range [0, {})", il, e, n_expert);
+            if (e < 0 || e >= ne) fail("layer {}: initial resident expert {} out of range [0, {})", il, e, ne);
             if (L->policy->lookup(static_cast<ExpertId>(e))) fail("layer {}: expert {} is resident twice", il, e);
             L->policy->preload(static_cast<ExpertId>(e), s < n_static);
             // Preloading fills slots from the top of the free stack: slot numbers follow the order.
@@ -228,13 +238,14 @@ ExpertCache::LayerStep ExpertCache::access(int layer, std::span<const int32_t> i
     if (layer < 0 || layer >= n_layer()) fail("expert cache: layer {} out of range", layer);
     if (step_ == 0) fail("expert cache: access before begin_step");
     Layer& L = *layers_[static_cast<size_t>(layer)];
+    if (L.n_expert == 0) fail("expert cache: layer {} has no routed experts", layer);
     const size_t n_sel = static_cast<size_t>(n_tokens_) * static_cast<size_t>(k_);
     if (ids.size() % static_cast<size_t>(k_) != 0 || ids.size() > n_sel)
         fail("expert cache: {} selections for a step of {} tokens x {}", ids.size(), n_tokens_, k_);
     L.admissions.clear();
     std::fill(L.resident.begin(), L.resident.end(), 0);
     for (int32_t e : ids) {
-        if (e < 0 || e >= n_expert_) fail("expert cache: expert id {} out of range [0, {})", e, n_expert_);
+        if (e < 0 || e >= L.n_expert) fail("expert cache: expert id {} out of range [0, {})", e, L.n_expert);
         const bool hit = L.ready_slot_of[static_cast<size_t>(e)] >= 0;
         L.resident[static_cast<size_t>(e)] = hit;
         hit ? ++L.c.hits : ++L.c.misses;
@@ -319,7 +330,10 @@ void ExpertCache::abandon(int layer) {
 }
 
 std::span<const int32_t> ExpertCache::slot_of(int layer) const { return layers_.at(static_cast<size_t>(layer))->ready_slot_of; }
-std::span<const ExpertId> ExpertCache::slots(int layer) const { return layers_.at(static_cast<size_t>(layer))->policy->slots(); }
+std::span<const ExpertId> ExpertCache::slots(int layer) const {
+    const Layer& L = *layers_.at(static_cast<size_t>(layer));
+    return L.policy ? L.policy->slots() : std::span<const ExpertId>{};
+}
 int ExpertCache::capacity(int layer) const { return layers_.at(static_cast<size_t>(layer))->capacity; }
 const CacheCounters& ExpertCache::counters(int layer) const { return layers_.at(static_cast<size_t>(layer))->c; }
 

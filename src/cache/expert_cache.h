@@ -84,6 +84,9 @@ std::unique_ptr<ExpertCachePolicy> make_eviction_policy(const std::string& name,
 
 /// The initial state of one layer's slots.
 struct LayerSlots {
+    /// The layer's routed experts: -1 = the cache's n_expert; 0 = a layer without routed experts
+    /// (a dense FFN layer: no slots, never accessed).
+    int n_expert = -1;
     std::vector<int32_t> resident;  ///< slot s initially holds resident[s]
     int capacity = -1;              ///< slots of the layer (>= resident.size()); -1 = resident.size()
     int n_static = 0;               ///< the first n_static residents are pinned (never evicted)
@@ -98,7 +101,8 @@ struct CacheSetup {
     std::vector<LayerSlots> layers;
 };
 
-/// {"options": {...}, "layers": [{"resident": [...], "capacity": C, "n_static": S, "expert_bytes": B}]}.
+/// {"options": {...}, "layers": [{"n_expert": N, "resident": [...], "capacity": C, "n_static": S, "expert_bytes": B}]}
+/// (n_expert -1: the cache's; 0: no routed experts; read as -1 when absent).
 nlohmann::json setup_to_json(const CacheSetup& setup);
 /// The inverse; throws nitro::Error naming the field that is missing or out of range.
 CacheSetup setup_from_json(const nlohmann::json& j);

@@ -3,7 +3,7 @@
 //
 // One implementation, two users: the simulator (src/sim) replays router traces through these
 // classes, and the runtime's slot pool calls the same objects on the token path, so a simulated
-// hit rate on a trace is the live hit rate on the same routing (DESIGN.md, "One policy code path").
+// hit rate on a trace is the live hit rate on the same routing (docs/architecture.md, "One cache code path").
 //
 // Semantics of one step (ExpertCachePolicy::access), exact so results reproduce to the count:
 //   1. The layer requests the set S of its selected experts (router order, no duplicates).

@@ -107,8 +107,11 @@ int run_plan(const PlanCli& o) {
         while (j + 1 < p.layers.size() && p.layers[j + 1].resident.size() == p.layers[i].resident.size() &&
                p.layers[j + 1].why == p.layers[i].why)
             ++j;
-        std::printf("  layers %2zu-%-2zu %4zu of %lld resident  (%s)\n", i, j, p.layers[i].resident.size(),
-                    static_cast<long long>(sp.n_expert), p.layers[i].why.c_str());
+        if (p.layers[i].n_expert == 0)
+            std::printf("  layers %2zu-%-2zu   no routed experts  (%s)\n", i, j, p.layers[i].why.c_str());
+        else
+            std::printf("  layers %2zu-%-2zu %4zu of %lld resident  (%s)\n", i, j, p.layers[i].resident.size(),
+                        static_cast<long long>(p.layers[i].n_expert), p.layers[i].why.c_str());
         if (o.layers)
             for (size_t k = i; k <= j; ++k) std::printf("    layer %zu: %s\n", k, nlohmann::json(p.layers[k].resident).dump().c_str());
         i = j + 1;

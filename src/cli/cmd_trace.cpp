@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -44,9 +45,15 @@ nlohmann::json trace_info_json(const Trace& t, const TraceFileInfo& fi) {
         ++layers_of_step[step[i]];
         prefill += t.phase[i] == TracePhase::Prefill;
     }
-    uint64_t gaps = 0;
-    for (uint32_t n : layers_of_step) gaps += n < t.header.n_layer;
     const TraceHeader& h = t.header;
+    uint32_t moe_layers = 0;  // layers with routed experts (a dense FFN layer has no records)
+    std::vector<uint32_t> layer_experts;
+    for (uint32_t l = 0; l < h.n_layer; ++l) {
+        moe_layers += h.experts_of(l) > 0;
+        layer_experts.push_back(h.experts_of(l));
+    }
+    uint64_t gaps = 0;
+    for (uint32_t n : layers_of_step) gaps += n < moe_layers;
     return {{"model_name", h.model_name},
             {"model_hash", fmt::format("{:016x}", h.model_hash)},
             {"n_layer", h.n_layer},
@@ -54,6 +61,8 @@ nlohmann::json trace_info_json(const Trace& t, const TraceFileInfo& fi) {
             {"n_expert_used", h.n_expert_used},
             {"has_weights", h.has_weights},
             {"bytes_per_expert_per_layer", h.bytes_per_expert_per_layer},
+            {"layer_n_expert", layer_experts},
+            {"version", fi.version},
             {"file_bytes", fi.file_bytes},
             {"chunks", fi.n_chunks},
             {"record_bytes", trace_record_bytes(h)},
@@ -75,6 +84,9 @@ void print_info_text(const nlohmann::json& j, const std::string& path) {
     fmt::print("  shape            {} layers x {} experts, top-{}, router weights: {}\n", j["n_layer"].get<uint32_t>(),
                j["n_expert"].get<uint32_t>(), j["n_expert_used"].get<uint32_t>(),
                j["has_weights"].get<bool>() ? "yes" : "no");
+    const auto counts = j["layer_n_expert"].get<std::vector<uint32_t>>();
+    const auto dense = std::count(counts.begin(), counts.end(), 0u);
+    if (dense > 0) fmt::print("  dense layers     {} of {} have no routed experts (no records)\n", dense, counts.size());
     const auto bytes = j["bytes_per_expert_per_layer"].get<std::vector<uint64_t>>();
     uint64_t mx = 0;
     for (uint64_t b : bytes) mx = std::max(mx, b);

@@ -1,5 +1,5 @@
 // CUDA error checks usable from host-only C++ files (no kernels): device and programming faults
-// abort with file:line (DESIGN.md "Errors").
+// abort with file:line (docs/architecture.md, "Errors").
 #pragma once
 
 #include <cuda_runtime_api.h>

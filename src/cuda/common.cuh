@@ -1,5 +1,5 @@
 // CUDA error checks and small device helpers shared by the kernels of src/cuda.
-// Device and programming faults abort with file:line (DESIGN.md "Errors"); user-facing limits
+// Device and programming faults abort with file:line (docs/architecture.md, "Errors"); user-facing limits
 // (the VRAM budget) throw nitro::Error from the allocator instead.
 #pragma once
 

@@ -11,7 +11,6 @@
 #include "cuda/ops.h"
 #include "gpu/slot_copier.h"
 #include "runtime/forward.h"
-#include "runtime/route_replay.h"
 
 #include <fmt/format.h>
 
@@ -131,12 +130,13 @@ size_t pool_bytes(const GgufTensorInfo& t, size_t n) {
 
 }  // namespace
 
-GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOptions& go) {
+GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOptions& go)
+    : SequenceEngine(make_model_spec(model, so), so, SnapshotPolicy::EndOfEval) {
     ctx_ = std::make_unique<DeviceContext>(go.device, go.vram_budget_gib);
     DeviceContext& ctx = *ctx_;
     m_ = std::make_unique<Impl>(model);
     Impl& m = *m_;
-    m.spec = make_model_spec(model, so);
+    m.spec = spec_;
     const ModelSpec& sp = m.spec;
     if (sp.head_dim_v != sp.head_dim) fail("the GPU engine needs key and value heads of one size ({} vs {})", sp.head_dim, sp.head_dim_v);
     m.use_graphs = go.graphs;
@@ -151,13 +151,8 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
     m.F = sp.n_ff_exp;
     m.V = sp.n_vocab;
     m.z = gpu_scratch_sizes(sp);
-    if (so.n_checkpoints < 0) fail("the number of recurrent-state checkpoints must be >= 0 (got {})", so.n_checkpoints);
-    m.n_snapshots = so.n_checkpoints;
     m.compute = ctx.compute();
     m.n_seq = static_cast<int>(sp.n_seq);  // make_model_spec checked it is positive
-    n_past_.assign(static_cast<size_t>(m.n_seq), 0);
-    m.history.resize(static_cast<size_t>(m.n_seq));
-    m.snapshots.resize(static_cast<size_t>(m.n_seq));
     // one decode graph per sequence and attention depth class (ops.h attention_depth_class)
     m.graph.assign(static_cast<size_t>(m.n_seq) * Impl::kAttnClasses, nullptr);
     m.graph_exec.assign(static_cast<size_t>(m.n_seq) * Impl::kAttnClasses, nullptr);
@@ -402,8 +397,7 @@ GpuSession::GpuSession(const Model& model, const SessionOptions& so, const GpuOp
             eval(dummy, false, l);
             eval(std::span<const int32_t>(dummy.data(), 1), false, l);
         }
-        std::fill(n_past_.begin(), n_past_.end(), 0);
-        for (int q = 0; q < m.n_seq; ++q) m.reset_recurrent(q);
+        reset_sequences();
         m.drop_graph();
         m.counters = ExpertCounters{};
         m.counters.layers.resize(m.layers.size());
@@ -466,8 +460,9 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
     size_t arena = 0;
     for (size_t il = 0; il < m.layers.size(); ++il) {
         const LayerWeights& L = model.layers()[il];
+        if (!L.moe()) continue;  // a dense FFN layer: no experts, no slots
         const size_t n = resident_of(il).size();
-        arena += pool_bytes(*L[TensorId::ffn_gate_exps], n) + pool_bytes(*L[TensorId::ffn_up_exps], n) + pool_bytes(*L[TensorId::ffn_down_exps], n);
+        for (TensorId t : {TensorId::ffn_gate_exps, TensorId::ffn_up_exps, TensorId::ffn_down_exps}) arena += pool_bytes(*L[t], n);
     }
     if (arena > 0) m.slot_arena = static_cast<uint8_t*>(ctx.alloc().alloc(arena, "expert slots"));
     uint8_t* at = m.slot_arena;
@@ -476,6 +471,14 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
         Impl::Layer& D = m.layers[il];
         const LayerWeights& L = model.layers()[il];
         const std::vector<int32_t>& res = resident_of(il);
+        D.h_slot_of.assign(static_cast<size_t>(m.X), -1);
+        D.on_gpu.assign(static_cast<size_t>(m.X), 0);
+        if (!L.moe()) {  // a dense FFN layer: nothing on the GPU, nothing on the CPU
+            D.n_slots = 0;
+            D.cpu_part = false;
+            std::copy(D.h_slot_of.begin(), D.h_slot_of.end(), m.h_slot_tables + il * static_cast<size_t>(m.X));
+            continue;
+        }
         // slot s holds expert res[s]; slot_of maps expert -> slot (-1: computed by the CPU)
         D.ex.gate = upload_slots(ring, pr, *L[TensorId::ffn_gate_exps], res, at, &D.ex.gate_stride);
         at += pool_bytes(*L[TensorId::ffn_gate_exps], res.size());
@@ -484,8 +487,6 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
         D.ex.down = upload_slots(ring, pr, *L[TensorId::ffn_down_exps], res, at, &D.ex.down_stride);
         at += pool_bytes(*L[TensorId::ffn_down_exps], res.size());
         D.n_slots = static_cast<int64_t>(res.size());
-        D.h_slot_of.assign(static_cast<size_t>(m.X), -1);
-        D.on_gpu.assign(static_cast<size_t>(m.X), 0);
         for (size_t sl = 0; sl < res.size(); ++sl) {
             D.h_slot_of[static_cast<size_t>(res[sl])] = static_cast<int32_t>(sl);
             D.on_gpu[static_cast<size_t>(res[sl])] = 1;
@@ -507,6 +508,11 @@ void GpuSession::install_slots(const Plan& plan, bool progress) {
     size_t buffer_bytes = 0;
     for (size_t il = 0; il < m.layers.size(); ++il) {
         LayerSlots ls;
+        if (!model.layers()[il].moe()) {  // a dense FFN layer: no experts
+            ls.n_expert = 0;
+            setup.layers.push_back(std::move(ls));
+            continue;
+        }
         ls.resident = resident_of(il);
         ls.capacity = static_cast<int>(ls.resident.size());
         ls.n_static = static_cast<int>(std::floor(ls.capacity * m.adapt.static_share + 1e-9));
@@ -547,51 +553,9 @@ GpuSession::~GpuSession() {
     if (m_->ev_partial) cudaEventDestroy(m_->ev_partial);
 }
 
-int64_t GpuSession::n_ctx() const { return m_->spec.n_ctx; }
-
-int64_t GpuSession::seq_n_past(int seq) const {
-    if (seq < 0 || seq >= n_seq()) fail("sequence {} does not exist (the session holds {})", seq, n_seq());
-    return n_past_[static_cast<size_t>(seq)];
-}
-
-std::vector<int64_t> GpuSession::seq_checkpoints(int seq) const {
-    (void)seq_n_past(seq);
-    std::vector<int64_t> out;
-    if (m_->rstate)
-        for (const auto& sn : m_->snapshots[static_cast<size_t>(seq)]) out.push_back(sn.pos);
-    return out;
-}
-
-void GpuSession::seq_truncate(int seq, int64_t n) {
-    const int64_t have = seq_n_past(seq);
-    if (n < 0 || n > have) fail("cannot truncate sequence {} of {} tokens to {}", seq, have, n);
-    Impl& m = *m_;
-    const size_t q = static_cast<size_t>(seq);
-    if (!m.rstate || n == have) {
-        n_past_[q] = n;
-        return;
-    }
-    // A recurrent state holds every token before it: restore the newest snapshot at or before n
-    // (or the initial state) and evaluate the held tokens from there to n again (Session::seq_truncate).
-    auto& snaps = m.snapshots[q];
-    while (!snaps.empty() && snaps.back().pos > n) snaps.pop_back();
-    int64_t from = 0;
-    if (snaps.empty()) {
-        std::vector<int32_t> keep = std::move(m.history[q]);
-        m.reset_recurrent(seq);
-        m.history[q] = std::move(keep);
-    } else {
-        m.state_from_host(seq, snaps.back().state);
-        from = snaps.back().pos;
-    }
-    std::vector<int32_t> redo(m.history[q].begin() + from, m.history[q].begin() + n);
-    m.history[q].resize(static_cast<size_t>(from));
-    n_past_[q] = from;
-    if (redo.empty()) return;
-    std::vector<int32_t> seqs(redo.size(), seq);
-    std::vector<float> unused;
-    eval_batch(SeqBatch{redo, seqs, {}}, unused);
-}
+void GpuSession::state_reset(int seq) { m_->reset_recurrent(seq); }
+void GpuSession::state_save(int seq, std::vector<float>& out) { m_->state_to_host(seq, out); }
+void GpuSession::state_restore(int seq, const std::vector<float>& in) { m_->state_from_host(seq, in); }
 
 const Plan& GpuSession::plan() const { return m_->plan; }
 uint64_t GpuSession::vram_used() const { return ctx_->alloc().used(); }
@@ -615,23 +579,16 @@ std::vector<uint8_t> GpuSession::slot_bytes(int layer, int slot) const {
     return out;
 }
 
-bool GpuSession::set_route_callback(std::function<void(const RouteEvent&)> cb) {
-    m_->on_route = std::move(cb);
-    // a captured decode graph writes router results to the host only if it was needed then
-    if (m_->any_graph() && m_->graph_host_router != m_->host_router()) m_->drop_graph();
-    return true;
-}
-
-bool GpuSession::set_route_replay(std::shared_ptr<RouteReplay> replay) {
+void GpuSession::routing_changed() {
     Impl& m = *m_;
-    if (replay && !m.h_replay) {
+    m.on_route = route_callback();
+    m.replay = replaying() ? this : nullptr;
+    if (m.replay && !m.h_replay) {
         void* dev = nullptr;
         m.h_replay = static_cast<float*>(
             ctx_->host_mapped(static_cast<size_t>(m.spec.n_layer * m.spec.n_ubatch * m.X) * 4, &dev));
     }
-    m.replay = std::move(replay);
-    m.drop_graph();  // a captured decode graph has (or lacks) the replay's copies
-    return true;
+    m.drop_graph();  // a captured decode graph has (or lacks) the router's host copies and the replay's copies
 }
 
 std::string GpuSession::describe() const {
@@ -645,8 +602,7 @@ std::string GpuSession::describe() const {
     if (launches_per_token_ > 0)
         s += fmt::format(", {} launches per decode step (CUDA graph, {} programmatic edges)", launches_per_token_,
                          pdl_edges_per_token_);
-    if (m_->replay) s += fmt::format(", routing replayed from {} (outputs are not the model's)", m_->replay->name());
-    return s;
+    return s + replay_note();
 }
 
 void GpuSession::set_op_profile(bool on) {
@@ -681,35 +637,35 @@ void wait_host_flag(const volatile uint32_t* flag, uint32_t want, cudaStream_t s
 
 }  // namespace
 
-void GpuSession::after_rows(int seq, std::span<const int32_t> tokens, bool snapshot) {
-    Impl& m = *m_;
-    if (!m.rstate) return;
-    const size_t q = static_cast<size_t>(seq);
-    m.history[q].insert(m.history[q].end(), tokens.begin(), tokens.end());
-    if (!snapshot || m.n_snapshots == 0) return;
-    auto& snaps = m.snapshots[q];
-    Impl::Snapshot sn;
-    if (static_cast<int>(snaps.size()) >= m.n_snapshots) {  // reuse the oldest one's storage
-        sn = std::move(snaps.front());
-        snaps.erase(snaps.begin());
-    }
-    sn.pos = n_past_[q];
-    m.state_to_host(seq, sn.state);
-    snaps.push_back(std::move(sn));
-}
-
-void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
+void GpuSession::exec_chunk(const ChunkArgs& chunk, float* logits_out) {
     Impl& m = *m_;
     cudaStream_t s = ctx_->compute();
     m.s = s;
-    const int64_t k = c.n;
+    const int64_t k = chunk.n;
+    // The rows, grouped by sequence, into the pinned buffers the launches read: token ids, each
+    // group's first position; and the rows' sequences, positions and phases (route events).
+    std::memcpy(m.h_tok, chunk.tokens.data(), static_cast<size_t>(k) * 4);
+    m.groups.assign(chunk.groups.begin(), chunk.groups.end());
+    for (size_t g = 0; g < m.groups.size(); ++g) m.h_pos[g] = static_cast<int32_t>(m.groups[g].pos0);
+    m.row_seq.resize(static_cast<size_t>(k));
+    m.row_pos.resize(static_cast<size_t>(k));
+    m.row_prefill.resize(static_cast<size_t>(k));
+    for (int64_t r = 0; r < k; ++r) {
+        m.row_seq[static_cast<size_t>(r)] = chunk.seq_of(r);
+        m.row_pos[static_cast<size_t>(r)] = chunk.pos_of(r);
+        m.row_prefill[static_cast<size_t>(r)] = chunk.prefill_of(r);
+    }
+    m.tokens = chunk.tokens;
+    // One row whose logits are the last row's (or none): a decode step, replayed from the
+    // sequence's captured graph, which always computes them.
+    const bool decode = k == 1 && chunk.logits != ChunkArgs::Logits::All && m.use_graphs;
+    ChunkArgs c = chunk;
+    if (decode) c.logits = ChunkArgs::Logits::Last;
     m.single = decode;
     m.begin_cache_step(k);  // residency of this step: the slot tables' host mirror
     const size_t table_bytes = m.layers.size() * static_cast<size_t>(m.X) * 4;
-    if (m.replay) {  // the replayed router logits of every layer, before the chunk is launched
-        m.replay->next_chunk(k);
-        for (int il = 0; il < static_cast<int>(m.layers.size()); ++il) m.replay->fill_logits(il, m.h_replay + il * k * m.X);
-    }
+    if (m.replay)  // the replayed router logits of every layer, before the chunk is launched
+        for (int il = 0; il < static_cast<int>(m.layers.size()); ++il) m.replay->replay_logits(il, m.h_replay + il * k * m.X);
     if (decode) {
         // A decode step of one sequence: one CUDA graph per sequence (its K/V and state pointers
         // are baked in); in hybrid placement the CPU computes its experts here, layer by layer, as
@@ -778,13 +734,18 @@ void GpuSession::run_chunk(const ChunkArgs& c, bool decode, float* logits_out) {
     m.sync_cache_counters();
 }
 
-void GpuSession::run_group(int seq, std::span<const int32_t> tokens, ChunkArgs::Logits logits, float* logits_out) {
+int64_t GpuSession::exec_group_tokens() const { return m_->group_tokens; }
+
+void GpuSession::exec_group(const ChunkArgs& chunk, float* logits_out) {
     Impl& m = *m_;
     cudaStream_t s = ctx_->compute();
     m.s = s;
     m.single = false;
-    const int64_t g = static_cast<int64_t>(tokens.size()), ub = m.spec.n_ubatch;
-    const int64_t pos0 = n_past_[static_cast<size_t>(seq)];
+    const std::span<const int32_t> tokens = chunk.tokens;
+    const ChunkArgs::Logits logits = chunk.logits;
+    const int seq = chunk.seq_of(0);
+    const int64_t g = chunk.n, ub = m.spec.n_ubatch;
+    const int64_t pos0 = chunk.pos0;
     NITRO_CUDA_ASSERT(g > ub && g <= m.group_tokens && logits != ChunkArgs::Logits::Rows);
     m.begin_cache_step(g);
     std::vector<ChunkArgs> cs;
@@ -827,149 +788,6 @@ void GpuSession::run_group(int seq, std::span<const int32_t> tokens, ChunkArgs::
     ++m.counters.prompt_groups;
     m.counters.prompt_group_tokens += static_cast<uint64_t>(g);
     m.sync_cache_counters();
-}
-
-int64_t GpuSession::prompt_group_tokens() const {
-    return m_->group_tokens > m_->spec.n_ubatch && !m_->replay ? m_->group_tokens : 0;
-}
-
-void GpuSession::eval_rows(int seq, std::span<const int32_t> tokens, bool all_logits, bool last_logits, float* out) {
-    Impl& m = *m_;
-    const size_t q = static_cast<size_t>(seq);
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    const int64_t V = m.V;
-    for (int64_t i = 0; i < n;) {
-        // More than one block left and groups planned: the next up to group_tokens tokens layer-major.
-        if (m.group_tokens > m.spec.n_ubatch && n - i > m.spec.n_ubatch && !m.replay) {
-            const int64_t g = std::min(m.group_tokens, n - i);
-            const bool last = i + g == n;
-            const auto part = tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(g));
-            const ChunkArgs::Logits lg = all_logits              ? ChunkArgs::Logits::All
-                                         : last && last_logits ? ChunkArgs::Logits::Last
-                                                               : ChunkArgs::Logits::None;
-            run_group(seq, part, lg, all_logits ? out + i * V : out);
-            n_past_[q] += g;
-            after_rows(seq, part, last);
-            i += g;
-            continue;
-        }
-        const int64_t k = std::min(m.spec.n_ubatch, n - i);
-        const bool last = i + k == n;
-        ChunkArgs c;
-        c.n = k;
-        c.pos0 = n_past_[q];
-        c.logits = all_logits              ? ChunkArgs::Logits::All
-                   : last && last_logits ? ChunkArgs::Logits::Last
-                                         : ChunkArgs::Logits::None;
-        std::memcpy(m.h_tok, tokens.data() + i, static_cast<size_t>(k) * 4);
-        m.groups.assign(1, Impl::Group{seq, 0, k, n_past_[q]});
-        m.h_pos[0] = static_cast<int32_t>(n_past_[q]);
-        m.row_seq.assign(static_cast<size_t>(k), seq);
-        m.row_pos.resize(static_cast<size_t>(k));
-        for (int64_t r = 0; r < k; ++r) m.row_pos[static_cast<size_t>(r)] = n_past_[q] + r;
-        m.row_prefill.assign(static_cast<size_t>(k), k > 1);
-        m.tokens = tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(k));
-        const bool decode = k == 1 && !all_logits && m.use_graphs;
-        float* dst = all_logits ? out + i * V : (last && last_logits ? out : nullptr);
-        run_chunk(c, decode, dst);
-        n_past_[q] += k;
-        // the tokens held, and a snapshot at the end of a multi-token evaluation
-        after_rows(seq, m.tokens, n > 1 && last);
-        i += k;
-    }
-}
-
-void GpuSession::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
-    Impl& m = *m_;
-    check_eval(m.spec, n_past_[0], tokens);
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    logits.resize(static_cast<size_t>((all_logits ? n : 1) * m.V));
-    eval_rows(0, tokens, all_logits, true, logits.data());
-}
-
-void GpuSession::eval_batch(const SeqBatch& b, std::vector<float>& logits) {
-    Impl& m = *m_;
-    // Check everything before touching the cache, so a bad batch leaves the session unchanged.
-    const int64_t n = static_cast<int64_t>(b.tokens.size());
-    const int64_t n_out = check_seq_batch(b, n_past_, m.spec.n_vocab, m.spec.n_ctx);
-    if (prompt_group_tokens() > 0 && n > m.spec.n_ubatch) {
-        // Rows of one sequence only, whose logits are wanted for every row, the last or none: the
-        // path of eval, in layer-major groups (a lone prompt in the server: Engine::prompt_group_tokens).
-        const bool one_seq = std::all_of(b.seq.begin(), b.seq.end(), [&](int32_t q) { return q == b.seq[0]; });
-        const bool all = n_out == n;
-        const bool last_only = n_out == 1 && b.logits[static_cast<size_t>(n - 1)] != 0;
-        if (one_seq && (all || last_only || n_out == 0)) {
-            logits.resize(static_cast<size_t>(n_out * m.V));
-            eval_rows(b.seq[0], b.tokens, all, last_only, logits.data());
-            return;
-        }
-    }
-    std::vector<int64_t> rows_of(n_past_.size(), 0);
-    for (int64_t i = 0; i < n; ++i) ++rows_of[static_cast<size_t>(b.seq[static_cast<size_t>(i)])];
-    std::vector<int64_t> next;  // each sequence's next position, per chunk
-    const int64_t V = m.V;
-    logits.resize(static_cast<size_t>(n_out * V));
-    float* out = logits.data();
-    std::vector<int32_t> tok;               // the chunk's ids, grouped by sequence
-    std::vector<int64_t> logit_rows;        // chunk rows whose logits are wanted, in batch order
-    std::vector<int64_t> count(n_past_.size()), first(n_past_.size());
-    for (int64_t i = 0; i < n; i += m.spec.n_ubatch) {
-        const int64_t k = std::min(m.spec.n_ubatch, n - i);
-        // Group the chunk's rows by sequence (in the order sequences first appear; each
-        // sequence's rows keep their order, so they are consecutive positions of it).
-        std::fill(count.begin(), count.end(), 0);
-        m.groups.clear();
-        for (int64_t r = 0; r < k; ++r) {
-            const int32_t q = b.seq[static_cast<size_t>(i + r)];
-            if (count[static_cast<size_t>(q)]++ == 0) m.groups.push_back(Impl::Group{q, 0, 0, n_past_[static_cast<size_t>(q)]});
-        }
-        int64_t off = 0;
-        for (size_t g = 0; g < m.groups.size(); ++g) {
-            Impl::Group& G = m.groups[g];
-            G.off = off;
-            G.n = count[static_cast<size_t>(G.seq)];
-            first[static_cast<size_t>(G.seq)] = off;
-            off += G.n;
-            m.h_pos[g] = static_cast<int32_t>(G.pos0);
-        }
-        tok.resize(static_cast<size_t>(k));
-        m.row_seq.resize(static_cast<size_t>(k));
-        m.row_pos.resize(static_cast<size_t>(k));
-        m.row_prefill.resize(static_cast<size_t>(k));
-        logit_rows.clear();
-        next = n_past_;
-        for (int64_t r = 0; r < k; ++r) {
-            const int32_t q = b.seq[static_cast<size_t>(i + r)];
-            const int64_t j = first[static_cast<size_t>(q)]++;
-            tok[static_cast<size_t>(j)] = b.tokens[static_cast<size_t>(i + r)];
-            m.row_seq[static_cast<size_t>(j)] = q;
-            m.row_pos[static_cast<size_t>(j)] = next[static_cast<size_t>(q)]++;
-            m.row_prefill[static_cast<size_t>(j)] = count[static_cast<size_t>(q)] > 1;
-            if (!b.logits.empty() && b.logits[static_cast<size_t>(i + r)]) logit_rows.push_back(j);
-        }
-        std::memcpy(m.h_tok, tok.data(), static_cast<size_t>(k) * 4);
-        m.tokens = tok;
-        ChunkArgs c;
-        c.n = k;
-        c.pos0 = m.groups[0].pos0;
-        const bool decode = k == 1 && m.use_graphs;
-        if (decode) {
-            c.logits = ChunkArgs::Logits::Last;
-            run_chunk(c, true, logit_rows.empty() ? nullptr : out);
-        } else {
-            c.logits = logit_rows.empty() ? ChunkArgs::Logits::None : ChunkArgs::Logits::Rows;
-            c.logit_rows = logit_rows;
-            run_chunk(c, false, logit_rows.empty() ? nullptr : out);
-        }
-        out += static_cast<int64_t>(logit_rows.size()) * V;
-        n_past_ = next;
-        for (const Impl::Group& G : m.groups)
-            after_rows(G.seq, std::span<const int32_t>(tok).subspan(static_cast<size_t>(G.off), static_cast<size_t>(G.n)), false);
-    }
-    // A snapshot of every sequence that had several rows in the batch, at its end (as eval takes
-    // one at the end of a multi-token evaluation).
-    for (int q = 0; q < n_seq(); ++q)
-        if (rows_of[static_cast<size_t>(q)] > 1) after_rows(q, {}, true);
 }
 
 void GpuSession::cpu_decode_step() {

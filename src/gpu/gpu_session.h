@@ -18,7 +18,7 @@
 #include "runtime/engine.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
-#include "runtime/session.h"
+#include "runtime/sequence_engine.h"
 
 #include <cstdint>
 #include <memory>
@@ -41,48 +41,27 @@ struct RouterHostView {
     const volatile uint32_t* ready = nullptr;
 };
 
-class GpuSession final : public Engine {
+class GpuSession final : public SequenceEngine {
 public:
     /// Plans the placement (go.mode: Gpu = every expert resident or a clear error; Hybrid / Auto =
     /// what the budget holds), uploads the dense core and the resident experts (progress bar on
     /// stderr when go.progress) and prints the plan's summary line. Throws nitro::Error when a
     /// tensor type is not supported on the GPU or the budget cannot hold the dense core.
+    /// Sequences (runtime/sequence_engine.h): SessionOptions::n_seq, each with its own K/V region of
+    /// n_ctx positions (and, with DeltaNet layers, its own recurrent state) in VRAM; recurrent-state
+    /// snapshots at the end of each multi-token evaluation (SnapshotPolicy::EndOfEval). Within a
+    /// chunk every op but attention and the DeltaNet recurrence runs over all rows at once, those
+    /// two per sequence. A chunk of one row is a decode step of its sequence (a CUDA graph per
+    /// sequence). A row's logits equal those of the same token evaluated alone in its sequence bit
+    /// for bit when the chunk, and the chunks of that sequence evaluated alone, have at most
+    /// kGemvMaxTokens (8) rows (the same GEMV arithmetic per row); above that the matmuls take the
+    /// GEMM path (activations rounded to f16), whose rounding differs with the row count.
     GpuSession(const Model& model, const SessionOptions& so, const GpuOptions& go);
     ~GpuSession() override;
 
-    void eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override;
-    int64_t n_past() const override { return n_past_[0]; }
-    int64_t n_ctx() const override;
-    void truncate(int64_t n) override { seq_truncate(0, n); }
-
-    /// Sequences held: SessionOptions::n_seq, each with its own K/V region of n_ctx positions
-    /// (and, with DeltaNet layers, its own recurrent state and snapshots) in VRAM.
-    int n_seq() const override { return static_cast<int>(n_past_.size()); }
-    /// As Session::eval_batch: rows of several sequences in forward chunks of at most n_ubatch rows.
-    /// Within a chunk the rows are grouped by sequence (stable); every op but attention and the
-    /// DeltaNet recurrence runs over all rows at once, those two per sequence against its own K/V
-    /// or state. A chunk of one row is a decode step of its sequence (a CUDA graph per sequence).
-    /// A row's logits equal those of the same token evaluated alone in its sequence bit for bit
-    /// when the chunk, and the chunks of that sequence evaluated alone, have at most
-    /// kGemvMaxTokens (8) rows (the same GEMV arithmetic per row); above that the matmuls take the
-    /// GEMM path (activations rounded to f16), whose rounding differs with the row count.
-    /// Throws nitro::Error (naming the row or sequence) for mismatched sizes, an out-of-range
-    /// sequence or token id, or a sequence that would overflow n_ctx; the session is unchanged then.
-    void eval_batch(const SeqBatch& b, std::vector<float>& logits) override;
-    int64_t seq_n_past(int seq) const override;
-    /// As Session::seq_truncate (recurrent models: restore the newest snapshot at or before n, or
-    /// the initial state, and evaluate the held tokens from there to n again).
-    void seq_truncate(int seq, int64_t n) override;
-    /// Positions of sequence `seq`'s recurrent-state snapshots, oldest first (empty without
-    /// DeltaNet layers). For tests.
-    std::vector<int64_t> seq_checkpoints(int seq) const;
     std::string describe() const override;
-    bool set_route_callback(std::function<void(const RouteEvent&)> cb) override;
-    bool set_route_replay(std::shared_ptr<RouteReplay> replay) override;
     const ExpertCounters* expert_counters() const override;
     const ExpertCache* expert_cache() const override;
-    /// The plan's group_tokens when it is more than n_ubatch (and no routing replay is set), else 0.
-    int64_t prompt_group_tokens() const override;
 
     DeviceContext& context() { return *ctx_; }
     const Plan& plan() const;
@@ -117,35 +96,34 @@ public:
 
     struct Impl;  ///< implementation detail (gpu_session.cpp)
 
+protected:
+    // The executor of the SequenceEngine.
+    /// One forward chunk: a captured decode step of one sequence (one row, when graphs are on and
+    /// not every row's logits are asked for), else a plain chunk.
+    void exec_chunk(const ChunkArgs& c, float* out) override;
+    /// The plan's group_tokens (docs/hybrid.md "Layer-major groups").
+    int64_t exec_group_tokens() const override;
+    /// c's rows (one sequence, more than n_ubatch) as one layer-major group of n_ubatch blocks
+    /// (runtime/forward.h forward_blocks).
+    void exec_group(const ChunkArgs& c, float* out) override;
+    void state_reset(int seq) override;
+    void state_save(int seq, std::vector<float>& out) override;
+    void state_restore(int seq, const std::vector<float>& in) override;
+    /// A captured decode graph has the route callback's host copies and the replay's copies baked in.
+    void routing_changed() override;
+
 private:
-    /// Runs one forward chunk of c.n rows that Impl::groups describes (rows grouped by sequence,
-    /// their ids in the pinned token buffer, each group's first position in the pinned positions):
-    /// a captured decode step of one sequence when `decode`, else a plain chunk. Logits go to
-    /// `logits_out` (host; null: nowhere).
-    void run_chunk(const ChunkArgs& c, bool decode, float* logits_out);
-    /// Runs `tokens` of sequence `seq` (more than n_ubatch, at most the plan's group_tokens) as one
-    /// layer-major group of n_ubatch blocks (runtime/forward.h forward_blocks, docs/hybrid.md
-    /// "Layer-major groups"). Logits (All, Last or None) to logits_out (host).
-    void run_group(int seq, std::span<const int32_t> tokens, ChunkArgs::Logits logits, float* logits_out);
-    /// The rows of eval (checked by the caller) for sequence `seq`: groups while more than a block
-    /// is left and groups are planned, else n_ubatch chunks. Logits: every row's [n, n_vocab]
-    /// (all_logits), the last row's (last_logits), or none, to `out` (host).
-    void eval_rows(int seq, std::span<const int32_t> tokens, bool all_logits, bool last_logits, float* out);
     /// Hybrid decode step: the CPU's experts of every layer, as the GPU's router results arrive.
     void cpu_decode_step();
     /// Counters, GPU timestamps and route events of the decode step that just finished (sequence
     /// `seq`, at position `pos`).
     void after_decode_step(int seq, int64_t pos);
-    /// Appends tokens to sequence seq's history (recurrent models) and, when `snapshot`, keeps a
-    /// host copy of its recurrent state at its current position.
-    void after_rows(int seq, std::span<const int32_t> tokens, bool snapshot);
     /// (Re)allocates every layer's slot pools for `plan`'s resident experts, uploads them, and sets
     /// the slot tables (an empty plan frees the pools).
     void install_slots(const Plan& plan, bool progress);
 
     std::unique_ptr<DeviceContext> ctx_;
     std::unique_ptr<Impl> m_;
-    std::vector<int64_t> n_past_;   ///< [n_seq] positions held per sequence
     int launches_per_token_ = 0;
     int pdl_edges_per_token_ = 0;
     uint32_t step_ = 0;

@@ -16,7 +16,7 @@
 #include "gpu/slot_copier.h"
 #include "runtime/forward.h"
 #include "runtime/prefill_cost.h"
-#include "runtime/route_replay.h"
+#include "runtime/sequence_engine.h"
 
 #include <cuda_runtime.h>
 
@@ -101,24 +101,13 @@ struct GpuSession::Impl {
     float* rstate = nullptr;
     int64_t rstate_floats = 0;
     int n_seq = 1;
-    // Prefix reuse with a recurrent state (as runtime/session.h seq_truncate), per sequence: the
-    // tokens held and host snapshots of its state after multi-token evaluations, newest last.
-    std::vector<std::vector<int32_t>> history;  ///< [n_seq]
-    struct Snapshot {
-        int64_t pos;
-        std::vector<float> state;
-    };
-    std::vector<std::vector<Snapshot>> snapshots;  ///< [n_seq]
-    int n_snapshots = 4;
     cudaStream_t compute = nullptr;  ///< the compute stream (non-blocking: state copies are ordered on it)
     float* seq_state(int q) const { return rstate + static_cast<int64_t>(q) * rstate_floats; }
-    /// Sequence q: zero state, no history, no snapshots (a fresh sequence).
+    /// Sequence q's recurrent state zeroed (a fresh sequence).
     void reset_recurrent(int q) {
         if (!rstate) return;
         NITRO_CUDA_CHECK(cudaMemsetAsync(seq_state(q), 0, static_cast<size_t>(rstate_floats) * 4, compute));
         NITRO_CUDA_CHECK(cudaStreamSynchronize(compute));
-        history[static_cast<size_t>(q)].clear();
-        snapshots[static_cast<size_t>(q)].clear();
     }
     /// Copies sequence q's recurrent state to / from host memory (stream-ordered, then synchronised).
     void state_to_host(int q, std::vector<float>& out) {
@@ -133,10 +122,7 @@ struct GpuSession::Impl {
     /// The chunk's rows grouped by sequence: group g is rows [off, off + n) of the chunk, all of
     /// sequence seq at positions pos0 .. pos0 + n - 1 (d_pos[g] holds pos0 on the device). Attention,
     /// the K/V store, RoPE and the DeltaNet recurrence run per group; every other op over all rows.
-    struct Group {
-        int seq = 0;
-        int64_t off = 0, n = 0, pos0 = 0;
-    };
+    using Group = SeqGroup;
     std::vector<Group> groups;
     std::vector<int64_t> row_pos;  ///< [n] position of each row of the chunk (route events)
     std::vector<int32_t> row_seq;  ///< [n] sequence of each row
@@ -197,7 +183,7 @@ struct GpuSession::Impl {
     // Benchmark-only routing replay (runtime/route_replay.h): eval() fills h_replay with the
     // replay's router logits [n_layer, rows, X] before it launches a chunk; route() copies layer
     // il's rows over the router's own logits (a memcpy node in the decode graph).
-    std::shared_ptr<RouteReplay> replay;
+    const SequenceEngine* replay = nullptr;  ///< the engine while it replays routing (its replay_logits), else null
     float* h_replay = nullptr;
 
     // Prompt chunks of the hybrid (gpu_session_prompt.cpp, docs/hybrid.md "Prompts"): experts
@@ -511,19 +497,30 @@ struct GpuSession::Impl {
         mul_silu(s, ssm_core, ssm_z, c.n * vd);
         matmul(s, D[T::ssm_out], ssm_core, c.n, vd, x, E, nullptr, true, &gemm);
     }
+    /// down(silu(h gate) * h up) of the chunk's rows into `out` [n, E], or added to it (accumulate):
+    /// the shared expert's and a dense layer's FFN.
+    void swiglu_ffn(const DWeight& gate, const DWeight& up, const DWeight& down, int64_t n, int64_t F, float* out,
+                    bool accumulate) {
+        const GemmScratch* gs = &gemm;
+        matmul_same_input(s, {{&gate, sh_gate, F, nullptr}, {&up, sh_up, F, nullptr}}, h, n, E, gs, &hq);
+        swiglu(s, sh_gate, sh_up, n * F, sh_gate);
+        matmul(s, down, sh_gate, n, F, out, E, nullptr, accumulate, gs);
+    }
     void shared_expert(int il, const ChunkArgs& c) {
         const Layer& D = layers[static_cast<size_t>(il)];
-        const GemmScratch* gs = &gemm;
-        const int64_t Fs = spec.n_ff_shexp;
-        matmul_same_input(s, {{&D[T::ffn_gate_shexp], sh_gate, Fs, nullptr}, {&D[T::ffn_up_shexp], sh_up, Fs, nullptr}}, h, c.n, E, gs, &hq);
-        swiglu(s, sh_gate, sh_up, c.n * Fs, sh_gate);
-        matmul(s, D[T::ffn_down_shexp], sh_gate, c.n, Fs, sh_down, E, nullptr, false, gs);
+        swiglu_ffn(D[T::ffn_gate_shexp], D[T::ffn_up_shexp], D[T::ffn_down_shexp], c.n, spec.n_ff_shexp, sh_down, false);
         shexp_gate_add(s, x, h, D.f32(T::ffn_gate_inp_shexp), sh_down, c.n, E);  // x += sigmoid(h . g) * ffn_shexp(h)
+    }
+    void ffn_dense(int il, const ChunkArgs& c) {  // x += down(silu(h gate) * h up)
+        const Layer& D = layers[static_cast<size_t>(il)];
+        swiglu_ffn(D[T::ffn_gate], D[T::ffn_up], D[T::ffn_down], c.n, spec.n_ff, x, true);
     }
     void ffn_norm(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
         // h in 8-bit blocks for the routed experts (the shared expert's, if no expert is resident)
-        const GgmlType next = D.n_slots > 0 || !spec.shared_expert ? D.ex.gate.type : D[T::ffn_gate_shexp].type;
+        const GgmlType next = spec.layers[static_cast<size_t>(il)].ffn == FfnKind::Dense ? D[T::ffn_gate].type
+                              : D.n_slots > 0 || !spec.shared_expert                   ? D.ex.gate.type
+                                                                                       : D[T::ffn_gate_shexp].type;
         norm_h(D.f32(T::ffn_norm), c.n, single && D.cpu_part ? D.rd_h : nullptr, next);
     }
     void route(int il, const ChunkArgs& c) {

@@ -77,6 +77,7 @@ struct TimedOps {
     NITRO_TIMED_LAYER_OP(ffn_norm)
     NITRO_TIMED_LAYER_OP(route)
     NITRO_TIMED_LAYER_OP(shared_expert)
+    NITRO_TIMED_LAYER_OP(ffn_dense)
     NITRO_TIMED_LAYER_OP(moe)
 #undef NITRO_TIMED_OP
 #undef NITRO_TIMED_LAYER_OP

@@ -3,7 +3,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "core/user_file.h"
-#include "runtime/route_replay.h"
+#include "runtime/session.h"
 
 #include <fmt/format.h>
 
@@ -26,40 +26,6 @@ std::function<double(uint64_t)>& gpu_h2d_probe() {
     static std::function<double(uint64_t)> f;
     return f;
 }
-
-/// The CPU reference behind the Engine interface.
-class CpuEngine final : public Engine {
-public:
-    CpuEngine(const Model& m, const SessionOptions& so) : s_(m, so) {}
-    void eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) override {
-        s_.eval(tokens, all_logits, logits);
-    }
-    int64_t n_past() const override { return s_.n_past(); }
-    int64_t n_ctx() const override { return s_.n_ctx(); }
-    void truncate(int64_t n) override { s_.truncate(n); }
-    int n_seq() const override { return s_.n_seq(); }
-    void eval_batch(const SeqBatch& b, std::vector<float>& logits) override { s_.eval_batch(b, logits); }
-    int64_t seq_n_past(int seq) const override { return s_.seq_n_past(seq); }
-    void seq_truncate(int seq, int64_t n) override { s_.seq_truncate(seq, n); }
-    std::string describe() const override {
-        std::string d = fmt::format("cpu ({}, {} kernels)", count_noun(const_cast<Session&>(s_).pool().size(), "thread"), cpu::kernel_isa());
-        if (s_.route_replay) d += fmt::format(", routing replayed from {} (outputs are not the model's)", s_.route_replay->name());
-        return d;
-    }
-    uint64_t kv_host_bytes() const override { return s_.kv_cache().bytes(); }
-    const MoeWork* moe_work() const override { return &s_.moe_work(); }
-    bool set_route_callback(std::function<void(const RouteEvent&)> cb) override {
-        s_.on_route = std::move(cb);
-        return true;
-    }
-    bool set_route_replay(std::shared_ptr<RouteReplay> replay) override {
-        s_.route_replay = std::move(replay);
-        return true;
-    }
-
-private:
-    Session s_;
-};
 
 }  // namespace
 
@@ -215,13 +181,13 @@ void warn_placement_flags_ignored(const GpuOptions& go, std::string_view why) {
 std::unique_ptr<Engine> make_engine(EngineMode mode, const Model& model, const SessionOptions& so, const GpuOptions& go) {
     if (mode == EngineMode::Cpu) {
         warn_placement_flags_ignored(go, "--mode cpu");
-        return std::make_unique<CpuEngine>(model, so);
+        return std::make_unique<Session>(model, so);
     }
     if (mode == EngineMode::Auto) {
         if (!gpu_engine_available() || gpu_device_count() == 0) {
             warn_placement_flags_ignored(
                 go, !gpu_engine_available() ? "this nitro was built without the CUDA backend" : "no CUDA device found");
-            return std::make_unique<CpuEngine>(model, so);
+            return std::make_unique<Session>(model, so);
         }
         GpuOptions g = go;
         g.mode = EngineMode::Auto;

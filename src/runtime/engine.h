@@ -13,7 +13,7 @@
 #include "runtime/model.h"
 #include "runtime/placement.h"
 #include "runtime/prefill_cost.h"
-#include "runtime/session.h"
+#include "runtime/engine_types.h"
 
 #include <cstdint>
 #include <functional>

@@ -4,7 +4,7 @@
 // is inside the ops (which device runs them, which experts are resident), never the order.
 //
 // Per layer (llama.cpp src/models/openai-moe-iswa.cpp, src/models/qwen3moe.cpp,
-// src/models/qwen3next.cpp):
+// src/models/qwen3next.cpp, src/models/glm4-moe.cpp):
 //   h = rms_norm(x) * attn_norm
 //   attention layer:
 //     q, k, v = h W_q, h W_k, h W_v (+ biases)       [gated: W_q gives q and an output gate g per head]
@@ -17,6 +17,7 @@
 //     o = gated delta rule over the chunk (state S per value head: S = decay S + k (beta (v - S^T k))^T, o = S^T q / sqrt(d))
 //     x += (rms_norm(o) * ssm_norm * silu(z)) W_out
 //   h = rms_norm(x) * ffn_norm
+//   dense FFN layer (DeepSeek's and GLM's leading layers): x += W_down(silu(h W_gate) * h W_up); else
 //   ids, weights = top-k of the router (h W_router + b)
 //   [x += sigmoid(h . w_shexp_gate) * shared_expert(h)]
 //   x += sum_j weights_j * expert_{ids_j}(h)        (resident experts + a partial sum from elsewhere)
@@ -30,23 +31,33 @@
 
 namespace nitro {
 
-/// One forward chunk of n rows (their token ids already given to the executor). One sequence:
-/// row i is at position pos0 + i of sequence 0 (`seq` and `pos` empty). Several sequences (an
-/// executor that batches them, Session::eval_batch): row i is at position pos[i] of sequence
-/// seq[i]; attention reads only the row's own sequence, every other op is row-wise. logits: none,
-/// the last row's, every row's, or the rows listed in logit_rows.
+/// The rows of one sequence inside a chunk: rows [off, off + n) of the chunk are positions
+/// pos0 .. pos0 + n - 1 of sequence `seq`.
+struct SeqGroup {
+    int seq = 0;
+    int64_t off = 0, n = 0, pos0 = 0;
+};
+
+/// One forward chunk of n rows, as the engine (runtime/sequence_engine.h) hands it to an executor:
+/// the rows grouped by sequence (groups, in the order the sequences first appear in the batch;
+/// each sequence's rows in order). Row i is at position pos[i] of sequence seq[i]; attention and
+/// the recurrent ops read only the row's own sequence, every other op is row-wise. logits: none,
+/// the last row's, every row's, or the rows listed in logit_rows (in the order they are written:
+/// the batch's order).
 struct ChunkArgs {
     int64_t n = 0;
-    int64_t pos0 = 0;
+    int64_t pos0 = 0;                     ///< position of row 0
     enum class Logits { None, Last, All, Rows } logits = Logits::Last;
+    std::span<const int32_t> tokens;      ///< [n] token ids
     std::span<const int32_t> seq;         ///< [n] sequence of each row, or empty (all sequence 0)
     std::span<const int64_t> pos;         ///< [n] position of each row in its sequence, or empty (pos0 + i)
-    /// Logits::Rows: rows whose logits are computed, in the order they are written (the CPU
-    /// engine lists them increasing; the GPU engine's eval_batch in batch order)
-    std::span<const int64_t> logit_rows;
+    std::span<const uint8_t> prefill;     ///< [n] the row's sequence has several rows in the chunk (route events, traces)
+    std::span<const SeqGroup> groups;     ///< the rows of each sequence (empty: one sequence, sequence 0)
+    std::span<const int64_t> logit_rows;  ///< Logits::Rows: the rows whose logits are computed
 
     int64_t pos_of(int64_t i) const { return pos.empty() ? pos0 + i : pos[static_cast<size_t>(i)]; }
     int seq_of(int64_t i) const { return seq.empty() ? 0 : seq[static_cast<size_t>(i)]; }
+    bool prefill_of(int64_t i) const { return prefill.empty() ? n > 1 : prefill[static_cast<size_t>(i)] != 0; }
 };
 
 /// One layer of the forward pass for one chunk through executor `b`.
@@ -65,6 +76,10 @@ void forward_layer(B& b, const ModelSpec& spec, int il, const ChunkArgs& c) {
         b.attn_out(il, c);             // x += (attn [* sigmoid(gate)]) W_o (+ b_o)
     }
     b.ffn_norm(il, c);                 // h = rms_norm(x) * ffn_norm
+    if (spec.layers[static_cast<size_t>(il)].ffn == FfnKind::Dense) {
+        b.ffn_dense(il, c);            // x += ffn_down(silu(h ffn_gate) * h ffn_up)
+        return;
+    }
     b.route(il, c);                    // router: expert ids and weights per token (+ route events)
     // The shared expert before the routed ones: a hybrid GPU computes it while the CPU works on
     // the non-resident experts (the router's result has gone to the CPU already).

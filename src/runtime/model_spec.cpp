@@ -85,6 +85,7 @@ ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t
         ls.kv_capacity = ls.kind == LayerKind::DeltaNet ? 0
                          : ls.window > 0                ? std::min(s.n_ctx, ls.window + s.n_ubatch - 1)
                                                         : s.n_ctx;
+        if (ls.ffn == FfnKind::Dense) s.n_ff = hp.n_ff;
         s.layers.push_back(ls);
     }
     return s;

@@ -63,6 +63,7 @@ struct ModelSpec {
     /// Every layer adds a shared expert scaled by sigmoid(h . ffn_gate_inp_shexp) to the MoE output.
     bool shared_expert = false;
     int64_t n_ff_shexp = 0;  ///< shared expert width
+    int64_t n_ff = 0;        ///< dense FFN width of the layers without routed experts (0: none)
     SsmSpec ssm;             ///< Gated DeltaNet geometry (zeros when no layer is one)
     /// True when some layer is a DeltaNet layer (the executor holds a recurrent state per sequence).
     bool has_recurrent() const { return ssm.n_v_heads > 0; }

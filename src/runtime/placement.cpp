@@ -107,9 +107,16 @@ std::string Plan::mode() const {
 double Plan::cpu_bytes_per_token_uniform() const {
     double b = 0;
     for (const auto& L : layers)
-        b += static_cast<double>(n_expert_used) * (1.0 - static_cast<double>(L.resident.size()) / static_cast<double>(n_expert)) *
-             static_cast<double>(expert_bytes);
+        if (L.n_expert > 0)
+            b += static_cast<double>(n_expert_used) * (1.0 - static_cast<double>(L.resident.size()) / static_cast<double>(L.n_expert)) *
+                 static_cast<double>(expert_bytes);
     return b;
+}
+
+int64_t Plan::n_experts() const {
+    int64_t n = 0;
+    for (const auto& L : layers) n += L.n_expert;
+    return n;
 }
 
 uint64_t gpu_compute_bytes(const ModelSpec& spec) { return gpu_scratch_sizes(spec).bytes(); }
@@ -133,10 +140,11 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
         z.ssm_core = ub * vd;
         z.ssm_in = ub * (cd + vd);
     }
-    if (sp.shared_expert) {
-        z.sh_gate = ub * sp.n_ff_shexp;
-        z.sh_up = ub * sp.n_ff_shexp;
-        z.sh_down = ub * E;
+    if (sp.shared_expert || sp.n_ff > 0) {  // the shared expert's and the dense layers' FFN
+        const int64_t F = std::max(sp.n_ff_shexp, sp.n_ff);
+        z.sh_gate = ub * F;
+        z.sh_up = ub * F;
+        z.sh_down = sp.shared_expert ? ub * E : 0;
     }
     z.k = ub * sp.n_k();
     z.v = ub * sp.n_v();
@@ -156,7 +164,7 @@ GpuScratchSizes gpu_scratch_sizes(const ModelSpec& sp) {
     // (+ room for the 8-bit layout of the GLU output: its 256-byte alignment exceeds a few short rows)
     z.moe_act = std::max<int64_t>(R * F, static_cast<int64_t>((q8_act_bytes(R, F) + 3) / 4));
     z.moe_down = R * E;
-    const int64_t max_ne0 = std::max({E, sp.n_o(), F, sp.ssm.value_dim(), sp.n_ff_shexp});
+    const int64_t max_ne0 = std::max({E, sp.n_o(), F, sp.ssm.value_dim(), sp.n_ff_shexp, sp.n_ff});
     // (+ room for the decode MoE's 8-bit activations when the chunk is too small to hold them)
     const int64_t dec_rows = std::min<int64_t>(ub, kGemvMaxTokens) * K;
     z.xr = std::max<int64_t>(ub * max_ne0, static_cast<int64_t>((q8_act_bytes(dec_rows, max_ne0) + 3) / 4));
@@ -273,8 +281,11 @@ ModelLayout synth_layout(const std::string& arch_name, const std::string& preset
 Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     const ModelSpec& spec = layout.spec;
     if (!(opt.vram_budget_gib > 0)) fail("a VRAM budget is needed to plan a placement (--vram-budget GiB)");
-    if (layout.experts.size() != static_cast<size_t>(spec.n_layer) || spec.n_expert <= 0)
-        fail("{}: a placement needs routed experts in every layer", layout.description);
+    int64_t n_moe = 0;  // layers with routed experts (the others have a dense FFN: nothing to place)
+    for (const LayerSpec& L : spec.layers) n_moe += L.n_expert > 0;
+    if (layout.experts.size() != static_cast<size_t>(spec.n_layer) || spec.n_expert <= 0 || n_moe == 0)
+        fail("{}: the model has no routed experts, so there is nothing to place", layout.description);
+    const auto experts_of = [&](int64_t il) { return spec.layers[static_cast<size_t>(il)].n_expert; };
     Plan p;
     p.budget_bytes = static_cast<uint64_t>(opt.vram_budget_gib * kGiB);
     p.n_layer = spec.n_layer;
@@ -322,10 +333,13 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     }
     p.dense_bytes = rnd(p.dense_bytes + p.expert_biases_bytes) - p.expert_biases_bytes;  // one arena with the biases
     const uint64_t X = static_cast<uint64_t>(spec.n_expert);
-    for (const auto& t : layout.experts[0]) p.expert_bytes += t.bytes / X;
+    // One expert's bytes (the same in every layer with routed experts).
+    for (int64_t il = 0; il < spec.n_layer && p.expert_bytes == 0; ++il)
+        if (experts_of(il) > 0)
+            for (const auto& t : layout.experts[static_cast<size_t>(il)]) p.expert_bytes += t.bytes / X;
     // The slot pools share one arena: 256-byte alignment of each of the 3 pools per layer and one
     // rounding of the arena to the driver's 2 MiB pages.
-    const uint64_t pool_rounding = static_cast<uint64_t>(spec.n_layer) * 3 * 256 + (2ull << 20);
+    const uint64_t pool_rounding = static_cast<uint64_t>(n_moe) * 3 * 256 + (2ull << 20);
 
     // The fixed part must fit.
     const uint64_t fixed = p.dense_bytes + p.expert_biases_bytes + p.kv_bytes + p.compute_bytes + p.overhead_bytes;
@@ -342,6 +356,7 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     std::vector<Force> force(static_cast<size_t>(spec.n_layer), Force::None);
     std::vector<std::string> why(static_cast<size_t>(spec.n_layer));
     for (int64_t il = 0; il < spec.n_layer; ++il) {
+        if (experts_of(il) == 0) continue;  // a dense FFN layer
         for (const ModelLayout::Tensor& t : layout.experts[static_cast<size_t>(il)]) {
             const TensorOverride* o = override_for(t.name);
             if (!o) continue;
@@ -364,14 +379,14 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
         if (!matched[i]) p.warnings.push_back(fmt::format("--override-tensor '{}' matched no tensor", opt.overrides[i].pattern));
 
     p.layers.resize(static_cast<size_t>(spec.n_layer));
-    const uint64_t layer_bytes = p.expert_bytes * static_cast<uint64_t>(spec.n_expert);
     uint64_t forced_gpu = 0;
     for (int64_t il = 0; il < spec.n_layer; ++il) {
         LayerPlacement& lp = p.layers[static_cast<size_t>(il)];
-        lp.why = why[static_cast<size_t>(il)];
+        lp.n_expert = experts_of(il);
+        lp.why = lp.n_expert == 0 ? "dense FFN layer (no routed experts)" : why[static_cast<size_t>(il)];
         if (force[static_cast<size_t>(il)] == Force::Gpu) {
-            forced_gpu += layer_bytes;
-            for (int32_t e = 0; e < spec.n_expert; ++e) lp.resident.push_back(e);
+            forced_gpu += p.expert_bytes * static_cast<uint64_t>(lp.n_expert);
+            for (int32_t e = 0; e < lp.n_expert; ++e) lp.resident.push_back(e);
         }
     }
     if (forced_gpu > avail)
@@ -383,9 +398,12 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
 
     // Free layers: as many slots as the rest of the budget holds, by the residency source.
     std::vector<int64_t> free_layers;
+    int64_t capacity = 0;
     for (int64_t il = 0; il < spec.n_layer; ++il)
-        if (force[static_cast<size_t>(il)] == Force::None) free_layers.push_back(il);
-    const int64_t capacity = static_cast<int64_t>(free_layers.size()) * spec.n_expert;
+        if (force[static_cast<size_t>(il)] == Force::None && experts_of(il) > 0) {
+            free_layers.push_back(il);
+            capacity += experts_of(il);
+        }
     // Some experts stay off the GPU (forced, or the free layers do not all fit): reserve the prompt
     // staging slots first (as many as fit, up to the option's count).
     const bool forced_cpu = std::find(force.begin(), force.end(), Force::Cpu) != force.end();
@@ -423,7 +441,7 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     if (slots == capacity) {
         for (int64_t il : free_layers) {
             LayerPlacement& lp = p.layers[static_cast<size_t>(il)];
-            for (int32_t e = 0; e < spec.n_expert; ++e) lp.resident.push_back(e);
+            for (int32_t e = 0; e < lp.n_expert; ++e) lp.resident.push_back(e);
             lp.why = "fits the budget";
         }
     } else if (src == ResidencySource::Even) {
@@ -439,9 +457,9 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
         for (auto it = free_layers.rbegin(); it != free_layers.rend(); ++it) {
             LayerPlacement& lp = p.layers[static_cast<size_t>(*it)];
             lp.why = "whole layers";
-            if (left < spec.n_expert) continue;
-            for (int32_t e = 0; e < spec.n_expert; ++e) lp.resident.push_back(e);
-            left -= spec.n_expert;
+            if (left < lp.n_expert) continue;
+            for (int32_t e = 0; e < lp.n_expert; ++e) lp.resident.push_back(e);
+            left -= lp.n_expert;
         }
     } else {  // hot set: per layer, the first entries of its ranking; slots spread by the ranking's counts
         const HotSet& hs = *opt.hot_set;
@@ -470,9 +488,10 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
         for (int64_t il : free_layers) p.layers[static_cast<size_t>(il)].why = "hot set";
     }
     uint64_t arena = 0;
-    for (const LayerPlacement& lp : p.layers) {
-        const uint64_t n = lp.resident.size();
-        for (const ModelLayout::Tensor& t : layout.experts[0]) arena += align(n * (t.bytes / X));
+    for (size_t il = 0; il < p.layers.size(); ++il) {
+        const uint64_t n = p.layers[il].resident.size();
+        if (p.layers[il].n_expert > 0)
+            for (const ModelLayout::Tensor& t : layout.experts[il]) arena += align(n * (t.bytes / X));
     }
     p.slots_bytes = arena > 0 ? rnd(arena) : 0;
     return p;
@@ -490,7 +509,7 @@ std::string plan_summary_line(const Plan& p) {
 
 nlohmann::json plan_to_json(const Plan& p) {
     nlohmann::json layers = nlohmann::json::array();
-    for (const auto& L : p.layers) layers.push_back({{"resident", L.resident}, {"why", L.why}});
+    for (const auto& L : p.layers) layers.push_back({{"n_expert", L.n_expert}, {"resident", L.resident}, {"why", L.why}});
     return {
         {"mode", p.mode()},
         {"budget_bytes", p.budget_bytes},

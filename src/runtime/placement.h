@@ -84,6 +84,7 @@ struct PlacementOptions {
 
 /// One layer's routed experts: which are resident in VRAM slots (slot s holds resident[s]).
 struct LayerPlacement {
+    int64_t n_expert = 0;            ///< the layer's routed experts (0: a dense FFN layer, nothing to place)
     std::vector<int32_t> resident;
     std::string why;  ///< "hot set", "even fill", "--n-cpu-moe", "-ot 'exps=CPU'", ...
 };
@@ -113,7 +114,8 @@ struct Plan {
                group_bytes;
     }
     int64_t n_resident() const;
-    int64_t n_experts() const { return n_layer * n_expert; }
+    /// Routed experts of all layers (layers without routed experts count none).
+    int64_t n_experts() const;
     /// "gpu" (every expert resident), "cpu-experts" (none), "hybrid" (some).
     std::string mode() const;
     /// CALCULATED: expert bytes the CPU reads per decode token if the router picks uniformly:
@@ -185,7 +187,8 @@ struct GpuScratchSizes {
     /// Gated DeltaNet: q|k|v, z, beta/alpha, beta, log decay, conv output, core output and (older
     /// files) the fused ssm_in output, [n_ubatch, *] each.
     int64_t ssm_qkv = 0, ssm_z = 0, ssm_ba = 0, ssm_beta = 0, ssm_g = 0, ssm_conv = 0, ssm_core = 0, ssm_in = 0;
-    int64_t sh_gate = 0, sh_up = 0, sh_down = 0;  ///< shared expert [n_ubatch, n_ff_shexp] x 2, [n_ubatch, n_embd]
+    /// shared expert and dense FFN: [n_ubatch, max(n_ff_shexp, n_ff)] x 2; the shared expert's output [n_ubatch, n_embd]
+    int64_t sh_gate = 0, sh_up = 0, sh_down = 0;
     /// Device bytes of all of them in one arena: 256-byte aligned pieces, the sum rounded by
     /// vram_alloc_size.
     uint64_t bytes() const;

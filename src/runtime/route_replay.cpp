@@ -143,7 +143,7 @@ void RouteReplay::init(const Trace& t, const Model& model) {
     }
     for (size_t s = 0; s < n_steps; ++s) {
         for (size_t l = 0; l < L; ++l)
-            if (ids_[(s * L + l) * K] < 0) {
+            if (ids_[(s * L + l) * K] < 0 && model.layers()[l].moe()) {  // (a dense FFN layer routes nothing)
                 size_t i = 0;
                 while (step[i] != s) ++i;
                 fail("replay trace {}: token (sequence {}, position {}) has no record for layer {}; a replay needs every layer of "
@@ -189,6 +189,7 @@ void RouteReplay::fill_logits(int layer, float* logits) const {
         float* out = logits + r * X;
         for (size_t e = 0; e < X; ++e) out[e] = kOther - (b.empty() ? 0.f : b[e]);
         const size_t at = (static_cast<size_t>(chosen_[r]) * L + static_cast<size_t>(layer)) * K;
+        if (ids_[at] < 0) continue;  // a layer without routed experts: nothing to route
         for (size_t j = 0; j < K; ++j) {
             const size_t e = static_cast<size_t>(ids_[at + j]);
             out[e] = target_[at + j] - (b.empty() ? 0.f : b[e]);

@@ -2,10 +2,11 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/text.h"
+#include "cpu/cpu_features.h"
 #include "cpu/delta_net.h"
 #include "cpu/moe.h"
 #include "runtime/forward.h"
-#include "runtime/route_replay.h"
 
 #include <algorithm>
 #include <chrono>
@@ -37,6 +38,7 @@ const char* phase_name(Phase p) {
         case Phase::ExpertDown: return "expert down";
         case Phase::MoeSum: return "expert sum";
         case Phase::SharedExpert: return "shared expert";
+        case Phase::DenseFfn: return "dense FFN";
         case Phase::LmHead: return "LM head";
         case Phase::Count: break;
     }
@@ -67,23 +69,16 @@ struct Session::Scratch {
 };
 
 Session::Session(const Model& model, const SessionOptions& opt)
-    : model_(model), spec_(make_model_spec(model, opt)) {
+    : SequenceEngine(make_model_spec(model, opt), opt, SnapshotPolicy::EveryChunk), model_(model) {
     const int threads = opt.n_threads > 0 ? opt.n_threads : std::max(1u, std::thread::hardware_concurrency());
     pool_ = std::make_unique<cpu::ThreadPool>(threads);
-    if (opt.n_seq < 1) fail("the number of sequences must be positive (got {})", opt.n_seq);
-    n_past_.assign(static_cast<size_t>(opt.n_seq), 0);
     kv_ = std::make_unique<KvCache>(spec_, opt.n_seq);
     if (spec_.has_recurrent()) {
         if (spec_.ssm.d_conv > 64) fail("ssm.conv_kernel = {} is larger than the 64 this engine supports", spec_.ssm.d_conv);
-        if (opt.n_checkpoints < 0) fail("the number of recurrent-state checkpoints must be >= 0 (got {})", opt.n_checkpoints);
         rs_ = std::make_unique<RecurrentState>(spec_, opt.n_seq);
-        n_checkpoints_ = opt.n_checkpoints;
-        checkpoints_.resize(static_cast<size_t>(opt.n_seq));
-        history_.resize(static_cast<size_t>(opt.n_seq));
     }
     s_ = std::make_unique<Scratch>();
-    for (const auto& L : model.layers())
-        experts_.push_back(layer_experts(L, spec_.act));
+    for (const auto& L : model.layers()) experts_.push_back(layer_experts(L, spec_.act));
 }
 
 Session::~Session() = default;
@@ -94,183 +89,32 @@ void Session::mark(Phase p) {
     phase_t_ = now;
 }
 
-int64_t Session::seq_n_past(int seq) const {
-    if (seq < 0 || seq >= n_seq()) fail("sequence {} does not exist (the session holds {})", seq, n_seq());
-    return n_past_[static_cast<size_t>(seq)];
+std::string Session::describe() const {
+    std::string d = fmt::format("cpu ({}, {} kernels)", count_noun(pool_->size(), "thread"), cpu::kernel_isa());
+    return d + replay_note();
 }
 
-void Session::seq_truncate(int seq, int64_t n) {
-    const int64_t have = seq_n_past(seq);
-    if (n < 0 || n > have) fail("cannot truncate sequence {} of {} tokens to {}", seq, have, n);
-    if (n == have) return;
-    if (!rs_) {
-        n_past_[static_cast<size_t>(seq)] = n;
-        return;
-    }
-    // A recurrent state holds every token before it: restore the newest snapshot at or before n
-    // (or the initial state), then evaluate the held tokens from there up to n again.
-    auto& cps = checkpoints_[static_cast<size_t>(seq)];
-    while (!cps.empty() && cps.back().pos > n) cps.pop_back();
-    int64_t from = 0;
-    if (cps.empty()) {
-        rs_->reset(seq);
-    } else {
-        rs_->restore(seq, cps.back().state);
-        from = cps.back().pos;
-    }
-    auto& hist = history_[static_cast<size_t>(seq)];
-    std::vector<int32_t> redo(hist.begin() + from, hist.begin() + n);
-    hist.resize(static_cast<size_t>(from));
-    n_past_[static_cast<size_t>(seq)] = from;
-    if (redo.empty()) return;
-    recomputed_tokens_ += static_cast<int64_t>(redo.size());
-    // The K/V entries of attention layers at [from, n) are rewritten with the same values.
-    std::vector<int32_t> seqs(redo.size(), seq);
-    std::vector<float> unused;
-    eval_batch(SeqBatch{redo, seqs, {}}, unused);
-}
+uint64_t Session::recurrent_bytes() const { return rs_ ? rs_->bytes() + snapshot_bytes() : 0; }
 
-std::vector<int64_t> Session::seq_checkpoints(int seq) const {
-    (void)seq_n_past(seq);
-    std::vector<int64_t> out;
-    if (rs_)
-        for (const auto& c : checkpoints_[static_cast<size_t>(seq)]) out.push_back(c.pos);
-    return out;
-}
+void Session::state_reset(int seq) { rs_->reset(seq); }
+void Session::state_save(int seq, std::vector<float>& out) { rs_->save(seq, out); }
+void Session::state_restore(int seq, const std::vector<float>& in) { rs_->restore(seq, in); }
 
-uint64_t Session::recurrent_bytes() const {
-    if (!rs_) return 0;
-    uint64_t b = rs_->bytes();
-    for (const auto& cps : checkpoints_)
-        for (const auto& c : cps) b += c.state.size() * sizeof(float);
-    return b;
-}
-
-void Session::after_chunk(std::span<const int32_t> tokens, std::span<const int32_t> seq) {
-    if (!rs_) return;
-    for (size_t i = 0; i < tokens.size(); ++i) history_[static_cast<size_t>(seq[i])].push_back(tokens[i]);
-    if (n_checkpoints_ == 0) return;
-    for (size_t g = 0; g < group_seq_.size(); ++g) {
-        if (group_off_[g + 1] - group_off_[g] < 2) continue;  // decode steps take no snapshot
-        const int q = group_seq_[g];
-        auto& cps = checkpoints_[static_cast<size_t>(q)];
-        Checkpoint c;
-        if (static_cast<int>(cps.size()) >= n_checkpoints_) {  // reuse the oldest one's storage
-            c = std::move(cps.front());
-            cps.erase(cps.begin());
-        }
-        c.pos = static_cast<int64_t>(history_[static_cast<size_t>(q)].size());
-        rs_->save(q, c.state);
-        cps.push_back(std::move(c));
-    }
-}
-
-void Session::run_chunk(std::span<const int32_t> seq, std::span<const int64_t> pos, ChunkArgs::Logits lg,
-                        std::span<const int64_t> logit_rows) {
-    const int64_t n = static_cast<int64_t>(tokens_.size());
-    // A row is "prefill" (route events, traces) when its sequence has several rows in the chunk.
-    row_prefill_.assign(static_cast<size_t>(n), 0);
-    if (n > 1) {
-        std::vector<int64_t> rows_of(static_cast<size_t>(n_seq()), 0);
-        for (int32_t q : seq) rows_of[static_cast<size_t>(q)]++;
-        for (int64_t i = 0; i < n; ++i) row_prefill_[static_cast<size_t>(i)] = rows_of[static_cast<size_t>(seq[static_cast<size_t>(i)])] > 1;
-    }
-    // Rows grouped by sequence (the recurrent ops run each sequence's rows in order).
+void Session::exec_chunk(const ChunkArgs& c, float* out) {
+    logits_out_ = out;
+    // The recurrent ops take each sequence's rows as a list of row indices.
     group_seq_.clear();
-    group_off_.clear();
-    group_rows_.clear();
+    group_off_.assign(1, 0);
     if (rs_) {
-        std::vector<int32_t> first(static_cast<size_t>(n_seq()), -1);
-        std::vector<int64_t> count(static_cast<size_t>(n_seq()), 0);
-        for (int64_t i = 0; i < n; ++i) {
-            const int32_t q = seq[static_cast<size_t>(i)];
-            if (count[static_cast<size_t>(q)]++ == 0) group_seq_.push_back(q);
+        for (const SeqGroup& g : c.groups) {
+            group_seq_.push_back(g.seq);
+            group_off_.push_back(g.off + g.n);
         }
-        group_off_.push_back(0);
-        for (size_t g = 0; g < group_seq_.size(); ++g) {
-            first[static_cast<size_t>(group_seq_[g])] = static_cast<int32_t>(g);
-            group_off_.push_back(group_off_.back() + count[static_cast<size_t>(group_seq_[g])]);
-        }
-        group_rows_.resize(static_cast<size_t>(n));
-        std::vector<int64_t> fill(group_off_.begin(), group_off_.end() - 1);
-        for (int64_t i = 0; i < n; ++i) group_rows_[static_cast<size_t>(fill[static_cast<size_t>(first[static_cast<size_t>(seq[static_cast<size_t>(i)])])]++)] = i;
+        group_rows_.resize(static_cast<size_t>(c.n));
+        std::iota(group_rows_.begin(), group_rows_.end(), 0);
     }
-    ChunkArgs c;
-    c.n = n;
-    c.pos0 = pos[0];
-    c.seq = seq;
-    c.pos = pos;
-    c.logits = lg;
-    c.logit_rows = logit_rows;
     phase_t_ = std::chrono::steady_clock::now();
     forward_chunk(*this, spec_, c);
-    after_chunk(tokens_, seq);
-}
-
-void Session::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
-    check_eval(spec_, n_past_[0], tokens);
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    const int64_t n_vocab = spec_.n_vocab;
-    logits.resize(static_cast<size_t>((all_logits ? n : 1) * n_vocab));
-    for (int64_t i = 0; i < n; i += spec_.n_ubatch) {
-        const int64_t k = std::min(spec_.n_ubatch, n - i);
-        const bool last = i + k == n;
-        tokens_ = tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(k));
-        logits_out_ = all_logits ? logits.data() + i * n_vocab : (last ? logits.data() : nullptr);
-        chunk_seq_.assign(static_cast<size_t>(k), 0);
-        chunk_pos_.resize(static_cast<size_t>(k));
-        std::iota(chunk_pos_.begin(), chunk_pos_.end(), n_past_[0]);
-        run_chunk(chunk_seq_, chunk_pos_,
-                  all_logits ? ChunkArgs::Logits::All : (last ? ChunkArgs::Logits::Last : ChunkArgs::Logits::None), {});
-        n_past_[0] += k;
-    }
-}
-
-int64_t check_seq_batch(const SeqBatch& b, std::span<const int64_t> n_past, int64_t n_vocab, int64_t n_ctx) {
-    const int64_t n = static_cast<int64_t>(b.tokens.size());
-    const int64_t n_seq = static_cast<int64_t>(n_past.size());
-    if (n == 0) fail("eval_batch: no rows");
-    if (b.seq.size() != b.tokens.size()) fail("eval_batch: {} tokens but {} sequence ids", b.tokens.size(), b.seq.size());
-    if (!b.logits.empty() && b.logits.size() != b.tokens.size())
-        fail("eval_batch: {} tokens but {} logits flags", b.tokens.size(), b.logits.size());
-    std::vector<int64_t> next(n_past.begin(), n_past.end());  // each sequence's next position
-    int64_t n_out = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        const int32_t q = b.seq[static_cast<size_t>(i)], t = b.tokens[static_cast<size_t>(i)];
-        if (q < 0 || q >= n_seq) fail("eval_batch: row {} names sequence {} but the session holds {}", i, q, n_seq);
-        if (t < 0 || t >= n_vocab) fail("token id {} is out of range (vocabulary has {} tokens)", t, n_vocab);
-        if (++next[static_cast<size_t>(q)] > n_ctx)
-            fail("sequence {} needs {} positions but the context holds {} (n_ctx)", q, next[static_cast<size_t>(q)], n_ctx);
-        if (!b.logits.empty() && b.logits[static_cast<size_t>(i)]) ++n_out;
-    }
-    return n_out;
-}
-
-void Session::eval_batch(const SeqBatch& b, std::vector<float>& logits) {
-    // Check everything before touching the cache, so a bad batch leaves the session unchanged.
-    const int64_t n = static_cast<int64_t>(b.tokens.size());
-    const int64_t n_out = check_seq_batch(b, n_past_, spec_.n_vocab, spec_.n_ctx);
-    std::vector<int64_t> next;
-    const int64_t n_vocab = spec_.n_vocab;
-    logits.resize(static_cast<size_t>(n_out * n_vocab));
-    float* out = logits.data();
-    for (int64_t i = 0; i < n; i += spec_.n_ubatch) {
-        const int64_t k = std::min(spec_.n_ubatch, n - i);
-        tokens_ = b.tokens.subspan(static_cast<size_t>(i), static_cast<size_t>(k));
-        chunk_seq_.assign(b.seq.begin() + i, b.seq.begin() + i + k);
-        chunk_pos_.resize(static_cast<size_t>(k));
-        chunk_logit_rows_.clear();
-        next = n_past_;
-        for (int64_t r = 0; r < k; ++r) {
-            chunk_pos_[static_cast<size_t>(r)] = next[static_cast<size_t>(chunk_seq_[static_cast<size_t>(r)])]++;
-            if (!b.logits.empty() && b.logits[static_cast<size_t>(i + r)]) chunk_logit_rows_.push_back(r);
-        }
-        logits_out_ = chunk_logit_rows_.empty() ? nullptr : out;
-        out += static_cast<int64_t>(chunk_logit_rows_.size()) * n_vocab;
-        run_chunk(chunk_seq_, chunk_pos_, chunk_logit_rows_.empty() ? ChunkArgs::Logits::None : ChunkArgs::Logits::Rows,
-                  chunk_logit_rows_);
-        n_past_ = next;
-    }
 }
 
 // ---- the ops of forward_chunk (runtime/forward.h) on the CPU
@@ -283,7 +127,7 @@ void Session::embed(const ChunkArgs& c) {
     // Token embeddings: rows of token_embd dequantized (ggml_get_rows).
     const GgufTensorInfo& te = model_.token_embd();
     const size_t te_row = row_size(te.type, E);
-    for (int64_t i = 0; i < n; ++i) dequantize(te.type, te.data + static_cast<size_t>(tokens_[i]) * te_row, &s.x[i * E], E);
+    for (int64_t i = 0; i < n; ++i) dequantize(te.type, te.data + static_cast<size_t>(c.tokens[static_cast<size_t>(i)]) * te_row, &s.x[i * E], E);
     // RoPE tables for the chunk's positions.
     const int n_rot = spec_.rope.n_rot;
     s.rope_cache.resize(static_cast<size_t>(n * n_rot));
@@ -450,18 +294,15 @@ void Session::route(int il, const ChunkArgs& c) {
     s.router.resize(static_cast<size_t>(n * X));
     cpu::quantize_acts(*pool_, s.h.data(), n, E, L[T::ffn_gate_inp]->type, s.acts);
     cpu::matmul(*pool_, cpu::weight_view(*L[T::ffn_gate_inp]), s.acts, s.router.data());
-    if (route_replay) {  // benchmark-only: the trace's choices, through the same top-k below
-        if (il == 0) route_replay->next_chunk(row_prefill_);
-        route_replay->fill_logits(il, s.router.data());
-    }
+    if (replaying()) replay_logits(il, s.router.data());  // benchmark-only: the trace's choices, through the same top-k below
     s.sel.resize(static_cast<size_t>(n * K));
     s.sel_w.resize(static_cast<size_t>(n * K));
     s.margin.resize(static_cast<size_t>(n));
     cpu::route(s.router.data(), f32(L[T::ffn_gate_inp_bias]), n, X, static_cast<int>(K), spec_.moe_gating, s.sel.data(), s.sel_w.data(),
                s.margin.data());
-    if (on_route)
+    if (has_route_callback())
         for (int64_t i = 0; i < n; ++i)
-            on_route(RouteEvent{c.pos_of(i), il, row_prefill_[static_cast<size_t>(i)] != 0,
+            route_event(RouteEvent{c.pos_of(i), il, c.prefill_of(i),
                                 std::span<const int32_t>(&s.sel[i * K], static_cast<size_t>(K)),
                                 std::span<const float>(&s.sel_w[i * K], static_cast<size_t>(K)), s.margin[i], c.seq_of(i)});
     mark(Phase::Router);
@@ -652,20 +493,37 @@ void Session::ssm_out(int il, const ChunkArgs& c) {
     mark(Phase::SsmOut);
 }
 
+void Session::swiglu_ffn(const GgufTensorInfo* gate, const GgufTensorInfo* up, const GgufTensorInfo* down, int64_t n, int64_t F,
+                         float* out) {
+    Scratch& s = *s_;
+    s.sh_gate.resize(static_cast<size_t>(n * F));
+    s.sh_up.resize(static_cast<size_t>(n * F));
+    const Proj gu[] = {{gate, s.sh_gate.data()}, {up, s.sh_up.data()}};
+    project(s.h.data(), n, spec_.n_embd, gu);
+    cpu::swiglu(s.sh_gate.data(), s.sh_up.data(), n * F, s.sh_gate.data());
+    const Proj dn[] = {{down, out}};
+    project(s.sh_gate.data(), n, F, dn);
+}
+
+void Session::ffn_dense(int il, const ChunkArgs& c) {
+    const LayerWeights& L = model_.layers()[static_cast<size_t>(il)];
+    Scratch& s = *s_;
+    const int64_t E = spec_.n_embd;
+    // llama.cpp build_ffn(LLM_FFN_SILU, LLM_FFN_PAR): x += down(silu(h W_gate) * h W_up).
+    s.proj.resize(static_cast<size_t>(c.n * E));
+    swiglu_ffn(L[T::ffn_gate], L[T::ffn_up], L[T::ffn_down], c.n, spec_.n_ff, s.proj.data());
+    for (int64_t i = 0; i < c.n; ++i) cpu::add(&s.x[i * E], &s.proj[i * E], E);
+    mark(Phase::DenseFfn);
+}
+
 void Session::shared_expert(int il, const ChunkArgs& c) {
     const LayerWeights& L = model_.layers()[static_cast<size_t>(il)];
     Scratch& s = *s_;
     const int64_t n = c.n, E = spec_.n_embd, F = spec_.n_ff_shexp;
     // llama.cpp qwen3next build_layer_ffn: ffn_shexp = down(silu(h W_gate) * h W_up), scaled by
     // sigmoid(h . ffn_gate_inp_shexp), added to the routed experts' output.
-    s.sh_gate.resize(static_cast<size_t>(n * F));
-    s.sh_up.resize(static_cast<size_t>(n * F));
-    const Proj gu[] = {{L[T::ffn_gate_shexp], s.sh_gate.data()}, {L[T::ffn_up_shexp], s.sh_up.data()}};
-    project(s.h.data(), n, E, gu);
-    cpu::swiglu(s.sh_gate.data(), s.sh_up.data(), n * F, s.sh_gate.data());
     s.proj.resize(static_cast<size_t>(n * E));
-    const Proj dn[] = {{L[T::ffn_down_shexp], s.proj.data()}};
-    project(s.sh_gate.data(), n, F, dn);
+    swiglu_ffn(L[T::ffn_gate_shexp], L[T::ffn_up_shexp], L[T::ffn_down_shexp], n, F, s.proj.data());
     const float* wg = f32(L[T::ffn_gate_inp_shexp]);
     for (int64_t i = 0; i < n; ++i) {
         const float* h = &s.h[i * E];

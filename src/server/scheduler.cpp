@@ -105,7 +105,7 @@ Scheduler::Scheduler(const Model& model, const SchedulerOptions& opt, Metrics& m
     shape.n_layer = static_cast<int>(model.hp().n_layer);
     shape.n_expert = static_cast<int>(model.hp().n_expert);
     shape.n_expert_used = static_cast<int>(model.hp().n_expert_used);
-    for (const auto& l : model.layers()) shape.moe_layer.push_back(l[TensorId::ffn_gate_inp] != nullptr);
+    for (const auto& l : model.layers()) shape.moe_layer.push_back(l.moe());
     live_ = std::make_unique<LiveStats>(std::move(shape));
     std::function<void(const RouteEvent&)> write_trace;
     if (!opt.trace_path.empty()) {

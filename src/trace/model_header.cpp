@@ -34,6 +34,12 @@ TraceHeader trace_header_from_model(const GgufModel& model, bool has_weights) {
     h.bytes_per_expert_per_layer.assign(h.n_layer, 0);
     for (size_t l = 0; l < s.bytes_per_expert_per_layer.size() && l < h.n_layer; ++l)
         h.bytes_per_expert_per_layer[l] = s.bytes_per_expert_per_layer[l];
+    // Which layers have routed experts: the architecture's layer plan (a file of an architecture
+    // this build does not know: every layer, as version 1 traces say).
+    if (const ArchInfo* arch = find_arch(s.hp.arch)) {
+        const ArchConfig cfg = arch->config(s.hp);
+        for (const LayerShape& l : cfg.layers) h.layer_n_expert.push_back(l.ffn == FfnKind::Moe ? h.n_expert : 0);
+    }
     h.validate(model.path());
     return h;
 }

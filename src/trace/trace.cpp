@@ -32,16 +32,30 @@ void TraceHeader::validate(const std::string& where) const {
              n_expert);
     if (!bytes_per_expert_per_layer.empty() && bytes_per_expert_per_layer.size() != n_layer)
         fail("{}: {} per-layer expert sizes for {} layers", where, bytes_per_expert_per_layer.size(), n_layer);
+    if (!layer_n_expert.empty()) {
+        if (layer_n_expert.size() != n_layer)
+            fail("{}: {} per-layer expert counts for {} layers", where, layer_n_expert.size(), n_layer);
+        bool any = false;
+        for (uint32_t l = 0; l < n_layer; ++l) {
+            if (layer_n_expert[l] != 0 && (layer_n_expert[l] > n_expert || layer_n_expert[l] < n_expert_used))
+                fail("{}: layer {} has {} experts (expected 0, a layer without routed experts, or {}..{})", where, l,
+                     layer_n_expert[l], n_expert_used, n_expert);
+            any |= layer_n_expert[l] != 0;
+        }
+        if (!any) fail("{}: no layer has routed experts", where);
+    }
 }
 
 std::string validate_record(const TraceHeader& h, const TraceRecordIn& r) {
     if (r.layer >= h.n_layer) return fmt::format("layer {} >= n_layer {}", r.layer, h.n_layer);
+    const uint32_t n_expert = h.experts_of(r.layer);
+    if (n_expert == 0) return fmt::format("layer {} has no routed experts", r.layer);
     if (r.phase != TracePhase::Prefill && r.phase != TracePhase::Decode)
         return fmt::format("phase {} is neither 0 (prefill) nor 1 (decode)", static_cast<int>(r.phase));
     if (r.ids.size() != h.n_expert_used)
         return fmt::format("{} expert ids, expected n_expert_used = {}", r.ids.size(), h.n_expert_used);
     for (size_t i = 0; i < r.ids.size(); ++i) {
-        if (r.ids[i] >= h.n_expert) return fmt::format("expert id {} >= n_expert {}", r.ids[i], h.n_expert);
+        if (r.ids[i] >= n_expert) return fmt::format("expert id {} >= n_expert {}", r.ids[i], n_expert);
         for (size_t j = 0; j < i; ++j)
             if (r.ids[j] == r.ids[i]) return fmt::format("expert id {} appears twice", r.ids[i]);
     }

@@ -3,8 +3,8 @@
 // docs/trace-format.md; JSON Lines import/export in trace_jsonl.h.
 //
 // Validation rules (the same on write, on read and on import; see validate_record):
-//   - layer < n_layer, phase is prefill or decode;
-//   - exactly n_expert_used ids, each < n_expert, no id twice in a record;
+//   - layer < n_layer, a layer with routed experts; phase is prefill or decode;
+//   - exactly n_expert_used ids, each < the layer's n_expert, no id twice in a record;
 //   - weights (if the trace has them) finite and >= 0;
 //   - for each (sequence, layer), token positions strictly increase in file order.
 // Steps: records are grouped into steps by (sequence, position) in order of first appearance;
@@ -29,12 +29,21 @@ const char* trace_phase_name(TracePhase p);
 struct TraceHeader {
     std::string model_name;             ///< general.name or the file name; may be empty
     uint64_t model_hash = 0;            ///< XXH3-64 of the model file(s) (model_file_hash); 0 = unknown
-    uint32_t n_layer = 0;               ///< MoE layers (record.layer < n_layer)
-    uint32_t n_expert = 0;              ///< routed experts per layer (ids < n_expert), 1..65534
+    uint32_t n_layer = 0;               ///< the model's layers (record.layer < n_layer)
+    uint32_t n_expert = 0;              ///< routed experts of a layer that has them (ids < n_expert), 1..65534
     uint32_t n_expert_used = 0;         ///< experts per record (top-k), 1..n_expert
     bool has_weights = false;           ///< records carry router weights
     /// Bytes of one expert in each layer (gate+up+down weights and biases); empty or zeros = unknown.
     std::vector<uint64_t> bytes_per_expert_per_layer;
+    /// Routed experts of each layer: n_expert, or 0 for a layer without routed experts (a dense FFN
+    /// layer, e.g. DeepSeek's first three), which has no records. Empty: every layer has n_expert
+    /// (version 1 files).
+    std::vector<uint32_t> layer_n_expert;
+
+    /// Routed experts of `layer` (0: none).
+    uint32_t experts_of(uint32_t layer) const {
+        return layer_n_expert.empty() ? n_expert : layer < layer_n_expert.size() ? layer_n_expert[layer] : 0;
+    }
 
     /// Bytes of one expert of `layer`, 0 if unknown.
     uint64_t expert_bytes(uint32_t layer) const {

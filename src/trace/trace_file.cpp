@@ -43,7 +43,7 @@ float get_f32(const uint8_t* p) {
 
 std::vector<uint8_t> encode_header(const TraceHeader& h) {
     std::vector<uint8_t> b(kMagicHeader, kMagicHeader + 4);
-    const uint32_t header_size = static_cast<uint32_t>(40 + h.model_name.size() + 8 * h.n_layer + 8);
+    const uint32_t header_size = static_cast<uint32_t>(40 + h.model_name.size() + 12 * h.n_layer + 8);
     put_le(b, kTraceVersion, 4);
     put_le(b, header_size, 4);
     put_le(b, h.n_layer, 4);
@@ -54,6 +54,7 @@ std::vector<uint8_t> encode_header(const TraceHeader& h) {
     put_le(b, h.model_hash, 8);
     b.insert(b.end(), h.model_name.begin(), h.model_name.end());
     for (uint32_t l = 0; l < h.n_layer; ++l) put_le(b, h.expert_bytes(l), 8);
+    for (uint32_t l = 0; l < h.n_layer; ++l) put_le(b, h.experts_of(l), 4);
     put_le(b, XXH3_64bits(b.data(), b.size()), 8);
     NITRO_CHECK(b.size() == header_size);
     return b;
@@ -213,7 +214,8 @@ Trace read_trace(const std::string& path, TraceFileInfo* info) {
     if (size < 48 || std::memcmp(d, kMagicHeader, 4) != 0)
         fail("{}: offset 0: not a nitro trace (expected magic \"NMTR\")", path);
     const uint32_t version = static_cast<uint32_t>(get_le(d + 4, 4));
-    if (version != kTraceVersion) fail("{}: offset 4: version {} is not supported (expected {})", path, version, kTraceVersion);
+    if (version != 1 && version != kTraceVersion)
+        fail("{}: offset 4: version {} is not supported (expected 1..{})", path, version, kTraceVersion);
     const uint64_t header_size = get_le(d + 8, 4);
     h.n_layer = static_cast<uint32_t>(get_le(d + 12, 4));
     h.n_expert = static_cast<uint32_t>(get_le(d + 16, 4));
@@ -224,17 +226,23 @@ Trace read_trace(const std::string& path, TraceFileInfo* info) {
     if (name_len > kTraceMaxNameBytes) fail("{}: offset 28: model name length {} exceeds {}", path, name_len, kTraceMaxNameBytes);
     if (flags & ~1u) fail("{}: offset 24: unknown flags {:#x}", path, flags);
     h.has_weights = flags & 1;
-    const uint64_t expect_size = 40ull + name_len + 8ull * h.n_layer + 8;
+    const uint64_t per_layer = version == 1 ? 8 : 12;  // expert bytes (+ expert count from version 2)
+    const uint64_t expect_size = 40ull + name_len + per_layer * h.n_layer + 8;
     if (header_size != expect_size || header_size > size)
         fail("{}: offset 8: header size {} does not match its fields ({} bytes) or the file ({} bytes)", path,
              header_size, expect_size, size);
     const uint64_t stored_sum = get_le(d + header_size - 8, 8);
     if (XXH3_64bits(d, header_size - 8) != stored_sum)
         fail("{}: offset 0: header checksum mismatch (the header bytes were changed after writing)", path);
-    h.validate(fmt::format("{}: header", path));
     h.model_name.assign(reinterpret_cast<const char*>(d + 40), name_len);
     h.bytes_per_expert_per_layer.resize(h.n_layer);
     for (uint32_t l = 0; l < h.n_layer; ++l) h.bytes_per_expert_per_layer[l] = get_le(d + 40 + name_len + 8 * l, 8);
+    if (version >= 2) {
+        h.layer_n_expert.resize(h.n_layer);
+        for (uint32_t l = 0; l < h.n_layer; ++l)
+            h.layer_n_expert[l] = static_cast<uint32_t>(get_le(d + 40 + name_len + 8 * h.n_layer + 4 * l, 4));
+    }
+    h.validate(fmt::format("{}: header", path));
 
     // Chunks.
     const size_t rb = trace_record_bytes(h);

@@ -1,9 +1,10 @@
 // Binary router-trace files (".nmtr"): a header, chunks of fixed-size records each with an
 // XXH3-64 checksum, and an end marker. Byte-by-byte layout: docs/trace-format.md. Little-endian.
 //
-//   header  "NMTR" u32 version=1, u32 header_size, u32 n_layer, u32 n_expert, u32 n_expert_used,
+//   header  "NMTR" u32 version=2, u32 header_size, u32 n_layer, u32 n_expert, u32 n_expert_used,
 //           u32 flags (bit 0 = weights), u32 name_len, u64 model_hash, name bytes,
-//           u64 bytes_per_expert[n_layer], u64 XXH3-64 of all previous header bytes
+//           u64 bytes_per_expert[n_layer], u32 layer_n_expert[n_layer] (version 2),
+//           u64 XXH3-64 of all previous header bytes
 //   chunk   "NMCK" u32 n_records, u64 XXH3-64 of the records, n_records x record
 //   record  u32 seq, u32 pos, u16 layer, u8 phase, u8 n_used, u16 ids[k], (f32 weights[k])
 //   end     "NMEN" u32 n_chunks, u64 n_records, u64 XXH3-64 of the 16 bytes before it
@@ -21,7 +22,9 @@
 namespace nitro {
 
 /// File-format constants.
-inline constexpr uint32_t kTraceVersion = 1;
+/// Version 2 added each layer's routed-expert count (0 for a dense FFN layer); version 1 files
+/// (every layer with n_expert experts) are still read.
+inline constexpr uint32_t kTraceVersion = 2;
 inline constexpr uint32_t kTraceMaxNameBytes = 4096;
 inline constexpr uint32_t kTraceMaxChunkRecords = 1u << 20;
 

@@ -155,9 +155,9 @@ inline void compare(const Model& model, const std::vector<int32_t>& seq, size_t 
     // The CPU's router margins (where an expert choice is that close, the two engines' rounding may
     // swap it: tests/peer/cross_check.test.mjs, docs/peer.md) and each engine's expert sets.
     RouteRecord cpu_routes(seq.size()), gpu_routes(seq.size());
-    cpu.on_route = [&](const RouteEvent& e) { cpu_routes.add(e); };
+    cpu.set_route_callback([&](const RouteEvent& e) { cpu_routes.add(e); });
     cpu.eval(seq, true, lc);
-    cpu.on_route = nullptr;
+    cpu.set_route_callback(nullptr);
     const bool gpu_routes_on = gpu.set_route_callback([&](const RouteEvent& e) { gpu_routes.add(e); });
     gpu.eval(seq, true, lg);
     gpu.set_route_callback(nullptr);
@@ -167,10 +167,10 @@ inline void compare(const Model& model, const std::vector<int32_t>& seq, size_t 
     cuda::GpuSession g2(model, so, go);
     std::vector<int32_t> prompt(seq.begin(), seq.begin() + static_cast<long>(prompt_len));
     std::vector<float> margin_at;  // smallest router margin per position (the logits come from the last one)
-    c2.on_route = [&](const RouteEvent& e) {
+    c2.set_route_callback([&](const RouteEvent& e) {
         if (margin_at.size() <= static_cast<size_t>(e.pos)) margin_at.resize(static_cast<size_t>(e.pos) + 1, INFINITY);
         margin_at[static_cast<size_t>(e.pos)] = std::min(margin_at[static_cast<size_t>(e.pos)], e.margin);
-    };
+    });
     c2.eval(prompt, false, lc);
     g2.eval(prompt, false, lg);
     bool equal = true;

@@ -93,13 +93,13 @@ void decode_steps_match_cpu(const Model& model, cuda::GpuSession& gpu, const std
         pl[static_cast<size_t>(e.layer)].assign(e.experts.begin(), e.experts.end());
         std::sort(pl[static_cast<size_t>(e.layer)].begin(), pl[static_cast<size_t>(e.layer)].end());
     };
-    cpu.on_route = [&](const RouteEvent& e) {
+    cpu.set_route_callback([&](const RouteEvent& e) {
         router_margin[static_cast<size_t>(e.pos)] = std::min(router_margin[static_cast<size_t>(e.pos)], e.margin);
         record(cpu_sets, e);
         auto& m = cpu_margins[static_cast<size_t>(e.pos)];
         if (m.size() <= static_cast<size_t>(e.layer)) m.resize(static_cast<size_t>(e.layer) + 1, INFINITY);
         m[static_cast<size_t>(e.layer)] = e.margin;
-    };
+    });
     cpu.eval(seq, true, lc);
     gpu.truncate(0);
     gpu.set_route_callback([&](const RouteEvent& e) { record(gpu_sets, e); });

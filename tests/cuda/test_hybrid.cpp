@@ -540,7 +540,7 @@ TEST(CudaHybrid, LongPromptsAgreeAcrossPlacementsAndUbatch) {
         RouteRecord cpu_routes(seq.size());
         {
             Session cpu(model, so);
-            cpu.on_route = [&](const RouteEvent& e) { cpu_routes.add(e); };
+            cpu.set_route_callback([&](const RouteEvent& e) { cpu_routes.add(e); });
             cpu.eval(seq, true, lc);
         }
         struct Placement {

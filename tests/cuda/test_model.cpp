@@ -274,7 +274,7 @@ TEST(CudaModel, RouteEventsOfEveryStepEqualTheCpus) {
     const int64_t K = model.hp().n_expert_used, L = model.hp().n_layer;
     std::vector<RouteEvent> ce, ge;
     std::vector<std::vector<int32_t>> cids, gids;
-    cpu.on_route = [&](const RouteEvent& e) { cids.emplace_back(e.experts.begin(), e.experts.end()); ce.push_back(e); };
+    cpu.set_route_callback([&](const RouteEvent& e) { cids.emplace_back(e.experts.begin(), e.experts.end()); ce.push_back(e); });
     ASSERT_TRUE(gpu.set_route_callback([&](const RouteEvent& e) {
         gids.emplace_back(e.experts.begin(), e.experts.end());
         float wsum = 0;

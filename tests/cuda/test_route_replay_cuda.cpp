@@ -95,9 +95,9 @@ void gpu_replay_matches_cpu(const std::string& fixture) {
     so.n_ubatch = 4;
     so.n_threads = 4;
     Session cpu(m, so);
-    cpu.route_replay = std::make_shared<RouteReplay>(t, m, "trace");
+    cpu.set_route_replay(std::make_shared<RouteReplay>(t, m, "trace"));
     int64_t n = 0;
-    const auto want = run(cpu, [&](auto cb) { cpu.on_route = cb; }, &n);
+    const auto want = run(cpu, [&](auto cb) { cpu.set_route_callback(cb); }, &n);
     ASSERT_EQ(want.size(), static_cast<size_t>(21 * m.hp().n_layer));
     for (int placement = 0; placement < 2; ++placement) {
         GpuOptions go;

@@ -76,6 +76,32 @@ ResidencyOptions adaptive(int per_window, int window, int buffers) {
 
 std::vector<uint8_t> mask(const ExpertCache::LayerStep& st) { return {st.resident.begin(), st.resident.end()}; }
 
+TEST(ExpertCache, LayersWithoutRoutedExpertsAreNeverAccessed) {
+    // Layer 0 is a dense FFN layer (no routed experts), layer 1 caches 2 of 6.
+    FakeBackend b(4);
+    LayerSlots dense;
+    dense.n_expert = 0;
+    ExpertCache c({dense, slots({0, 1}, 2, 0)}, 6, 2, adaptive(1, 1, 4), &b);
+    c.begin_step(1);
+    const std::vector<int32_t> ids = {0, 4};
+    EXPECT_NE(test::error_of([&] { c.access(0, ids); }).find("layer 0 has no routed experts"), std::string::npos);
+    const auto st = c.access(1, ids);
+    EXPECT_EQ(mask(st), (std::vector<uint8_t>{1, 0, 0, 0, 0, 0}));
+    c.commit(1);
+    EXPECT_EQ(c.capacity(0), 0);
+    EXPECT_TRUE(c.slot_of(0).empty());
+    EXPECT_TRUE(c.slots(0).empty());
+    // The setup round trip keeps the layer's count.
+    const CacheSetup back = setup_from_json(setup_to_json(c.setup()));
+    EXPECT_EQ(back.layers[0].n_expert, 0);
+    EXPECT_EQ(back.layers[1].n_expert, -1);
+    // A dense layer cannot hold slots.
+    LayerSlots bad = slots({0}, 1, 0);
+    bad.n_expert = 0;
+    EXPECT_NE(test::error_of([&] { ExpertCache x({bad}, 6, 2, adaptive(1, 1, 4), &b); }).find("1 slots for 0 experts"),
+              std::string::npos);
+}
+
 TEST(ExpertCache, AnAdmittedExpertIsResidentOnlyFromTheStepAfterItsCopyLanded) {
     // 6 experts, top-2, one layer of 2 slots holding {0, 1}, neither pinned.
     FakeBackend b(4);
@@ -355,11 +381,11 @@ TEST(ExpertCache, LiveRoutingOfTheEngineEqualsTheSimulatorsReplayOfItsTrace) {
     TraceWriter writer(trace, trace_header_from_model(model.gguf(), true));
     auto record = route_record_writer(writer, [](const RouteEvent&) { return 0u; });
     std::vector<std::vector<int32_t>> layer_ids(static_cast<size_t>(L));
-    s.on_route = [&](const RouteEvent& e) {
+    s.set_route_callback([&](const RouteEvent& e) {
         record(e);
         auto& v = layer_ids[static_cast<size_t>(e.layer)];
         v.insert(v.end(), e.experts.begin(), e.experts.end());
-    };
+    });
     auto step = [&](std::span<const int32_t> toks) {
         for (auto& v : layer_ids) v.clear();
         std::vector<float> logits;
@@ -383,7 +409,7 @@ TEST(ExpertCache, LiveRoutingOfTheEngineEqualsTheSimulatorsReplayOfItsTrace) {
         tok = step(std::span<const int32_t>(prompt.data() + i, n));
     }
     for (int i = 0; i < 40; ++i) tok = step(std::span<const int32_t>(&tok, 1));
-    s.on_route = nullptr;
+    s.set_route_callback(nullptr);
     writer.close();
 
     const ReplayTrace rt = make_replay_trace(read_trace(trace));

@@ -216,6 +216,68 @@ TEST(Placement, RoundedActivationScratchHoldsTheDecodeMoesEightBitActivations) {
     EXPECT_EQ(q8_act_bytes(3, 96), 512u + 3 * 3 * 4) << "values padded to 256 bytes, then the scales";
 }
 
+/// gpt-oss-120b's shape with its first three layers turned into dense FFN layers (as DeepSeek-V3's
+/// are): the layout a model with leading dense layers has.
+ModelLayout with_dense_layers(ModelLayout L, int n_dense) {
+    for (int il = 0; il < n_dense; ++il) {
+        LayerSpec& ls = L.spec.layers[static_cast<size_t>(il)];
+        ls.ffn = FfnKind::Dense;
+        ls.n_expert = 0;
+        L.experts[static_cast<size_t>(il)] = {};
+    }
+    return L;
+}
+
+TEST(Placement, LayersWithoutRoutedExpertsHaveNothingToPlace) {
+    const ModelLayout all = gptoss120b();
+    const ModelLayout L = with_dense_layers(all, 3);
+    // Every expert fits: 33 layers of 128, none for the dense layers.
+    Plan p = plan_placement(L, budget(80));
+    EXPECT_EQ(p.n_experts(), 33 * 128);
+    EXPECT_EQ(p.n_resident(), 33 * 128);
+    EXPECT_EQ(p.mode(), "gpu");
+    for (int il = 0; il < 36; ++il) {
+        const LayerPlacement& lp = p.layers[static_cast<size_t>(il)];
+        EXPECT_EQ(lp.n_expert, il < 3 ? 0 : 128) << il;
+        EXPECT_EQ(lp.resident.size(), il < 3 ? 0u : 128u) << il;
+    }
+    EXPECT_NE(p.layers[0].why.find("dense FFN"), std::string::npos) << p.layers[0].why;
+    // The slot arena: 33 layers' pools, each rounded to 256 bytes, the arena to 2 MiB pages.
+    EXPECT_EQ(p.slots_bytes, vram_alloc_size(33 * 3 * 128 * 4'406'400ull)) << "three 4,406,400-byte matrices per expert";
+    // At 12 GiB the even fill spreads the slots over the 33 MoE layers only, and the CPU's
+    // uniform-routing bytes per token count those layers only (by hand: 4 used x (1 - r/128) x
+    // 13,219,200 bytes per layer).
+    p = plan_placement(L, budget(12));
+    const Plan q = plan_placement(all, budget(12));
+    EXPECT_EQ(p.n_resident(), q.n_resident()) << "the same bytes are left for slots";
+    EXPECT_GT(p.layers[3].resident.size(), q.layers[3].resident.size()) << "spread over 33 layers instead of 36";
+    double cpu = 0;
+    for (int il = 3; il < 36; ++il) {
+        const size_t r = p.layers[static_cast<size_t>(il)].resident.size();
+        EXPECT_LE(r, 128u);
+        cpu += 4.0 * (1.0 - static_cast<double>(r) / 128.0) * 13'219'200.0;
+    }
+    for (int il = 0; il < 3; ++il) EXPECT_TRUE(p.layers[static_cast<size_t>(il)].resident.empty());
+    EXPECT_DOUBLE_EQ(p.cpu_bytes_per_token_uniform(), cpu);
+    // Overrides and --n-cpu-moe do not reach the dense layers, whatever they match.
+    PlacementOptions o = budget(80);
+    o.overrides = {parse_tensor_override(".*=CPU")};
+    EXPECT_NE(error_of([&] { plan_placement(L, o); }).find("keeps the dense core"), std::string::npos);
+    o.overrides = {parse_tensor_override("exps=CPU")};
+    p = plan_placement(L, o);
+    EXPECT_EQ(p.n_resident(), 0);
+    EXPECT_EQ(p.mode(), "cpu-experts");
+    EXPECT_NE(p.layers[1].why.find("dense FFN"), std::string::npos);
+    o = budget(80);
+    o.source = ResidencySource::Layers;
+    p = plan_placement(L, budget(80));
+    EXPECT_EQ(plan_to_json(p)["layers"][0]["n_expert"], 0);
+    EXPECT_EQ(plan_to_json(p)["layers"][5]["n_expert"], 128);
+    // A model without any routed experts has nothing to place.
+    EXPECT_NE(error_of([&] { plan_placement(with_dense_layers(all, 36), budget(80)); }).find("no routed experts"),
+              std::string::npos);
+}
+
 TEST(Placement, LlamaCppOverrides) {
     const ModelLayout L = gptoss120b();
     PlacementOptions o = budget(12);

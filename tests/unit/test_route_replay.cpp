@@ -100,10 +100,10 @@ void expect_replayed_routing(const std::string& model_path, bool weights) {
     so.n_ubatch = 4;  // a 13-token prompt runs as chunks of 4, 4, 4 and 1 rows
     so.n_threads = 2;
     Session s(m, so);
-    s.route_replay = std::make_shared<RouteReplay>(t, m, "random trace");
+    s.set_route_replay(std::make_shared<RouteReplay>(t, m, "random trace"));
     const int K = static_cast<int>(m.hp().n_expert_used);
     int events = 0;
-    s.on_route = [&](const RouteEvent& e) {
+    s.set_route_callback([&](const RouteEvent& e) {
         ++events;
         // Multi-row chunks take prefill tokens in order; single rows take decode tokens. The last
         // prompt chunk has one row: it is a decode step as far as routing knows (13 = 4+4+4+1).
@@ -120,7 +120,7 @@ void expect_replayed_routing(const std::string& model_path, bool weights) {
             const float w = weights ? src.w[k][static_cast<size_t>(e.layer)][static_cast<size_t>(j)] : 1.0f / K;
             EXPECT_NEAR(e.weights[static_cast<size_t>(j)], w, 2e-3f) << "pos " << e.pos << " layer " << e.layer;
         }
-    };
+    });
     std::vector<int32_t> prompt(13);
     for (int i = 0; i < 13; ++i) prompt[static_cast<size_t>(i)] = 10 + i;
     std::vector<float> logits;
@@ -131,8 +131,8 @@ void expect_replayed_routing(const std::string& model_path, bool weights) {
         for (float v : logits) ASSERT_TRUE(std::isfinite(v));
     }
     EXPECT_EQ(events, 21 * static_cast<int>(m.hp().n_layer));
-    EXPECT_EQ(s.route_replay->prefill_replayed(), 12);
-    EXPECT_EQ(s.route_replay->decode_replayed(), 9);
+    EXPECT_EQ(s.route_replay()->prefill_replayed(), 12);
+    EXPECT_EQ(s.route_replay()->decode_replayed(), 9);
 }
 
 TEST(RouteReplay, GptOssRoutesAsTheTraceWithItsWeights) { expect_replayed_routing(kShared + "/fixtures/tiny-gptoss-mxfp4.gguf", true); }

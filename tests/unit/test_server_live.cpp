@@ -277,9 +277,9 @@ TEST(LiveStats, TheSchedulerCountsTheRoutingOfEveryEvaluatedToken) {
         ro.n_ctx = 128;
         ro.n_threads = 2;
         Session ref(model, ro);
-        ref.on_route = [&](const RouteEvent& e) {
+        ref.set_route_callback([&](const RouteEvent& e) {
             for (int32_t id : e.experts) ++want[static_cast<size_t>(e.layer)][static_cast<size_t>(id)];
-        };
+        });
         std::vector<float> logits;
         ref.eval(job->prompt, false, logits);
         for (size_t i = 0; i + 1 < sink->ids.size(); ++i) ref.eval(std::span<const int32_t>(&sink->ids[i], 1), false, logits);

@@ -43,9 +43,9 @@ TEST(TraceCapture, RunWritesEveryTokenAndLayerAndSimReplaysIt) {
     Model m(model);
     Session s(m, SessionOptions{});
     std::vector<std::vector<int32_t>> seen;
-    s.on_route = [&](const RouteEvent& e) {
+    s.set_route_callback([&](const RouteEvent& e) {
         if (e.pos == 1 && e.layer == 2) seen.emplace_back(e.experts.begin(), e.experts.end());
-    };
+    });
     std::vector<float> logits;
     const std::vector<int32_t> prompt = {13225, 1588, 382};
     s.eval(prompt, false, logits);

@@ -57,10 +57,12 @@ TEST(TraceFormat, RecordSizeAndHeaderLayout) {
         w.close();
     }
     const std::vector<uint8_t> b = read_bytes(p);
-    // header: 40 + name 4 + 2 layers x 8 + checksum 8 = 68; chunk header 16; 1 record 24; end 24.
-    ASSERT_EQ(b.size(), 68u + 16 + 24 + 24);
+    // header: 40 + name 4 + 2 layers x (8 expert bytes + 4 expert count) + checksum 8 = 76; chunk
+    // header 16; 1 record 24; end 24.
+    ASSERT_EQ(b.size(), 76u + 16 + 24 + 24);
     EXPECT_EQ(std::string(b.begin(), b.begin() + 4), "NMTR");
-    EXPECT_EQ(b[8], 68);                                   // header_size
+    EXPECT_EQ(b[4], 2);                                    // version
+    EXPECT_EQ(b[8], 76);                                   // header_size
     EXPECT_EQ(b[12], 2);                                   // n_layer
     EXPECT_EQ(b[16], 8);                                   // n_expert
     EXPECT_EQ(b[20], 2);                                   // n_expert_used
@@ -69,16 +71,18 @@ TEST(TraceFormat, RecordSizeAndHeaderLayout) {
     EXPECT_EQ(b[32], 0xef);                                // model hash, little-endian
     EXPECT_EQ(std::string(b.begin() + 40, b.begin() + 44), "tiny");
     EXPECT_EQ(b[44] | (b[45] << 8), 1000);                 // layer 0 expert bytes
-    EXPECT_EQ(std::string(b.begin() + 68, b.begin() + 72), "NMCK");
-    EXPECT_EQ(b[72], 1);                                   // records in the chunk
-    const size_t r = 84;                                   // the record
+    EXPECT_EQ(b[60], 8);                                   // layer 0 routed experts (= n_expert)
+    EXPECT_EQ(b[64], 8);                                   // layer 1
+    EXPECT_EQ(std::string(b.begin() + 76, b.begin() + 80), "NMCK");
+    EXPECT_EQ(b[80], 1);                                   // records in the chunk
+    const size_t r = 92;                                   // the record
     EXPECT_EQ(b[r], 7);                                    // seq
     EXPECT_EQ(b[r + 8], 1);                                // layer
     EXPECT_EQ(b[r + 10], 1);                               // phase decode
     EXPECT_EQ(b[r + 11], 2);                               // n_used
     EXPECT_EQ(b[r + 12], 3);                               // first id
     EXPECT_EQ(b[r + 14], 5);                               // second id
-    EXPECT_EQ(std::string(b.begin() + 108, b.begin() + 112), "NMEN");
+    EXPECT_EQ(std::string(b.begin() + 116, b.begin() + 120), "NMEN");
     std::remove(p.c_str());
 }
 
@@ -110,6 +114,44 @@ TEST(TraceFormat, RoundTripKeepsEveryField) {
     EXPECT_EQ(r.weights, t.weights);
     EXPECT_TRUE(is_binary_trace(p));
     std::remove(p.c_str());
+}
+
+TEST(TraceFormat, LayersWithoutRoutedExpertsHaveNoRecords) {
+    // DeepSeek-style: layer 0 a dense FFN layer, layers 1 and 2 with 8 experts.
+    TraceHeader h = small_header(false);
+    h.n_layer = 3;
+    h.bytes_per_expert_per_layer = {0, 1000, 1000};
+    h.layer_n_expert = {0, 8, 8};
+    const std::string p = temp_path("dense.nmtr");
+    const ExpertId ids[2] = {3, 5};
+    {
+        TraceWriter w(p, h);
+        w.write({0, 0, TracePhase::Decode, 1, ids, {}});
+        w.write({0, 0, TracePhase::Decode, 2, ids, {}});
+        const std::string e = error_of([&] { w.write({0, 1, TracePhase::Decode, 0, ids, {}}); });
+        EXPECT_NE(e.find("layer 0 has no routed experts"), std::string::npos) << e;
+        w.close();
+    }
+    const Trace r = read_trace(p);
+    EXPECT_EQ(r.header.layer_n_expert, (std::vector<uint32_t>{0, 8, 8}));
+    EXPECT_EQ(r.header.experts_of(0), 0u);
+    EXPECT_EQ(r.header.experts_of(2), 8u);
+    EXPECT_EQ(r.size(), 2u);
+    // A header whose counts make no sense is refused.
+    h.layer_n_expert = {0, 0, 0};
+    EXPECT_NE(error_of([&] { h.validate("h"); }).find("no layer has routed experts"), std::string::npos);
+    h.layer_n_expert = {0, 9, 8};
+    EXPECT_NE(error_of([&] { h.validate("h"); }).find("layer 1 has 9 experts"), std::string::npos);
+    std::remove(p.c_str());
+}
+
+TEST(TraceFormat, Version1FilesAreStillRead) {
+    // bench/traces holds traces written as version 1 (every layer with n_expert experts).
+    const Trace t = read_trace(std::string(NITRO_SOURCE_DIR) + "/bench/traces/gpt-oss-20b.nmtr");
+    EXPECT_TRUE(t.header.layer_n_expert.empty());
+    EXPECT_EQ(t.header.n_layer, 24u);
+    for (uint32_t l = 0; l < t.header.n_layer; ++l) EXPECT_EQ(t.header.experts_of(l), t.header.n_expert);
+    EXPECT_GT(t.size(), 0u);
 }
 
 TEST(TraceCapture, EngineStyleWritesPrefillBlocksAndDecodeTokens) {
@@ -226,23 +268,23 @@ TEST(TraceValidation, EverySingleBitFlipIsRejected) {
 TEST(TraceValidation, ErrorNamesTheOffsetOfTheFirstBadRecord) {
     const std::string p = make_valid_file("offset.nmtr");
     std::vector<uint8_t> b = read_bytes(p);
-    // header 40 + 4 ("tiny") + 16 + 8 = 68; chunk 0 header at 68, records at 84, 24 bytes each;
-    // chunk 1 header at 84 + 5*24 = 204, its records at 220. Record 7 = chunk 1's third record,
-    // at 220 + 2*24 = 268; its first id is at +12.
-    const size_t rec7 = 268;
+    // header 40 + 4 ("tiny") + 2 layers x 12 + 8 = 76; chunk 0 header at 76, records at 92, 24
+    // bytes each; chunk 1 header at 92 + 5*24 = 212, its records at 228. Record 7 = chunk 1's third
+    // record, at 228 + 2*24 = 276; its first id is at +12.
+    const size_t rec7 = 276;
     b[rec7 + 12] = 200;  // expert id 200 >= 8
     b[rec7 + 13] = 0;
     const std::string q = temp_path("offset_bad.nmtr");
     write_bytes(q, b);
     const std::string msg = error_of([&] { read_trace(q); });
-    EXPECT_NE(msg.find("offset 268: record 7: expert id 200 >= n_expert 8"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("offset 276: record 7: expert id 200 >= n_expert 8"), std::string::npos) << msg;
     // A change that keeps every record valid is caught by the chunk checksum, and the message
     // names the chunk and its first record.
     b = read_bytes(p);
     b[rec7 + 16] ^= 0x01;  // lowest mantissa bit of the first weight: still a valid weight
     write_bytes(q, b);
     const std::string msg2 = error_of([&] { read_trace(q); });
-    EXPECT_NE(msg2.find("offset 204: chunk checksum mismatch in records 5..9 (first record at offset 220)"),
+    EXPECT_NE(msg2.find("offset 212: chunk checksum mismatch in records 5..9 (first record at offset 228)"),
               std::string::npos)
         << msg2;
     std::remove(p.c_str());
