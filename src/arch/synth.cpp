@@ -611,6 +611,32 @@ GgmlType synth_tensor_type(TensorKind k, GgmlType expert_type, GgmlType dense_ty
 
 GgmlType synth_default_expert_type(const std::string& arch) { return arch == "gpt-oss" ? GgmlType::MXFP4 : GgmlType::Q8_0; }  // Q8_0 for qwen3moe, qwen3next
 
+std::vector<std::string> synth_archs_with_preset(const std::string& preset) {
+    std::vector<std::string> archs;
+    for (const char* arch : {"gpt-oss", "qwen3moe", "qwen3next", "qwen35moe"}) {
+        try {
+            int64_t n_vocab = 0;
+            (void)synth_preset(arch, preset, &n_vocab);
+            archs.push_back(arch);
+        } catch (const Error&) {
+        }
+    }
+    return archs;
+}
+
+std::pair<std::string, std::string> synth_arch_preset(const std::string& spec, const std::string& what) {
+    const size_t colon = spec.find(':');
+    if (colon != std::string::npos) return {spec.substr(0, colon), spec.substr(colon + 1)};
+    const std::vector<std::string> archs = synth_archs_with_preset(spec);
+    if (archs.size() == 1) return {archs[0], spec};
+    if (archs.empty())
+        fail("{} '{}': no preset of that name (known: tiny, gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b, qwen3-next-80b-a3b, "
+             "qwen3.5-35b-a3b)", what, spec);
+    std::string list;
+    for (const auto& a : archs) list += (list.empty() ? "" : ", ") + a;
+    fail("{} '{}': that preset exists for several architectures ({}); name one, e.g. {}:{}", what, spec, list, archs[0], spec);
+}
+
 ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab) {
     ModelHparams h;
     h.arch = arch;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nitro {
@@ -34,6 +35,12 @@ struct SynthOptions {
 /// Hyperparameters of a preset for an architecture; n_vocab gets the preset's vocabulary size.
 /// Throws nitro::Error for an unknown preset or an arch/preset mismatch.
 ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab);
+/// The architectures (gpt-oss, qwen3moe, qwen3next, qwen35moe) that have a preset of this name:
+/// one for a model's preset (gpt-oss-120b), several for "tiny", none for an unknown name.
+std::vector<std::string> synth_archs_with_preset(const std::string& preset);
+/// "ARCH:PRESET" or "PRESET" (its architecture found by synth_archs_with_preset) -> {arch, preset}.
+/// Throws nitro::Error naming `what` (the flag) for an unknown or ambiguous preset.
+std::pair<std::string, std::string> synth_arch_preset(const std::string& spec, const std::string& what);
 
 /// The popularity rank (0 = most popular) of each expert of layer `layer` under --router-skew: a
 /// fixed random permutation per (seed, layer). With skew S, gpt-oss gets router bias
