@@ -67,7 +67,7 @@ public:
     bool has(const std::string& command, const std::string& name) const override { return option(command, name) != nullptr; }
     bool takes_value(const std::string& command, const std::string& name) const override {
         const CLI::Option* o = option(command, name);
-        return o && o->get_type_size_max() > 0;
+        return o && o->get_expected_max() > 0 && o->get_type_size_max() > 0;  // a flag expects 0 values
     }
     std::vector<std::string> commands() const override {
         std::vector<std::string> names;

@@ -54,6 +54,7 @@ TEST(CliLlamaFlags, LlamaCppCommandLinesRun) {
         "-n 3 -s 42 --temp 0.7 --top-k 20 --top-p 0.9 --min-p 0.05",
         "--predict 3 -cmoe",
         "-n 3 -tb 2",
+        "-n 3 -cmoe -fa -ngl 99",  // a flag, then llama.cpp spellings: nothing taken as the flag's value
     };
     for (const char* l : lines) {
         const Ran r = nitro_cli(run + l);
@@ -102,6 +103,7 @@ TEST(CliLlamaFlags, FlagsNitroLacksSayWhatToUse) {
         {"run -p hi -np 2", "error: nitro run has no -np (--parallel); nitro serve has it"},
         {"serve -nkvo", "error: nitro has no -nkvo; the K/V cache stays with the attention"},
         {"serve -nocb", "error: nitro has no -nocb; use --parallel 1"},
+        {"serve -cb --no-kv-offload", "error: nitro has no --no-kv-offload;"},
         {"tokenize -ngl 99 hi", "error: nitro tokenize has no -ngl (--n-gpu-layers); nitro run, nitro chat and nitro serve have it"},
     };
     for (const auto& [args, message] : cases) {
@@ -143,7 +145,7 @@ TEST(CliLlamaFlags, PlanSaysLayerForOneLayerAndTakesAPresetWithoutItsArchitectur
     r = nitro_cli("plan --synth gpt-oss-120b --vram-budget 24");
     EXPECT_EQ(r.status, 0) << r.out;
     EXPECT_TRUE(has(r.out, "36 layers, 128 experts, 4 used per token")) << r.out;
-    EXPECT_EQ(nitro_cli("plan --synth gpt-oss:gpt-oss-120b:q4_k --vram-budget 24").status, 0);
+    EXPECT_EQ(nitro_cli("plan --synth gpt-oss:gpt-oss-120b:q8_0 --vram-budget 24").status, 0);
     r = nitro_cli("plan --synth tiny --vram-budget 1");
     EXPECT_EQ(r.status, 1);
     EXPECT_TRUE(has(r.out, "error: --synth 'tiny': that preset exists for several architectures (gpt-oss, qwen3moe, qwen3next, "
