@@ -1,6 +1,7 @@
 // nitro plan [-m MODEL] --vram-budget GiB [-c CTX] [-u UBATCH] [placement flags] [--json]
 // nitro plan --synth [ARCH:]PRESET[:TYPE] --vram-budget GiB ...   (a preset's shape, no file needed)
 // Prints where every tensor and expert would live, without a GPU (runtime/placement.h).
+#include "arch/summary.h"
 #include "arch/synth.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
@@ -91,9 +92,10 @@ int run_plan(const PlanCli& o) {
         return 0;
     }
     for (const std::string& w : p.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-    std::printf("model        %s: %lld layers, %lld experts, %lld used per token; one expert %.2f MiB (%s)\n",
+    // One expert in the unit nitro inspect uses for it (format_bytes), so both say the same.
+    std::printf("model        %s: %lld layers, %lld experts, %lld used per token; one expert %s (%s)\n",
                 layout.description.c_str(), static_cast<long long>(sp.n_layer), static_cast<long long>(sp.n_expert),
-                static_cast<long long>(sp.n_expert_used), p.expert_bytes / kMiB, layout.expert_type.c_str());
+                static_cast<long long>(sp.n_expert_used), format_bytes(p.expert_bytes).c_str(), layout.expert_type.c_str());
     std::printf("budget       %.0f MiB (%.2f GiB), plan uses %.0f MiB: mode %s\n", p.budget_bytes / kMiB, p.budget_bytes / kMiB / 1024,
                 p.total_bytes() / kMiB, p.mode().c_str());
     std::printf("  dense core   %9.0f MiB  (attention, norms, router, embeddings, LM head; expert biases %.0f MiB)\n",

@@ -142,9 +142,12 @@ TEST(CliLlamaFlags, PlanSaysLayerForOneLayerAndTakesAPresetWithoutItsArchitectur
     EXPECT_TRUE(has(r.out, "  layer   0       0 of 64 resident")) << r.out;
     EXPECT_TRUE(has(r.out, "  layers  1-7    64 of 64 resident")) << r.out;
     EXPECT_FALSE(has(r.out, "0-0")) << r.out;
+    // One expert in the same unit as nitro inspect's "per expert per layer" (38.25 KiB, models/README.md).
+    EXPECT_TRUE(has(r.out, "one expert 38.25 KiB (MXFP4)")) << r.out;
+    EXPECT_TRUE(has(nitro_cli("inspect").out, "per expert per layer         38.25 KiB")) << r.out;
     r = nitro_cli("plan --synth gpt-oss-120b --vram-budget 24");
     EXPECT_EQ(r.status, 0) << r.out;
-    EXPECT_TRUE(has(r.out, "36 layers, 128 experts, 4 used per token")) << r.out;
+    EXPECT_TRUE(has(r.out, "36 layers, 128 experts, 4 used per token; one expert 12.61 MiB (MXFP4)")) << r.out;
     EXPECT_EQ(nitro_cli("plan --synth gpt-oss:gpt-oss-120b:q8_0 --vram-budget 24").status, 0);
     r = nitro_cli("plan --synth tiny --vram-budget 1");
     EXPECT_EQ(r.status, 1);
