@@ -48,5 +48,34 @@ npm ci --prefix tests/hub --no-audit --no-fund --loglevel=error
 # pinned in its lockfile; puppeteer-core downloads no browser.
 npm ci --prefix tests/web --no-audit --no-fund --loglevel=error
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${NITRO_CMAKE_ARGS:-}
+# The CUDA backend goes into build/ where it can run: an NVIDIA GPU (nvidia-smi) and nvcc >= 12,
+# compiled for that GPU's architecture only (a few minutes instead of five architectures).
+# NITRO_CUDA=1 forces it (the GPU's architecture, else NITRO_CUDA_ARCHS or the release list);
+# NITRO_CUDA=0 keeps build/ CPU-only. CI has nvcc but no GPU: build/ stays the CPU build there
+# (scripts/test.sh compiles the CUDA backend separately, into build-cuda).
+cuda_mode="${NITRO_CUDA:-auto}"
+case "$cuda_mode" in auto|0|1) ;; *) echo "setup: NITRO_CUDA must be 0, 1 or unset (auto), got '$cuda_mode'" >&2; exit 1 ;; esac
+cuda_args=(-DNITRO_CUDA=OFF)
+if [ "$cuda_mode" != 0 ]; then
+    nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+    nvcc_major=""
+    [ -x "$nvcc" ] && nvcc_major="$("$nvcc" --version | sed -n 's/.*release \([0-9][0-9]*\)\..*/\1/p')"
+    gpu_archs=""
+    command -v nvidia-smi >/dev/null &&
+        gpu_archs="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | tr -d ' .' | grep -E '^[0-9]+$' | sort -u | paste -sd';' || true)"
+    if [ -n "$nvcc_major" ] && [ "$nvcc_major" -ge 12 ] && { [ -n "$gpu_archs" ] || [ "$cuda_mode" = 1 ]; }; then
+        archs="${gpu_archs:-${NITRO_CUDA_ARCHS:-80;86;89;90;120}}"
+        cuda_args=(-DNITRO_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" "-DNITRO_CUDA_ARCHS=$archs")
+        echo "setup: GPU build: the CUDA backend goes into build/ (nvcc $nvcc_major, architectures $archs); NITRO_CUDA=0 for a CPU-only build"
+    elif [ "$cuda_mode" = 1 ]; then
+        echo "setup: NITRO_CUDA=1 but no nvcc >= 12 was found (found: ${nvcc_major:-none} at $nvcc); set CUDACXX" >&2
+        exit 1
+    elif [ -n "$gpu_archs" ]; then
+        echo "setup: CPU build: an NVIDIA GPU is here but no nvcc >= 12 (found: ${nvcc_major:-none}); install the CUDA toolkit 12 or set CUDACXX for a GPU build"
+    else
+        echo "setup: CPU build (no NVIDIA GPU found); NITRO_CUDA=1 forces the CUDA backend"
+    fi
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" ${NITRO_CMAKE_ARGS:-}
 cmake --build build -j"$(nproc)"

@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shared="${NITRO_SHARED_DIR:-$(cd .. && pwd)/shared}"
-NITRO_CMAKE_ARGS="-DNITRO_SHARED_DIR=$shared ${NITRO_CMAKE_ARGS:-}" bash scripts/setup.sh
+# build/ is the CPU build here (NITRO_CUDA=0 unless set): the CUDA backend is compiled into
+# build-cuda below, and the ctest run at the end takes the CPU tests from build/.
+NITRO_CUDA="${NITRO_CUDA:-0}" NITRO_CMAKE_ARGS="-DNITRO_SHARED_DIR=$shared ${NITRO_CMAKE_ARGS:-}" bash scripts/setup.sh
 
 # Fuzz smoke: the GGUF reader under libFuzzer + ASan/UBSan for FUZZ_SECONDS (default 30).
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \

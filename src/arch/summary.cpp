@@ -38,6 +38,7 @@ ModelSummary summarize_model(const GgufModel& model) {
         for (const TensorSpec& t : arch->tensors(s.hp, te ? te->ne[1] : 0)) table.emplace(t.name, t.category);
     }
     s.expert_bytes_per_layer.assign(static_cast<size_t>(s.hp.n_layer), 0);
+    std::vector<uint64_t> weight_bytes(static_cast<size_t>(s.hp.n_layer), 0);  // per layer: the weight matrices
     for (const auto& t : model.tensors()) {
         ++s.n_tensors;
         s.n_params += t.n_elements();
@@ -57,13 +58,17 @@ ModelSummary summarize_model(const GgufModel& model) {
             if (static_cast<size_t>(layer) >= s.expert_bytes_per_layer.size())
                 s.expert_bytes_per_layer.resize(static_cast<size_t>(layer) + 1, 0);
             s.expert_bytes_per_layer[static_cast<size_t>(layer)] += t.n_bytes;
+            if (weight_bytes.size() < s.expert_bytes_per_layer.size()) weight_bytes.resize(s.expert_bytes_per_layer.size(), 0);
+            if (t.name.ends_with(".weight")) weight_bytes[static_cast<size_t>(layer)] += t.n_bytes;
         }
     }
     s.bytes_per_expert_per_layer.assign(s.expert_bytes_per_layer.size(), 0);
     if (s.hp.n_expert > 0) {
         for (size_t l = 0; l < s.expert_bytes_per_layer.size(); ++l) {
-            s.bytes_per_expert_per_layer[l] = s.expert_bytes_per_layer[l] / static_cast<uint64_t>(s.hp.n_expert);
+            const auto X = static_cast<uint64_t>(s.hp.n_expert);
+            s.bytes_per_expert_per_layer[l] = weight_bytes[l] / X;
             s.bytes_per_expert = std::max(s.bytes_per_expert, s.bytes_per_expert_per_layer[l]);
+            s.bias_bytes_per_expert = std::max(s.bias_bytes_per_expert, (s.expert_bytes_per_layer[l] - weight_bytes[l]) / X);
         }
     }
     return s;
@@ -104,6 +109,7 @@ nlohmann::json summary_to_json(const ModelSummary& s) {
         {"expert_bytes_per_layer", s.expert_bytes_per_layer},
         {"bytes_per_expert_per_layer", s.bytes_per_expert_per_layer},
         {"bytes_per_expert", s.bytes_per_expert},
+        {"bias_bytes_per_expert", s.bias_bytes_per_expert},
     };
 }
 
@@ -156,8 +162,12 @@ std::string summary_to_text(const ModelSummary& s) {
     if (s.hp.n_expert > 0) {
         bool uniform = true;
         for (auto b : s.bytes_per_expert_per_layer) uniform &= b == s.bytes_per_expert;
-        o += fmt::format("  {:<28} {} ({} bytes){}\n", "per expert per layer", format_bytes(s.bytes_per_expert),
-                         s.bytes_per_expert, uniform ? "" : " (largest layer; layers differ, see --json)");
+        o += fmt::format("  {:<28} {} ({} bytes: gate, up and down weights, one VRAM slot){}\n", "per expert per layer",
+                         format_bytes(s.bytes_per_expert), s.bytes_per_expert,
+                         uniform ? "" : " (largest layer; layers differ, see --json)");
+        if (s.bias_bytes_per_expert > 0)
+            o += fmt::format("  {:<28} {} per expert, kept with the dense core\n", "expert biases",
+                             format_bytes(s.bias_bytes_per_expert));
     }
     return o;
 }

@@ -40,12 +40,16 @@ struct ModelSummary {
     uint64_t tensor_bytes = 0;        ///< bytes of all tensor data
     std::map<GgmlType, TypeUsage> types;
     std::map<TensorCategory, uint64_t> bytes_by_category;
-    /// Routed-expert bytes per layer (index = layer), and per expert of that layer
-    /// (gate + up + down weights and biases of one expert), bytes.
+    /// Routed-expert bytes per layer (index = layer; weights and biases), bytes.
     std::vector<uint64_t> expert_bytes_per_layer;
+    /// Per expert of each layer: its gate + up + down weight matrices, bytes. This is one expert
+    /// as placement counts it (nitro plan's "one expert", a VRAM slot, what the CPU reads to
+    /// compute it); the experts' biases stay with the dense core.
     std::vector<uint64_t> bytes_per_expert_per_layer;
     /// Max over layers of bytes_per_expert_per_layer, bytes (what one VRAM slot must hold).
     uint64_t bytes_per_expert = 0;
+    /// Max over layers of one expert's bias bytes (gate, up, down biases; 0 without biases).
+    uint64_t bias_bytes_per_expert = 0;
 };
 
 /// Builds the summary. A file without model hyperparameters (e.g. a tensor archive) still gets

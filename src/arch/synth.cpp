@@ -508,6 +508,31 @@ GgmlType synth_default_expert_type(const std::string& arch) {
     return require_arch(arch, "nitro synth").default_expert_type;
 }
 
+std::vector<std::string> synth_archs_with_preset(const std::string& preset) {
+    std::vector<std::string> archs;
+    for (const ArchInfo* a : all_archs())
+        for (const SynthPreset& p : a->presets)
+            if (p.name == preset) archs.emplace_back(a->name);
+    return archs;
+}
+
+std::pair<std::string, std::string> synth_arch_preset(const std::string& spec, const std::string& what) {
+    const size_t colon = spec.find(':');
+    if (colon != std::string::npos) return {spec.substr(0, colon), spec.substr(colon + 1)};
+    const std::vector<std::string> archs = synth_archs_with_preset(spec);
+    if (archs.size() == 1) return {archs[0], spec};
+    if (archs.empty()) {
+        std::string known;
+        for (const ArchInfo* a : all_archs())
+            for (const SynthPreset& p : a->presets)
+                if (known.find(std::string(p.name)) == std::string::npos) known += (known.empty() ? "" : ", ") + std::string(p.name);
+        fail("{} '{}': no preset of that name (known: {})", what, spec, known);
+    }
+    std::string list;
+    for (const auto& a : archs) list += (list.empty() ? "" : ", ") + a;
+    fail("{} '{}': that preset exists for several architectures ({}); name one, e.g. {}:{}", what, spec, list, archs[0], spec);
+}
+
 ModelHparams synth_preset(const std::string& arch_name, const std::string& preset, int64_t* n_vocab, bool* tied_output) {
     const ArchInfo* arch = find_arch(arch_name);
     if (!arch) fail("nitro synth: unknown architecture '{}' (known: {})", arch_name, known_arch_names());

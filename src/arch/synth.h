@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nitro {
@@ -35,6 +36,12 @@ struct SynthOptions {
 /// vocabulary size (0: a minimal one), tied_output (if given) whether it is written without
 /// output.weight. Throws nitro::Error for an unknown architecture or preset (listing the known ones).
 ModelHparams synth_preset(const std::string& arch, const std::string& preset, int64_t* n_vocab, bool* tied_output = nullptr);
+/// The architectures that have a preset of this name: one for a model's preset (gpt-oss-120b),
+/// several for "tiny", none for an unknown name.
+std::vector<std::string> synth_archs_with_preset(const std::string& preset);
+/// "ARCH:PRESET" or "PRESET" (its architecture found by synth_archs_with_preset) -> {arch, preset}.
+/// Throws nitro::Error naming `what` (the flag) for an unknown or ambiguous preset.
+std::pair<std::string, std::string> synth_arch_preset(const std::string& spec, const std::string& what);
 
 /// The popularity rank (0 = most popular) of each expert of layer `layer` under --router-skew: a
 /// fixed random permutation per (seed, layer). With skew S, gpt-oss gets router bias

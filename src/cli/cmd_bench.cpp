@@ -1,7 +1,8 @@
-// nitro bench -m MODEL [-p N] [-n N] [-t THREADS] [--kernels model|all|none|T,T] [--json] [memory flags]
+// nitro bench [-m MODEL] [-p N] [-n N] [-t THREADS] [--kernels model|all|none|T,T] [--json] [memory flags]
 // nitro bench -m MODEL -o DIR [--modes ..] [--ctx ..] [--vram-budget ..] [--repeat N] [--peer-cmd CMD]: the
 // benchmark protocol (cli/bench_sweep_cli.h, docs/bench.md)
 #include "arch/summary.h"
+#include "bench/bench.h"
 #include "cli/bench_sweep_cli.h"
 #include "cli/commands.h"
 #include "cli/hf_option.h"
@@ -9,7 +10,7 @@
 #include "cli/validators.h"
 #include "core/error.h"
 #include "core/text.h"
-#include "bench/bench.h"
+#include "runtime/default_model.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -73,6 +74,7 @@ Action add_bench(CLI::App& app) {
         int64_t prefetch_bytes = cpu::kDefaultPrefetchBytes;
         std::string prefetch_hint = "t0";
         MemoryFlags mem;
+        std::string flash_attn = "on";
         BenchSweepOptions sweep;
         std::string vram_budgets;
         std::string hf;
@@ -82,7 +84,8 @@ Action add_bench(CLI::App& app) {
         "bench", "Measure memory bandwidth, the expert kernels per type and ISA level, prompt and decode tok/s, page faults");
     // Required except with -o DIR --render-only, which reads no model (checked in the action: CLI11's
     // required() cannot depend on another flag).
-    sub->add_option("-m,--model", o->model, "GGUF model (required, except with -o DIR --render-only)");
+    sub->add_option("-m,--model", o->model, "GGUF model; default: the embedded models/tiny-moe-pystd.gguf (-o DIR --render-only opens none)")
+        ->envname("NITRO_MODEL");
     add_hf_option(sub, o->hf);
     sub->add_flag("--cpu", o->cpu, "Benchmark the CPU engine (the default)");
     sub->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens")->capture_default_str()->check(integer_at_least(1));
@@ -123,6 +126,10 @@ Action add_bench(CLI::App& app) {
     sub->add_flag("--no-engine", o->no_engine, "Skip the prompt/decode run (memory, kernels and expert products only)");
     sub->add_flag("--json", o->json, "Print JSON");
     add_memory_flags(sub, o->mem);
+    sub->add_option("--flash-attn", o->flash_attn,
+                    "llama-bench's -fa 0|1 (on|off|auto): nitro's attention is always fused (flash attention); changes nothing")
+        ->check(CLI::IsMember({"on", "off", "auto", "1", "0", "true", "false"}))
+        ->group("llama.cpp flags (docs/cli.md)");
     sub->add_option("-o,--out", o->sweep.out,
                     "Run the benchmark protocol into this folder (records.jsonl, report.md, report-*.svg; docs/bench.md) "
                     "instead of the single run");
@@ -178,8 +185,7 @@ Action add_bench(CLI::App& app) {
         ->capture_default_str();
     return [o, ctx_opt]() {
         if (!o->sweep.render_only) resolve_hf_model(o->hf, o->model);
-        if (o->model.empty() && !o->sweep.render_only)
-            fail("nitro bench: -m/--model or -hf is required (a GGUF model; only -o DIR --render-only runs without one)");
+        if (o->model.empty() && !o->sweep.render_only) o->model = default_model_path();  // the embedded model, as nitro run
         warn_threads_over_hardware(o->threads);
         apply_memory_flags(o->mem);
         cpu::set_prefetch_bytes(o->prefetch_bytes);

@@ -1,8 +1,9 @@
-// nitro inspect FILE [--json] [--tensors | --metadata | --dump NAME]
+// nitro inspect [FILE | -m FILE] [--json] [--tensors | --metadata | --dump NAME]
 #include "arch/summary.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "runtime/default_model.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -143,7 +144,10 @@ Action add_inspect(CLI::App& app) {
     auto opt = std::make_shared<InspectOptions>();
     CLI::App* sub = app.add_subcommand("inspect", "Print a GGUF model's architecture, hyperparameters, tensor types "
                                                   "and bytes by category (experts per layer)");
-    sub->add_option("file", opt->path, "GGUF file (the first shard of a split model)")->required();
+    CLI::Option* file = sub->add_option("file", opt->path,
+                                        "GGUF file (the first shard of a split model); default: the embedded "
+                                        "models/tiny-moe-pystd.gguf");
+    sub->add_option("-m,--model", opt->path, "The GGUF file, as the other commands take it")->excludes(file);
     sub->add_flag("--json", opt->json, "Print JSON instead of text");
     // One listing per run: --tensors, --metadata and --dump exclude each other (each used to win
     // silently over the others).
@@ -157,7 +161,7 @@ Action add_inspect(CLI::App& app) {
         ->excludes(metadata);
     tensors->excludes(metadata);
     return [opt]() {
-        GgufModel model(opt->path);
+        GgufModel model(opt->path.empty() ? default_model_path() : opt->path);
         if (!opt->dump.empty()) {
             dump_tensor(model, opt->dump);
             return 0;

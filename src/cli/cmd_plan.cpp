@@ -1,18 +1,22 @@
-// nitro plan -m MODEL --vram-budget GiB [-c CTX] [-u UBATCH] [placement flags] [--json]
-// nitro plan --synth ARCH:PRESET[:TYPE] --vram-budget GiB ...   (a preset's shape, no file needed)
+// nitro plan [-m MODEL] --vram-budget GiB [-c CTX] [-u UBATCH] [placement flags] [--json]
+// nitro plan --synth [ARCH:]PRESET[:TYPE] --vram-budget GiB ...   (a preset's shape, no file needed)
 // Prints where every tensor and expert would live, without a GPU (runtime/placement.h).
+#include "arch/summary.h"
 #include "arch/synth.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/hf_option.h"
+#include "cli/llama_compat.h"
 #include "cli/validators.h"
 #include "core/error.h"
+#include "runtime/default_model.h"
 #include "runtime/model.h"
 #include "runtime/placement.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -29,30 +33,40 @@ struct PlanCli {
     double dram_gbps = 50.0;
     double runtime_mib = 700;
     bool json = false, layers = false;
+    LlamaCompat compat;
 };
 
-/// "gpt-oss:gpt-oss-120b[:mxfp4]" -> a layout.
+/// "[ARCH:]PRESET[:TYPE]" -> a layout: "gpt-oss-120b", "gpt-oss:gpt-oss-120b:q4_k", "qwen3moe:tiny".
 ModelLayout synth_from_arg(const std::string& arg, const SessionOptions& so) {
-    const size_t a = arg.find(':');
-    if (a == std::string::npos) fail("--synth '{}': expected ARCH:PRESET[:TYPE], e.g. gpt-oss:gpt-oss-120b", arg);
-    const size_t b = arg.find(':', a + 1);
-    const std::string arch = arg.substr(0, a), preset = arg.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
+    std::vector<std::string> parts;
+    for (size_t start = 0;;) {
+        const size_t c = arg.find(':', start);
+        parts.push_back(arg.substr(start, c == std::string::npos ? std::string::npos : c - start));
+        if (c == std::string::npos) break;
+        start = c + 1;
+    }
+    const std::string archs[] = {"gpt-oss", "qwen3moe", "qwen3next", "qwen35moe"};
+    const bool with_arch = parts.size() >= 2 && std::find(std::begin(archs), std::end(archs), parts[0]) != std::end(archs);
+    if (parts.size() > 3 || (parts.size() == 3 && !with_arch))
+        fail("--synth '{}': expected [ARCH:]PRESET[:TYPE], e.g. gpt-oss-120b or gpt-oss:gpt-oss-120b:mxfp4", arg);
+    const auto [arch, preset] = synth_arch_preset(with_arch ? parts[0] + ":" + parts[1] : parts[0], "--synth");
     GgmlType t = synth_default_expert_type(arch);
-    if (b != std::string::npos) {
-        const std::string tn = arg.substr(b + 1);
-        const auto parsed = type_from_name(tn);
-        if (!parsed) fail("--synth '{}': unknown weight type '{}'", arg, tn);
+    const size_t type_at = with_arch ? 2 : 1;
+    if (parts.size() > type_at) {
+        const auto parsed = type_from_name(parts[type_at]);
+        if (!parsed) fail("--synth '{}': unknown weight type '{}'", arg, parts[type_at]);
         t = *parsed;
     }
     return synth_layout(arch, preset, t, so);
 }
 
 int run_plan(const PlanCli& o) {
-    if (o.model.empty() == o.synth.empty()) fail("nitro plan: give a model (-m FILE or -hf REPO) or a preset (--synth ARCH:PRESET[:TYPE]), one of them");
+    if (!o.model.empty() && !o.synth.empty())
+        fail("nitro plan: give a model (-m FILE or -hf REPO) or a preset (--synth [ARCH:]PRESET[:TYPE]), not both");
     std::unique_ptr<Model> model;
     ModelLayout layout;
-    if (!o.model.empty()) {
-        model = std::make_unique<Model>(o.model);
+    if (o.synth.empty()) {
+        model = std::make_unique<Model>(o.model.empty() ? default_model_path() : o.model);  // the embedded model, as nitro run
         layout = model_layout(*model, make_model_spec(*model, o.session));
     } else {
         layout = synth_from_arg(o.synth, o.session);
@@ -80,9 +94,10 @@ int run_plan(const PlanCli& o) {
         return 0;
     }
     for (const std::string& w : p.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-    std::printf("model        %s: %lld layers, %lld experts, %lld used per token; one expert %.2f MiB (%s)\n",
+    // One expert in the unit nitro inspect uses for it (format_bytes), so both say the same.
+    std::printf("model        %s: %lld layers, %lld experts, %lld used per token; one expert %s (%s)\n",
                 layout.description.c_str(), static_cast<long long>(sp.n_layer), static_cast<long long>(sp.n_expert),
-                static_cast<long long>(sp.n_expert_used), p.expert_bytes / kMiB, layout.expert_type.c_str());
+                static_cast<long long>(sp.n_expert_used), format_bytes(p.expert_bytes).c_str(), layout.expert_type.c_str());
     std::printf("budget       %.0f MiB (%.2f GiB), plan uses %.0f MiB: mode %s\n", p.budget_bytes / kMiB, p.budget_bytes / kMiB / 1024,
                 p.total_bytes() / kMiB, p.mode().c_str());
     std::printf("  dense core   %9.0f MiB  (attention, norms, router, embeddings, LM head; expert biases %.0f MiB)\n",
@@ -107,10 +122,11 @@ int run_plan(const PlanCli& o) {
         while (j + 1 < p.layers.size() && p.layers[j + 1].resident.size() == p.layers[i].resident.size() &&
                p.layers[j + 1].why == p.layers[i].why)
             ++j;
+        const std::string range = i == j ? fmt::format("layer  {:2}   ", i) : fmt::format("layers {:2}-{:<2}", i, j);
         if (p.layers[i].n_expert == 0)
-            std::printf("  layers %2zu-%-2zu   no routed experts  (%s)\n", i, j, p.layers[i].why.c_str());
+            std::printf("  %s   no routed experts  (%s)\n", range.c_str(), p.layers[i].why.c_str());
         else
-            std::printf("  layers %2zu-%-2zu %4zu of %lld resident  (%s)\n", i, j, p.layers[i].resident.size(),
+            std::printf("  %s %4zu of %lld resident  (%s)\n", range.c_str(), p.layers[i].resident.size(),
                         static_cast<long long>(p.layers[i].n_expert), p.layers[i].why.c_str());
         if (o.layers)
             for (size_t k = i; k <= j; ++k) std::printf("    layer %zu: %s\n", k, nlohmann::json(p.layers[k].resident).dump().c_str());
@@ -132,12 +148,20 @@ int run_plan(const PlanCli& o) {
 Action add_plan(CLI::App& app) {
     auto o = std::make_shared<PlanCli>();
     CLI::App* sub = app.add_subcommand("plan", "Where every tensor and expert would live for a VRAM budget (no GPU needed)");
-    sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model)")->envname("NITRO_MODEL");
+    sub->add_option("-m,--model", o->model, "GGUF model (first shard of a split model); default: the embedded models/tiny-moe-pystd.gguf")
+        ->envname("NITRO_MODEL");
     add_hf_option(sub, o->hf);
-    sub->add_option("--synth", o->synth, "Plan a synth preset's shape instead of a file: ARCH:PRESET[:TYPE], e.g. gpt-oss:gpt-oss-120b");
+    sub->add_option("--synth", o->synth,
+                    "Plan a synth preset's shape instead of a file: [ARCH:]PRESET[:TYPE], e.g. gpt-oss-120b, qwen3-30b-a3b:q4_k, "
+                    "qwen3moe:tiny (ARCH only where the preset name is not unique)");
     sub->add_option("-c,--ctx-size", o->session.n_ctx, "Context length, tokens")->capture_default_str();
-    sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk")->capture_default_str();
+    sub->add_option("-u,--ubatch,--ubatch-size", o->session.n_ubatch, "Prompt tokens per forward chunk (llama.cpp's -ub)")
+        ->capture_default_str()
+        ->check(integer_at_least(1));
     add_engine_options(sub, o->engine, false);
+    LlamaCompatSet compat_set;
+    compat_set.placement = compat_set.attention = compat_set.threads = compat_set.chat_template = false;
+    add_llama_compat_options(sub, o->compat, compat_set);
     sub->add_option("--dram-gbps", o->dram_gbps, "DRAM read bandwidth for the CALCULATED CPU decode floor, GB/s")
         ->capture_default_str()
         ->check(positive_number());
@@ -151,6 +175,7 @@ Action add_plan(CLI::App& app) {
     return [o]() {
         if (!o->hf.empty() && !o->synth.empty()) fail("nitro plan: -hf and --synth name two models: give one of them");
         resolve_hf_model(o->hf, o->model);
+        resolve_llama_compat(o->compat, nullptr, o->session);
         return run_plan(*o);
     };
 }

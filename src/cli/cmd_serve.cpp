@@ -4,6 +4,8 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/hf_option.h"
+#include "cli/llama_compat.h"
+#include "cli/load_progress.h"
 #include "cli/memory_options.h"
 #include "cli/validators.h"
 #include "core/error.h"
@@ -14,6 +16,7 @@
 #include "server/http_guard.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/port_check.h"
 #include "server/scheduler.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
@@ -50,41 +53,10 @@ struct ServeOptions {
     bool ctx_given = false;  ///< -c was given (else the default is capped to the model's context without a warning)
     bool api_key_given = false;  ///< --api-key (or NITRO_API_KEY) was given, maybe empty
     bool no_prefault = false;
+    bool cont_batching = false;  ///< llama.cpp's -cb: accepted, always on
     EngineCli engine;
+    LlamaCompat compat;
 };
-
-/// Reads every page of the weights once, so the first request does not pay for page faults,
-/// printing the percentage done to stderr (a large model takes a while to come off disk).
-void prefault_weights(const Model& model) {
-    const uint64_t total = model.gguf().total_file_bytes();
-    const auto t0 = std::chrono::steady_clock::now();
-    const long page = sysconf(_SC_PAGESIZE);
-    uint64_t done = 0;
-    int last_pct = -1;
-    volatile uint8_t sink = 0;
-    const bool tty = isatty(STDERR_FILENO);
-    for (const auto& shard : model.gguf().shards()) {
-        const uint8_t* base = shard->mapping();
-        const uint64_t size = shard->file_size();
-        madvise(const_cast<uint8_t*>(base), size, MADV_WILLNEED);
-        constexpr uint64_t step = 64ull << 20;
-        for (uint64_t off = 0; off < size; off += step) {
-            const uint64_t end = std::min(size, off + step);
-            uint8_t acc = 0;
-            for (uint64_t p = off; p < end; p += static_cast<uint64_t>(page)) acc ^= base[p];
-            sink = sink ^ acc;
-            done += end - off;
-            const int pct = static_cast<int>(100 * done / std::max<uint64_t>(1, total));
-            if (pct != last_pct && (tty || pct / 10 != last_pct / 10 || pct == 100)) {
-                std::fprintf(stderr, tty ? "\rloading weights: %3d%% (%s of %s)" : "loading weights: %3d%% (%s of %s)\n", pct,
-                             format_bytes(done).c_str(), format_bytes(total).c_str());
-                last_pct = pct;
-            }
-        }
-    }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "%sloaded %s in %.2f s\n", tty ? "\n" : "", format_bytes(total).c_str(), s);
-}
 
 int serve(const ServeOptions& opts) {
     ServeOptions o = opts;
@@ -102,6 +74,12 @@ int serve(const ServeOptions& opts) {
     if (const char* env = std::getenv("NITRO_API_KEY"); env && !*env && o.http.api_key.empty())
         fail("NITRO_API_KEY is set but empty: give a key, or unset it for a server without one");
     if (o.model.empty()) o.model = default_model_path();  // the embedded model, as `nitro run`
+    resolve_llama_compat(o.compat, &o.engine, o.session);
+    // Cheap checks first, before any weight is read (a 60 GB model takes minutes): the port, then
+    // the engine the mode needs; the GPU engine checks the VRAM budget against its plan before it
+    // uploads anything.
+    server::PortReservation port_check(o.http.host, o.http.port);
+    check_mode_available(engine_mode(o.engine));
     // SIGINT/SIGTERM are taken by a dedicated thread (below); every other thread inherits the mask.
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -112,7 +90,6 @@ int serve(const ServeOptions& opts) {
 
     std::fprintf(stderr, "nitro serve: opening %s\n", o.model.c_str());
     Model model(o.model);
-    if (!o.no_prefault) prefault_weights(model);
     const Tokenizer tok = Tokenizer::from_gguf(model.gguf().metadata());
     std::optional<ChatFormat> format;
     try {
@@ -135,6 +112,8 @@ int serve(const ServeOptions& opts) {
         std::fprintf(stderr, "warning: -c %lld is above the model's training context; using %lld tokens\n",
                      static_cast<long long>(o.session.n_ctx), static_cast<long long>(scheduler.n_ctx()));
 
+    if (!o.no_prefault) prefault_weights(model, isatty(STDERR_FILENO), true);
+
     server::ServerContext ctx;
     ctx.model = &model;
     ctx.tokenizer = &tok;
@@ -142,6 +121,7 @@ int serve(const ServeOptions& opts) {
     ctx.scheduler = &scheduler;
     ctx.metrics = &metrics;
     server::HttpServer http(ctx, o.http);
+    port_check.release();
     const int port = http.bind();
 
     // Startup summary: what is served, where the weights are, what memory it takes.
@@ -225,7 +205,7 @@ Action add_serve(CLI::App& app) {
     sub->add_option("--max-body-size", o->http.max_body_mib, "Largest request body accepted, MiB (larger ones get 413)")
         ->capture_default_str()
         ->envname("NITRO_MAX_BODY_SIZE");
-    sub->add_option("--alias", o->http.model_id, "Model name clients use (default: the file name without .gguf)")
+    sub->add_option("--alias", o->http.model_id, "Model name clients use (default: the file name without .gguf; llama.cpp's -a)")
         ->check([](const std::string& s) -> std::string {
             if (s.empty()) return "the model name must not be empty";
             for (unsigned char c : s)
@@ -240,9 +220,12 @@ Action add_serve(CLI::App& app) {
         ->check(CLI::Range(0, 65536))
         ->capture_default_str()
         ->envname("NITRO_THREADS");
-    sub->add_option("-u,--ubatch", o->session.n_ubatch, "Prompt tokens per forward chunk (cancellation is checked between chunks)")->capture_default_str();
+    sub->add_option("-u,--ubatch,--ubatch-size", o->session.n_ubatch,
+                    "Prompt tokens per forward chunk (cancellation is checked between chunks; llama.cpp's -ub)")
+        ->capture_default_str()
+        ->check(integer_at_least(1));
     sub->add_option("--parallel", o->parallel,
-                    "Requests served at once (slots), each with its own K/V cache of -c tokens; their decode steps run "
+                    "Requests served at once (slots; llama.cpp's -np), each with its own K/V cache of -c tokens; their decode steps run "
                     "as one batch (continuous batching), on the CPU and the GPU engines (the GPU ones keep the N K/V caches in VRAM)")
         ->capture_default_str()
         ->check(CLI::Range(1, 256))
@@ -268,6 +251,10 @@ Action add_serve(CLI::App& app) {
     sub->add_flag("--debug-scripted-output", o->http.allow_scripted_output,
                   "TEST ONLY: accept the request field debug_scripted_output (text the server emits instead of sampling)");
     add_engine_options(sub, o->engine);
+    add_llama_compat_options(sub, o->compat);
+    sub->add_flag("--cont-batching", o->cont_batching,
+                  "Accepted (llama.cpp's -cb); changes nothing: the --parallel slots always decode as one batch")
+        ->group("llama.cpp flags (docs/cli.md)");
     sub->add_flag("--no-prefault", o->no_prefault, "Do not read the weights at startup (pages load on first use)");
     auto mem = std::make_shared<MemoryFlags>();
     add_memory_flags(sub, *mem);

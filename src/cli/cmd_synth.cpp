@@ -3,6 +3,7 @@
 #include "arch/summary.h"
 #include "arch/synth.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "core/error.h"
 
 #include <chrono>
@@ -25,7 +26,9 @@ Action add_synth(CLI::App& app) {
     auto o = std::make_shared<Opts>();
     CLI::App* sub = app.add_subcommand("synth", "Write a GGUF of a real model's shapes with random weights "
                                                 "(streamed: no RAM needed for the model's size)");
-    sub->add_option("--arch", o->s.arch, "Architecture: gpt-oss, qwen3moe, qwen3next or qwen35moe")->capture_default_str();
+    CLI::Option* arch_opt = sub->add_option(
+        "--arch", o->s.arch,
+        "Architecture: gpt-oss, qwen3moe, qwen3next or qwen35moe (default: the one the --preset belongs to; gpt-oss for tiny)");
     sub->add_option("--preset", o->s.preset,
                     "Shape preset: tiny (every arch), gpt-oss-20b, gpt-oss-120b, qwen3-30b-a3b, qwen3-next-80b-a3b, qwen3.5-35b-a3b")
         ->capture_default_str();
@@ -46,7 +49,12 @@ Action add_synth(CLI::App& app) {
         ->capture_default_str()
         ->envname("NITRO_THREADS");
     sub->add_option("-o,--output", o->s.out, "Output GGUF path")->required();
-    return [o]() {
+    return [o, arch_opt]() {
+        // The architecture of a preset that belongs to one (gpt-oss-120b, qwen3-30b-a3b, ...).
+        if (arch_opt->count() == 0) {
+            const std::vector<std::string> archs = synth_archs_with_preset(o->s.preset);
+            if (archs.size() == 1) o->s.arch = archs[0];
+        }
         if (!o->type.empty()) {
             auto t = type_from_name(o->type);
             if (!t) fail("nitro synth: unknown weight type '{}'", o->type);
@@ -65,19 +73,11 @@ Action add_synth(CLI::App& app) {
                 fail("nitro synth: --router-skew expects zipf:S with a number S >= 0, got '{}'", o->skew);
             o->s.router_skew = v;
         }
-        const auto t0 = std::chrono::steady_clock::now();
-        int last_pct = -1;
-        const bool tty = ::isatty(2);
-        synth_model(o->s, [&](uint64_t done, uint64_t total) {
-            const int pct = total ? static_cast<int>(100 * done / total) : 100;
-            const int step = tty ? 1 : 10;  // a live percentage on a terminal, a line per 10% in logs
-            if (pct / step != last_pct / step) {
-                std::fprintf(stderr, tty ? "\rsynth: %3d%% of %s" : "synth: %3d%% of %s\n", pct, format_bytes(total).c_str());
-                last_pct = pct;
-            }
-        });
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::fprintf(stderr, "%ssynth: wrote %s in %.1f s\n", tty ? "\n" : "", o->s.out.c_str(), s);
+        // A live line with rate and time left on a terminal, a line per 10% in logs.
+        ProgressLine progress("synth:", ::isatty(2), 10);
+        synth_model(o->s, [&](uint64_t done, uint64_t total) { progress.update(done, total); });
+        progress.finish();
+        std::fprintf(stderr, "synth: wrote %s in %.1f s\n", o->s.out.c_str(), progress.elapsed_s());
         return 0;
     };
 }

@@ -1,4 +1,4 @@
-// nitro tokenize -m MODEL [TEXT] [--json] [--special] [--chat FILE.json] [--date YYYY-MM-DD]
+// nitro tokenize [-m MODEL] [TEXT] [--json] [--special] [--chat FILE.json] [--date YYYY-MM-DD]
 //
 // Prints the token ids of TEXT (stdin when absent) with the model's own tokenizer, read from its
 // GGUF metadata. With --chat, renders a conversation ({"messages": [...], "tools": [...],
@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/user_file.h"
 #include "gguf/gguf.h"
+#include "runtime/default_model.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
 
@@ -41,7 +42,7 @@ std::string dump_json(const nlohmann::ordered_json& j) {
 }
 
 int run_tokenize(const TokenizeOptions& o, bool text_given) {
-    GgufModel model(o.model);
+    GgufModel model(o.model.empty() ? default_model_path() : o.model);  // the embedded model, as nitro run
     const Tokenizer tok = Tokenizer::from_gguf(model.metadata());
     std::string text;
     EncodeOptions enc;
@@ -91,7 +92,8 @@ int run_tokenize(const TokenizeOptions& o, bool text_given) {
 Action add_tokenize(CLI::App& app) {
     auto opt = std::make_shared<TokenizeOptions>();
     CLI::App* sub = app.add_subcommand("tokenize", "Print the token ids of a text (or of a rendered chat) with a model's tokenizer");
-    sub->add_option("-m,--model", opt->model, "GGUF model whose tokenizer to use")->required()->envname("NITRO_MODEL");
+    sub->add_option("-m,--model", opt->model, "GGUF model whose tokenizer to use; default: the embedded models/tiny-moe-pystd.gguf")
+        ->envname("NITRO_MODEL");
     CLI::Option* text = sub->add_option("text", opt->text, "Text to tokenize (default: read stdin)");
     sub->add_flag("--json", opt->json, "Print {\"ids\": [...]} (with --chat: {\"rendered\": \"...\", \"ids\": [...]})");
     sub->add_flag("--special", opt->special,

@@ -14,6 +14,8 @@ using Action = std::function<int()>;
 Action add_inspect(CLI::App& app);
 Action add_synth(CLI::App& app);
 Action add_run(CLI::App& app);
+/// `nitro chat`: a multi-turn conversation in the terminal (cli/chat_repl.h).
+Action add_chat(CLI::App& app);
 Action add_bench(CLI::App& app);
 /// `nitro sim`: replay a router trace against expert-cache policies (docs/sim.md).
 Action add_sim(CLI::App& app);

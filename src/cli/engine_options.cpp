@@ -152,4 +152,12 @@ void add_residency_options(CLI::App* sub, ResidencyOptions& o) {
 
 EngineMode engine_mode(const EngineCli& o) { return parse_engine_mode(o.mode); }
 
+void check_mode_available(EngineMode mode) {
+    require_gpu_engine(mode);
+    if ((mode == EngineMode::Gpu || mode == EngineMode::Hybrid) && gpu_device_count() == 0)
+        fail("--mode {} needs a CUDA device, and none was found (no NVIDIA driver, or no visible GPU); --mode cpu or auto "
+             "runs on the CPU",
+             engine_mode_name(mode));
+}
+
 }  // namespace nitro::cli

@@ -29,4 +29,8 @@ void add_residency_options(CLI::App* sub, ResidencyOptions& o);
 /// The engine mode of the parsed options (throws nitro::Error for an unknown --mode).
 EngineMode engine_mode(const EngineCli& o);
 
+/// Throws nitro::Error when `mode` (gpu, hybrid) needs the CUDA backend or a CUDA device this
+/// machine lacks: a check made before the model is opened.
+void check_mode_available(EngineMode mode);
+
 }  // namespace nitro::cli

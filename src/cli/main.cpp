@@ -1,5 +1,6 @@
 // nitro: the command-line front end. `nitro --help` lists the subcommands.
 #include "cli/commands.h"
+#include "cli/llama_flags.h"
 #include "core/error.h"
 #include "core/version.h"
 #include "cpu/cpu_features.h"
@@ -13,6 +14,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <map>
 #include <string>
 #include <thread>
@@ -50,6 +52,65 @@ std::string version_text() {
     return s;
 }
 
+/// The subcommand of `app` named `name`, or null.
+const CLI::App* find_subcommand(const CLI::App& app, const std::string& name) {
+    for (const CLI::App* s : app.get_subcommands({}))
+        if (s->get_name() == name) return s;
+    return nullptr;
+}
+
+/// The subcommands of a CLI11 app, as the llama.cpp flag table asks about them. A command is a
+/// path of subcommand names separated by spaces ("run", "trace synth").
+class Cli11Options : public nitro::cli::CommandOptions {
+public:
+    explicit Cli11Options(CLI::App& app) : app_(app) {}
+    bool has(const std::string& command, const std::string& name) const override { return option(command, name) != nullptr; }
+    bool takes_value(const std::string& command, const std::string& name) const override {
+        const CLI::Option* o = option(command, name);
+        return o && o->get_expected_max() > 0 && o->get_type_size_max() > 0;  // a flag expects 0 values
+    }
+    std::vector<std::string> commands() const override {
+        std::vector<std::string> names;
+        for (const CLI::App* s : app_.get_subcommands({})) names.push_back(s->get_name());
+        return names;
+    }
+
+private:
+    const CLI::Option* option(const std::string& command, const std::string& name) const {
+        const CLI::App* app = &app_;
+        size_t start = 0;
+        while (start < command.size()) {
+            const size_t sp = std::min(command.find(' ', start), command.size());
+            app = find_subcommand(*app, command.substr(start, sp - start));
+            if (!app) return nullptr;
+            start = sp + 1;
+        }
+        return app->get_option_no_throw(name);
+    }
+    CLI::App& app_;
+};
+
+/// argv with llama.cpp's spellings rewritten for the subcommand it names (and its nested
+/// subcommands: `trace synth`). Throws nitro::Error for a llama.cpp flag nitro does not have.
+std::vector<std::string> rewrite_for_subcommand(CLI::App& app, const std::vector<std::string>& argv) {
+    std::string command;
+    const CLI::App* sub = &app;
+    size_t i = 1;
+    for (; i < argv.size(); ++i) {
+        const CLI::App* next = argv[i].empty() || argv[i][0] == '-' ? nullptr : find_subcommand(*sub, argv[i]);
+        if (!next) break;
+        command += (command.empty() ? "" : " ") + argv[i];
+        sub = next;
+    }
+    if (command.empty()) return argv;  // --help, --version, or an unknown subcommand CLI11 reports
+    std::vector<std::string> out(argv.begin(), argv.begin() + static_cast<long>(i));
+    const std::vector<std::string> rest =
+        nitro::cli::rewrite_llama_flags(command, std::vector<std::string>(argv.begin() + static_cast<long>(i), argv.end()),
+                                        Cli11Options(app));
+    out.insert(out.end(), rest.begin(), rest.end());
+    return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,6 +129,7 @@ int main(int argc, char** argv) {
     add(nitro::cli::add_inspect);
     add(nitro::cli::add_synth);
     add(nitro::cli::add_run);
+    add(nitro::cli::add_chat);
     add(nitro::cli::add_bench);
     add(nitro::cli::add_sim);
     add(nitro::cli::add_trace);
@@ -77,12 +139,15 @@ int main(int argc, char** argv) {
     add(nitro::cli::add_plan);
     add(nitro::cli::add_pull);
 
-    // llama.cpp spells --override-tensor "-ot" and --hf-repo "-hf" (two-letter short options, which
-    // CLI11 cannot declare): accept them as that.
+    // llama.cpp's spellings (-ngl, -fa, -np, -ub, -ctk, -cnv, ...; cli/llama_flags.h) become the
+    // long options nitro declares for the subcommand, before CLI11 would split them into letters.
     std::vector<std::string> args(argv, argv + argc);
-    for (auto& a : args)
-        if (a == "-ot") a = "--override-tensor";
-        else if (a == "-hf") a = "--hf-repo";
+    try {
+        args = rewrite_for_subcommand(app, args);
+    } catch (const nitro::Error& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
+    }
     std::vector<char*> argv2;
     for (auto& a : args) argv2.push_back(a.data());
     try {

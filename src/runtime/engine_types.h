@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <string>
 
 namespace nitro {
 
@@ -20,6 +21,9 @@ struct SessionOptions {
     /// the end of every multi-token evaluation). Truncating to a position without one recomputes
     /// from the nearest earlier snapshot.
     int n_checkpoints = 4;
+    /// K/V cache element types (-ctk/-ctv, llama.cpp's names). The engines hold f16 only; the
+    /// command line refuses any other value (cli/llama_compat.cpp check_cache_type).
+    std::string cache_type_k = "f16", cache_type_v = "f16";
 };
 
 /// Rows of a multi-sequence batch (Engine::eval_batch): row i appends

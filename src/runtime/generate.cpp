@@ -68,6 +68,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
         if (opt.chat) {
             // Only the template's markup becomes control tokens; the prompt text is plain text.
             nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+            if (!opt.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", opt.system_prompt}});
             messages.push_back({{"role", "user"}, {"content", text}});
             r.prompt_ids = encode_chat(tok, render_chat_marked(chat_format_for(tok.vocab()), messages, nullptr, ChatOptions{}));
         } else {
@@ -78,7 +79,8 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
         }
     }
     if (r.prompt_ids.empty()) fail("the prompt is empty");
-    if (opt.n_predict < 0) fail("-n must not be negative (got {})", opt.n_predict);
+    if (opt.n_predict < -2) fail("-n must be at least -2 (got {}; -1 and -2: until end of generation or the context is full)", opt.n_predict);
+    if (!opt.system_prompt.empty() && !opt.chat) fail("--system-prompt needs --chat (or a conversation: -cnv, nitro chat)");
 
     std::unique_ptr<Engine> engine = make_engine(opt.mode, model, opt.session, opt.gpu);
     Engine& session = *engine;
@@ -113,7 +115,11 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
     auto margin_of = [&margin_at](int64_t pos) {
         return static_cast<size_t>(pos) < margin_at.size() ? margin_at[static_cast<size_t>(pos)] : INFINITY;
     };
-    if (static_cast<int64_t>(r.prompt_ids.size()) + opt.n_predict > session.n_ctx()) {
+    if (opt.on_engine_ready) opt.on_engine_ready(model);
+    // -n -1 / -2 (llama.cpp): as many tokens as the context holds after the prompt
+    const int64_t n_predict =
+        opt.n_predict >= 0 ? opt.n_predict : std::max<int64_t>(0, session.n_ctx() - static_cast<int64_t>(r.prompt_ids.size()));
+    if (static_cast<int64_t>(r.prompt_ids.size()) + n_predict > session.n_ctx()) {
         // -c is capped at the model's training context: past it, only the prompt or -n can give
         const int64_t n_train = model.hp().n_ctx_train;
         const std::string fix = n_train > 0 && session.n_ctx() >= n_train
@@ -122,7 +128,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
                                                                 "the prompt or lower -n", n_train)
                                                   : std::string("-c): raise -c, shorten the prompt or lower -n");
         fail("the prompt ({}) plus {} generated tokens do not fit the context of {} tokens ({}",
-             count_noun(static_cast<long long>(r.prompt_ids.size()), "token"), opt.n_predict, session.n_ctx(), fix);
+             count_noun(static_cast<long long>(r.prompt_ids.size()), "token"), n_predict, session.n_ctx(), fix);
     }
     const std::vector<int32_t> eog = end_of_generation_tokens(model, tok);
     StreamingDetokenizer detok(tok);
@@ -144,7 +150,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
 
     r.stop_reason = "length";
     const auto t1 = Clock::now();
-    for (int64_t step = 0; step < opt.n_predict; ++step) {
+    for (int64_t step = 0; step < n_predict; ++step) {
         if (opt.n_probs > 0) {
             r.probs.push_back(top_probs(last, opt.n_probs));
             if (!margin_at.empty()) r.router_margins.push_back(margin_of(static_cast<int64_t>(r.prompt_ids.size()) - 1 + step));
@@ -159,7 +165,7 @@ GenerateResult generate(const GenerateOptions& opt, const std::function<void(con
         const std::string piece = detok.push(next);
         r.text += piece;
         if (on_text && !piece.empty()) on_text(piece);
-        if (step + 1 == opt.n_predict) break;
+        if (step + 1 == n_predict) break;
         const int32_t one[1] = {next};
         session.eval(one, false, logits);
         last = std::span<const float>(logits.data(), static_cast<size_t>(V));

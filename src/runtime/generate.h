@@ -19,13 +19,14 @@ struct GenerateOptions {
     std::string prompt;
     std::string prompt_file;
     std::vector<int32_t> prompt_ids;
-    int64_t n_predict = 64;
+    int64_t n_predict = 64;  ///< -1 or -2 (llama.cpp's): until end of generation or the context is full
     SamplerParams sampling;
     SessionOptions session;
     bool ctx_given = false;  ///< -c was given: warn when the engine caps it to the model's context (as serve does)
     EngineMode mode = EngineMode::Cpu;  ///< --mode cpu|gpu
     GpuOptions gpu;                     ///< --gpu, --vram-budget
     bool chat = false;
+    std::string system_prompt;  ///< with chat: a system message before the prompt (llama.cpp's -sys)
     bool ignore_eos = false;
     int n_probs = 0;
     bool echo = false;
@@ -33,6 +34,9 @@ struct GenerateOptions {
     /// BENCHMARK ONLY: replay the expert choices of this router trace (runtime/route_replay.h);
     /// the output is then not the model's. "" = the model's router.
     std::string route_replay;
+    /// Called once the engine is made, before the prompt is evaluated (the CLI reads the weights
+    /// there, with progress on a terminal, so page faults do not land in the TTFT). May be null.
+    std::function<void(const Model&)> on_engine_ready;
 };
 
 struct Timings {

@@ -8,6 +8,7 @@
 #include "server/http_pool.h"
 #include "server/openai_schema.h"
 #include "server/web_ui.h"
+#include "server/request_log.h"
 
 #include <httplib.h>
 
@@ -15,11 +16,13 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <unordered_map>
 
 namespace nitro::server {
 
@@ -282,6 +285,23 @@ struct HttpServer::Impl {
     std::once_flag vocab_once;
     std::shared_ptr<const grammar::VocabIndex> vocab_index;  ///< built at the first response_format request
 
+    /// The generation of each response being written, for its log line (server/request_log.h):
+    /// added by run_job, taken by the logger cpp-httplib calls once the response is written.
+    std::mutex log_mu;
+    std::unordered_map<const httplib::Response*, std::shared_ptr<RequestState>> log_jobs;
+    void log_request(const httplib::Request& req, const httplib::Response& res) {
+        std::shared_ptr<RequestState> state;
+        {
+            std::lock_guard<std::mutex> lk(log_mu);
+            if (auto it = log_jobs.find(&res); it != log_jobs.end()) {
+                state = std::move(it->second);
+                log_jobs.erase(it);
+            }
+        }
+        const bool ran = state && state->done();
+        std::fprintf(stderr, "%s\n", request_log_line(req.method, req.path, res.status, ran ? &state->stats() : nullptr).c_str());
+    }
+
     size_t max_body_bytes() const { return static_cast<size_t>(opt.max_body_mib * 1024.0 * 1024.0); }
 
     /// The constraint of a JSON response_format: the request's compiled value inside the output
@@ -413,6 +433,10 @@ struct HttpServer::Impl {
         Metrics* metrics = ctx.metrics;
         state->begin();
         job->sink = state;
+        {
+            std::lock_guard<std::mutex> lk(log_mu);
+            log_jobs[&res] = state;
+        }
         sched->submit(job);
         if (!stream) {
             // A half-closed client is probed with an interim "100 Continue", which HTTP/1.1
@@ -614,6 +638,7 @@ struct HttpServer::Impl {
             const int fd = find_connection_socket(req.remote_addr, req.remote_port, req.local_port);
             if (peer_state(fd) == PeerState::HALF_CLOSED) send_raw_response(fd, res);
         });
+        svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) { log_request(req, res); });
         svr.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
             try {
                 std::rethrow_exception(ep);

@@ -183,15 +183,16 @@ TEST(CliErrors, BenchBufferLargerThanTheMemoryIsRefusedBeforeTouchingIt) {
     EXPECT_TRUE(has(r.out, "error: bench: a buffer of 1048576.00 GiB is more than the ")) << r.out;
 }
 
-TEST(CliErrors, BenchRenderOnlyNeedsNoModelButOtherRunsDo) {
+TEST(CliErrors, BenchRenderOnlyNeedsNoModelAndOtherRunsTakeTheEmbeddedOne) {
     const std::string dir = test::temp_dir("cli-render-only");
     // No -m with --render-only: the command gets as far as the records (none here), as the help says.
     Ran r = nitro_cli("bench -o " + dir + " --render-only");
     EXPECT_EQ(r.status, 1) << r.out;
     EXPECT_TRUE(has(r.out, "error: --render-only: " + dir + "/records.jsonl does not exist")) << r.out;
-    r = nitro_cli("bench -p 4 -n 2");
-    EXPECT_EQ(r.status, 1) << r.out;
-    EXPECT_TRUE(has(r.out, "error: nitro bench: -m/--model or -hf is required")) << r.out;
+    // Other runs without -m: the embedded model, as every command that takes -m.
+    r = nitro_cli("bench -t 1 --no-engine --kernels none --kernel-tokens 1 --json");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["model"], kModel) << r.out;
 }
 
 TEST(CliErrors, RunSamplingFlagsHaveTheServersBounds) {

@@ -54,9 +54,10 @@ TEST(Inspect, GptOssFixtureSummary) {
     EXPECT_EQ(s.vocab_size, 201088);
     EXPECT_EQ(s.n_merges, 446189);
     // One expert of one layer, by hand: gate and up are MXFP4 [32 -> 64]: 64 rows x 1 block x 17 B
-    // = 1088 B each; down [64 -> 32]: 32 rows x 2 blocks x 17 B = 1088 B; biases F32: 64 + 64 + 32
-    // floats = 640 B. Total 3904 B.
-    EXPECT_EQ(s.bytes_per_expert, 3904u);
+    // = 1088 B each; down [64 -> 32]: 32 rows x 2 blocks x 17 B = 1088 B: 3264 B of weights (one
+    // expert as placement counts it); biases F32: 64 + 64 + 32 floats = 640 B. Total 3904 B.
+    EXPECT_EQ(s.bytes_per_expert, 3264u);
+    EXPECT_EQ(s.bias_bytes_per_expert, 640u);
     EXPECT_EQ(s.bytes_by_category[TensorCategory::RoutedExpert], 4u * 16 * 3904);
     // token_embd and output are Q4_0 [32, 201088]: 201088 rows x 18 B; output_norm 32 floats.
     EXPECT_EQ(s.bytes_by_category[TensorCategory::Embedding], 201088u * 18);
@@ -79,6 +80,7 @@ TEST(Inspect, Qwen3FixtureSummary) {
     EXPECT_EQ(s.vocab_size, 151936);
     // Q8_0 experts: gate/up 64 rows x 1 block x 34 B, down 32 rows x 2 blocks x 34 B; no biases.
     EXPECT_EQ(s.bytes_per_expert, 3u * 2176);
+    EXPECT_EQ(s.bias_bytes_per_expert, 0u);
     EXPECT_EQ(m.find("output.weight"), nullptr);  // tied embeddings
 }
 
@@ -88,7 +90,8 @@ TEST(Inspect, CliTextJsonTensorsAndDump) {
     EXPECT_EQ(rc, 0);
     EXPECT_NE(text.find("n_expert / used        16 / 4"), std::string::npos) << text;
     EXPECT_NE(text.find("per expert per layer"), std::string::npos);
-    EXPECT_NE(text.find("(3904 bytes)"), std::string::npos);
+    EXPECT_NE(text.find("(3264 bytes: gate, up and down weights, one VRAM slot)"), std::string::npos) << text;
+    EXPECT_NE(text.find("640 B per expert, kept with the dense core"), std::string::npos) << text;
 
     auto j = nlohmann::json::parse(run_nitro("inspect --json " + fixture("tiny-qwen3moe-q8.gguf"), &rc));
     EXPECT_EQ(rc, 0);
@@ -142,5 +145,25 @@ TEST(Inspect, DumpEqualsGgmlDequantization) {
         EXPECT_EQ(q["shape"], nlohmann::json::array({256, 4}));
         ASSERT_EQ(q["data"].size(), 1024u) << t;
         for (size_t i = 0; i < 1024; ++i) ASSERT_EQ(q["data"][i].get<float>(), ref["data"][i].get<float>()) << t << " " << i;
+    }
+}
+
+// One expert is one size everywhere: `nitro inspect` and `nitro plan` agree on it, for a model
+// with expert biases (gpt-oss: the biases stay with the dense core) and one without.
+TEST(Inspect, OneExpertIsTheSizeThePlanCounts) {
+    const std::string embedded = std::string(NITRO_SOURCE_DIR) + "/models/tiny-moe-pystd.gguf";
+    // The embedded model by hand (models/README.md): gate/up interleaved MXFP4 [256 -> 192]: 192 rows
+    // x 8 blocks x 17 B = 26112 B; down [96 -> 256]: 256 rows x 3 blocks x 17 B = 13056 B.
+    const std::pair<std::string, uint64_t> cases[] = {{embedded, 26112 + 13056},
+                                                      {fixture("tiny-gptoss-mxfp4.gguf"), 3264},
+                                                      {fixture("tiny-qwen3moe-q8.gguf"), 3 * 2176}};
+    for (const auto& [file, bytes] : cases) {
+        int rc = -1;
+        const auto inspect = nlohmann::json::parse(run_nitro("inspect --json " + file, &rc));
+        ASSERT_EQ(rc, 0) << file;
+        const auto plan = nlohmann::json::parse(run_nitro("plan --json --vram-budget 4 -m " + file + " 2>/dev/null", &rc));
+        ASSERT_EQ(rc, 0) << file;
+        EXPECT_EQ(inspect["bytes_per_expert"].get<uint64_t>(), bytes) << file;
+        EXPECT_EQ(plan["expert_bytes"].get<uint64_t>(), bytes) << file;
     }
 }

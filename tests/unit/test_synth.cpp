@@ -45,10 +45,12 @@ TEST(Synth, TinyGptOssEveryExpertType) {
         EXPECT_EQ(m.get("blk.2.ffn_up_exps.weight").type, t);
         EXPECT_EQ(m.get("blk.2.attn_q.weight").type, GgmlType::F16);
         EXPECT_EQ(m.get("token_embd.weight").type, GgmlType::Q8_0);
-        // One expert: gate, up and down are 256 x 256 values each, plus 256 + 256 + 256 F32 biases.
+        // One expert: gate, up and down are 256 x 256 values each (what a VRAM slot holds), and
+        // 256 + 256 + 256 F32 biases (kept with the dense core).
         const auto& tt = type_traits(t);
         const uint64_t per_matrix = 256u * (256u / static_cast<uint64_t>(tt.block_size)) * tt.type_size;
-        EXPECT_EQ(s.bytes_per_expert, 3 * per_matrix + 3 * 256 * 4);
+        EXPECT_EQ(s.bytes_per_expert, 3 * per_matrix);
+        EXPECT_EQ(s.bias_bytes_per_expert, 3u * 256 * 4);
         // Expert gate weights have rms near gain 0.5 / sqrt(fan_in) = 1/32, down 1.4 / 16 (the fixtures'
         // scales; quantization and MXFP4's power-of-two scale allow a factor of 1.5 either way).
         const double r = rms(dequantize_tensor(m.get("blk.0.ffn_gate_exps.weight")));
