@@ -295,9 +295,11 @@ void GatedServer::set_backlog(int n) {
 }
 
 void GatedServer::halt() {
+    // Listening: stop() closes the socket and marks it gone. Not yet: the socket is only shut
+    // down (never closed here: the accept loop closes it once its accept fails).
+    stop();
     const socket_t sock = svr_sock_;
     if (sock != INVALID_SOCKET) ::shutdown(sock, SHUT_RDWR);
-    stop();
 }
 
 bool GatedServer::process_and_close_socket(socket_t sock) {

@@ -49,7 +49,10 @@ namespace nitro::server {
 
 struct ConnectionLimits {
     std::chrono::milliseconds header_timeout{20000};      ///< the whole request head, from accept or first byte
-    std::chrono::milliseconds keep_alive_timeout{5000};   ///< idle between requests (cpp-httplib's default)
+    /// Idle between requests. Responses advertise cpp-httplib's 5 s (`Keep-Alive: timeout=5`), so
+    /// clients close first; holding longer costs no thread, and a client that paused past 5 s (a
+    /// blocked event loop) would otherwise reuse a connection the server had just closed.
+    std::chrono::milliseconds keep_alive_timeout{60000};
     std::chrono::milliseconds body_timeout{20000};        ///< body time before the rate floor applies
     double body_min_rate = 500;                           ///< bytes/s after body_timeout; 0: only body_timeout per read
     std::chrono::milliseconds write_timeout{5000};        ///< a write that cannot progress for this long fails
