@@ -7,6 +7,7 @@
 #include "cli/llama_compat.h"
 #include "cli/load_progress.h"
 #include "cli/memory_options.h"
+#include "cli/serve_limits.h"
 #include "cli/validators.h"
 #include "core/error.h"
 #include "runtime/generate.h"
@@ -148,6 +149,7 @@ int serve(const ServeOptions& opts) {
                  scheduler.n_slots() > 1 ? "requests decode together, one batched forward per token (continuous batching)"
                                          : "one request at a time");
     std::fprintf(stderr, "requests   body up to %g MiB, JSON nesting up to %d levels\n", o.http.max_body_mib, kMaxJsonDepth);
+    std::fprintf(stderr, "%s", serve_limits_summary(http.options()).c_str());
     if (!o.trace_path.empty()) std::fprintf(stderr, "trace      routing of every request -> %s\n", o.trace_path.c_str());
     if (!o.route_replay.empty())
         std::fprintf(stderr, "WARNING    --route-replay %s: BENCHMARK ONLY. Every expert choice comes from the trace: the "
@@ -235,6 +237,7 @@ Action add_serve(CLI::App& app) {
                     "at once (extra threads stop after 10 s idle)")
         ->check(CLI::Range(2, 4096))
         ->capture_default_str();
+    add_serve_limit_flags(sub, o->http);
     sub->add_option("--reasoning-budget", o->http.reasoning_budget,
                     "Tokens of reasoning (gpt-oss analysis channel, Qwen3 <think>) a request with a JSON response_format "
                     "may take before its answer, unless it sends reasoning_budget_tokens: -1 = unlimited, 0 = none "

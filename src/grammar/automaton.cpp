@@ -89,7 +89,23 @@ uint32_t last_candidate(const Node& n, uint32_t p) {
 }
 
 bool can_close(const Node& n, uint32_t p) { return n.props.empty() || n.next_required[p] == n.props.size(); }
-bool more_keys(const Node& n, uint32_t p) { return n.props.empty() ? n.additional >= 0 : p < n.props.size(); }
+
+/// True if a value of `node` fits under the nesting limit when placed in a frame `depth`
+/// containers deep (a value that would pass it is never offered).
+bool fits(const Grammar& g, uint16_t depth, uint32_t node) {
+    const uint32_t d = g.nodes[node].min_depth;
+    return d != kUnbounded && depth + d <= kMaxNesting;
+}
+
+/// True if the object `n` at position `p`, `depth` containers deep (itself included), may take
+/// a key under key-trie node `t` (the root: any key): one whose value fits.
+bool key_reachable(const Grammar& g, const Node& n, uint32_t p, uint32_t t, uint16_t depth) {
+    if (n.props.empty()) return n.additional >= 0 && fits(g, depth, static_cast<uint32_t>(n.additional));
+    if (p >= n.props.size()) return false;
+    const LitTrie& trie = g.tries[n.trie];
+    if (depth + n.deepest_value <= kMaxNesting) return trie.reaches(t, p, last_candidate(n, p));  // every value fits
+    return trie.reaches_if(t, p, last_candidate(n, p), [&](uint32_t k) { return fits(g, depth, n.props[k].node); });
+}
 
 }  // namespace
 
@@ -125,7 +141,7 @@ void Automaton::push_value(Config c, uint32_t node, uint8_t b, Arena& ar, std::v
             return;
         case NodeKind::OBJECT:
         case NodeKind::ARRAY:
-            if (b != (n.kind == NodeKind::OBJECT ? '{' : '[') || c.depth >= kMaxNesting) return;
+            if (b != (n.kind == NodeKind::OBJECT ? '{' : '[') || !fits(*g_, c.depth, node) || c.depth >= kMaxNesting) return;
             push(c, ar, frame(node, n.kind == NodeKind::OBJECT ? F_OBJ : F_ARR, 0));
             return emit(out, c);
         case NodeKind::STRING:
@@ -171,7 +187,7 @@ void Automaton::step_object(Config& c, uint8_t b, Arena& ar, std::vector<Config>
                 pop(c, ar);
                 return emit(out, c);
             }
-            if (b != '"' || !more_keys(n, f.a)) return;
+            if (b != '"' || !key_reachable(*g_, n, f.a, LitTrie::kRoot, c.depth)) return;
             f.ws = 0;
             if (n.props.empty()) {  // a map: the key is a free string
                 f.phase = OBJ_AFTER_KEY;
@@ -181,7 +197,7 @@ void Automaton::step_object(Config& c, uint8_t b, Arena& ar, std::vector<Config>
             {
                 const LitTrie& t = g_->tries[n.trie];
                 const int32_t ch = t.child(LitTrie::kRoot, b);
-                if (ch < 0 || !t.reaches(static_cast<uint32_t>(ch), f.a, last_candidate(n, f.a))) return;
+                if (ch < 0 || !key_reachable(*g_, n, f.a, static_cast<uint32_t>(ch), c.depth)) return;
                 f.phase = OBJ_KEY;
                 f.b = static_cast<uint32_t>(ch);
             }
@@ -189,7 +205,7 @@ void Automaton::step_object(Config& c, uint8_t b, Arena& ar, std::vector<Config>
         case OBJ_KEY: {
             const LitTrie& t = g_->tries[n.trie];
             const int32_t ch = t.child(f.b, b);
-            if (ch < 0 || !t.reaches(static_cast<uint32_t>(ch), f.a, last_candidate(n, f.a))) return;
+            if (ch < 0 || !key_reachable(*g_, n, f.a, static_cast<uint32_t>(ch), c.depth)) return;
             const int32_t key = t.payload(static_cast<uint32_t>(ch));
             if (key >= 0) {  // the closing quote: keys are JSON strings, so nothing extends them
                 f.phase = OBJ_AFTER_KEY;
@@ -213,7 +229,7 @@ void Automaton::step_object(Config& c, uint8_t b, Arena& ar, std::vector<Config>
             return push_value(c, value, b, ar, out);
         }
         case OBJ_AFTER_VALUE:
-            if (b == ',' && more_keys(n, f.a)) {
+            if (b == ',' && key_reachable(*g_, n, f.a, LitTrie::kRoot, c.depth)) {
                 f.phase = OBJ_KEY_NEXT;
                 f.ws = 0;
                 return emit(out, c);
@@ -422,9 +438,9 @@ bool Automaton::accept_bytes(std::string_view bytes) {
             arena_.resize(mark);
             return false;
         }
-        if (next.size() > kMaxConfigs)
-            fail("the response format's schema is too ambiguous to follow: more than {} ways to read the output so far "
-                 "(anyOf alternatives that start alike); make the alternatives differ early",
+        if (next.size() > kMaxConfigs)  // the schema's ambiguity bound (grammar_limits.h) says this cannot happen
+            fail("internal error in the grammar engine: more than {} parses alive at once, above the bound the schema was "
+                 "accepted with",
                  kMaxConfigs);
         cur.swap(next);
     }

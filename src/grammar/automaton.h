@@ -55,10 +55,6 @@ struct Config {
     bool operator==(const Config&) const = default;
 };
 
-/// Most objects/arrays open at once (deeper nesting is not produced; the request body's limit).
-inline constexpr uint16_t kMaxNesting = 128;
-/// Most parses alive at once; an anyOf schema more ambiguous than this is refused while decoding.
-inline constexpr size_t kMaxConfigs = 256;
 
 class Automaton {
 public:

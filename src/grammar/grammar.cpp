@@ -1,10 +1,12 @@
 #include "grammar/grammar.h"
 
+#include "grammar/grammar_budget.h"
+
 #include <algorithm>
 
 namespace nitro::grammar {
 
-Grammar::Grammar() {
+Grammar::Grammar(std::unique_ptr<MemoryLease> lease) : lease_(std::move(lease)) {
     // The any-value graph (kAnyValue .. kJsonWords), in that order.
     Node any;
     any.kind = NodeKind::ANY_OF;
@@ -14,10 +16,12 @@ Grammar::Grammar() {
     obj.kind = NodeKind::OBJECT;
     obj.additional = static_cast<int32_t>(kAnyValue);
     obj.next_required = {0};
+    obj.min_depth = 1;
     add_node(std::move(obj));
     Node arr;
     arr.kind = NodeKind::ARRAY;
     arr.items = kAnyValue;
+    arr.min_depth = 1;
     add_node(std::move(arr));
     Node str;
     str.kind = NodeKind::STRING;
@@ -31,13 +35,36 @@ Grammar::Grammar() {
     add_node(std::move(words));
 }
 
+Grammar::~Grammar() {
+    // Free everything before the lease goes, so its trim finds the memory free.
+    nodes = {};
+    tries = {};
+    program = {};
+    lease_.reset();
+}
+
+void Grammar::charge(size_t bytes) {
+    if (lease_) lease_->charge(bytes);
+}
+
+size_t Grammar::charged_bytes() const { return lease_ ? lease_->bytes() : 0; }
+
 uint32_t Grammar::add_node(Node n) {
+    // The node, its lists and names (the node array grows by doubling: counted twice).
+    size_t bytes = 2 * sizeof(Node) + (n.alts.capacity() + n.next_required.capacity()) * sizeof(uint32_t) +
+                   n.props.capacity() * sizeof(Property);
+    for (const Property& p : n.props) bytes += p.name.capacity() > 15 ? p.name.capacity() + 1 : 0;
+    charge(bytes);
     nodes.push_back(std::move(n));
     return static_cast<uint32_t>(nodes.size() - 1);
 }
 
-uint32_t Grammar::add_trie(const std::vector<std::string>& strings) {
-    tries.emplace_back(strings);
+uint32_t Grammar::add_trie(const std::vector<std::string>& strings, bool key_ranges) {
+    // The peak of the build first, then what the trie keeps.
+    const size_t peak = LitTrie::build_bytes(strings, key_ranges) + 2 * sizeof(LitTrie);
+    charge(peak);
+    tries.emplace_back(strings, key_ranges);
+    if (lease_) lease_->release(peak - std::min(peak, tries.back().bytes() + 2 * sizeof(LitTrie)));
     return static_cast<uint32_t>(tries.size() - 1);
 }
 

@@ -18,11 +18,13 @@
 // it), END_OF_GEN (one of the end-of-generation tokens) and DONE.
 #pragma once
 
+#include "grammar/grammar_budget.h"
 #include "grammar/lit_trie.h"
 
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,14 @@ namespace nitro::grammar {
 enum class NodeKind : uint8_t { NOTHING, ANY_OF, OBJECT, ARRAY, STRING, NUMBER, INTEGER, LITERAL };
 
 inline constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
+inline constexpr uint32_t kNoNode = std::numeric_limits<uint32_t>::max();
+
+/// Most objects/arrays open at once (deeper nesting is not produced; the request body's limit).
+/// Schemas whose shallowest value nests deeper are refused (grammar_limits.h).
+inline constexpr uint16_t kMaxNesting = 128;
+/// Most parses the automaton keeps alive at once; schemas that could need more are refused
+/// (grammar_limits.h).
+inline constexpr size_t kMaxConfigs = 256;
 
 struct Property {
     std::string name;
@@ -48,6 +58,8 @@ struct Node {
     uint32_t items = 0;                      ///< ARRAY: item node
     uint32_t min_items = 0, max_items = kUnbounded;    ///< ARRAY
     uint32_t min_length = 0, max_length = kUnbounded;  ///< STRING, in characters (code points; an escape is one)
+    uint32_t min_depth = 0;      ///< objects/arrays its shallowest value opens, its own included (kUnbounded: none)
+    uint32_t deepest_value = 0;  ///< OBJECT: the largest min_depth among its property (or map) values
 };
 
 /// The well-known nodes: any JSON value = anyOf(any object, any array, any string, any number,
@@ -71,19 +83,30 @@ struct GateStep {
 
 /// A compiled constraint: schema nodes, literal tries and the gate program (step 0 first).
 struct Grammar {
-    /// A grammar holding the well-known any-value nodes (and no program yet).
-    Grammar();
+    /// A grammar holding the well-known any-value nodes (and no program yet). With `lease`, every
+    /// node and trie added is charged to it (grammar_budget.h), which may throw.
+    explicit Grammar(std::unique_ptr<MemoryLease> lease = nullptr);
+    ~Grammar();
+    Grammar(const Grammar&) = delete;
+    Grammar& operator=(const Grammar&) = delete;
 
     std::vector<Node> nodes;
     std::vector<LitTrie> tries;
     std::vector<GateStep> program;
 
     uint32_t add_node(Node n);
-    uint32_t add_trie(const std::vector<std::string>& strings);
+    /// `key_ranges`: the trie answers LitTrie::reaches (object keys); literals do not need it.
+    uint32_t add_trie(const std::vector<std::string>& strings, bool key_ranges = false);
     /// Appends a step and returns its index.
     uint32_t add_step(GateStep s);
     /// Every control token the program accepts anywhere (the mask tries each of these).
     std::vector<int32_t> specials() const;
+    /// Bytes charged so far (0 without a lease).
+    size_t charged_bytes() const;
+
+private:
+    void charge(size_t bytes);
+    std::unique_ptr<MemoryLease> lease_;
 };
 
 /// The KMP transition table of `terminator`: [len][256] matched length after a byte.

@@ -1,5 +1,7 @@
 #include "grammar/json_schema.h"
 
+#include "grammar/grammar_limits.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -84,12 +86,30 @@ public:
             g_.nodes[id].alts = {n};
         }
         check_epsilon_cycles();
+        compute_min_depth(g_);
         prune_unproductive();
         flatten_alternatives();
-        if (!productive_[r])
+        compute_min_depth(g_);  // (the objects' deepest values, now that dead properties are gone)
+        const uint32_t depth = g_.nodes[r].min_depth;
+        if (depth == kUnbounded)
             throw SchemaError("no JSON value satisfies this schema (a required part can never be completed: an empty enum, "
                               "'false', or a recursion with no way out)",
                               "", "#");
+        if (depth > kMaxNesting)
+            throw SchemaError(fmt::format("every value of this schema nests objects/arrays {} levels deep (its required parts "
+                                          "alone), more than the {} this server produces",
+                                          depth, kMaxNesting),
+                              "", "#", true);
+        const Ambiguity amb = ambiguity_bound(g_, r, static_cast<uint32_t>(kMaxConfigs));
+        if (amb.parses > kMaxConfigs) {
+            const std::string where = amb.node < paths_.size() && !paths_[amb.node].empty() ? paths_[amb.node] : "#";
+            throw SchemaError(fmt::format("the schema is too ambiguous to follow: the alternatives of the anyOf at {} (with what they "
+                                          "nest) can read the same output in more than {} ways at once. Make alternatives that "
+                                          "start alike differ early: a first property that is required and has a distinct "
+                                          "name or 'const' value in each",
+                                          where, kMaxConfigs),
+                              "anyOf", where, true);
+        }
         return r;
     }
 
@@ -97,7 +117,10 @@ private:
     uint32_t add(Node n, const std::string& path) {
         if (g_.nodes.size() >= kMaxSchemaNodes)
             throw SchemaError(fmt::format("the schema is too large: more than {} parts (at {})", kMaxSchemaNodes, path), "", path, true);
-        return g_.add_node(std::move(n));
+        const uint32_t id = g_.add_node(std::move(n));
+        paths_.resize(id + 1);
+        paths_[id] = path;
+        return id;
     }
 
     uint32_t nothing(const std::string& path) {
@@ -106,13 +129,13 @@ private:
         return add(std::move(n), path);
     }
 
-    uint32_t trie(const std::vector<std::string>& strings, const std::string& path) {
+    uint32_t trie(const std::vector<std::string>& strings, const std::string& path, bool key_ranges = false) {
         for (const auto& s : strings) literal_bytes_ += s.size();
         if (literal_bytes_ > kMaxLiteralBytes)
             throw SchemaError(fmt::format("the schema's enum values and property names are too large: more than {} bytes (at {})",
                                           kMaxLiteralBytes, path),
                               "", path, true);
-        return g_.add_trie(strings);
+        return g_.add_trie(strings, key_ranges);
     }
 
     const json* resolve(const std::string& ref) const {
@@ -329,7 +352,7 @@ private:
     void finish_object(Node& n, const std::string& path) {
         std::vector<std::string> keys;
         for (const auto& p : n.props) keys.push_back(literal_text(json(p.name)));
-        n.trie = trie(keys, path);
+        n.trie = trie(keys, path, true);
         n.next_required.assign(n.props.size() + 1, static_cast<uint32_t>(n.props.size()));
         for (size_t i = n.props.size(); i-- > 0;) n.next_required[i] = n.props[i].required ? static_cast<uint32_t>(i) : n.next_required[i + 1];
     }
@@ -365,32 +388,12 @@ private:
         }
     }
 
-    /// Finds the nodes some finite JSON value satisfies, then drops the branches that cannot
-    /// complete (so a constrained generation never walks into a dead end).
+    /// Drops the branches no finite JSON value completes (min_depth unbounded), so a constrained
+    /// generation never walks into a dead end.
     void prune_unproductive() {
         const size_t N = g_.nodes.size();
         productive_.assign(N, false);
-        for (bool changed = true; changed;) {
-            changed = false;
-            for (size_t i = 0; i < N; ++i) {
-                if (productive_[i]) continue;
-                const Node& n = g_.nodes[i];
-                bool p = false;
-                switch (n.kind) {
-                    case NodeKind::NOTHING: p = false; break;
-                    case NodeKind::STRING:
-                    case NodeKind::NUMBER:
-                    case NodeKind::INTEGER: p = true; break;
-                    case NodeKind::LITERAL: p = g_.tries[n.trie].size() > 0; break;
-                    case NodeKind::ANY_OF: p = std::any_of(n.alts.begin(), n.alts.end(), [&](uint32_t a) { return productive_[a]; }); break;
-                    case NodeKind::ARRAY: p = n.min_items == 0 || productive_[n.items]; break;
-                    case NodeKind::OBJECT:
-                        p = std::all_of(n.props.begin(), n.props.end(), [&](const Property& q) { return !q.required || productive_[q.node]; });
-                        break;
-                }
-                if (p) productive_[i] = changed = true;
-            }
-        }
+        for (size_t i = 0; i < N; ++i) productive_[i] = g_.nodes[i].min_depth != kUnbounded;
         for (size_t i = 0; i < N; ++i) {
             Node& n = g_.nodes[i];
             if (n.kind == NodeKind::ANY_OF) {
@@ -444,6 +447,7 @@ private:
     std::map<std::string, uint32_t> refs_;
     std::vector<std::pair<uint32_t, std::string>> work_;
     std::vector<bool> productive_;
+    std::vector<std::string> paths_;  ///< [node] the JSON pointer of the schema it came from
     size_t literal_bytes_ = 0;
 };
 

@@ -41,6 +41,12 @@ std::vector<TokenProb> top_probs(std::span<const float> logits, int k) {
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {}
 
 int32_t Sampler::sample(std::span<const float> logits, const std::vector<uint64_t>* allowed) {
+    if (!p_.logit_bias.empty()) {
+        biased_.assign(logits.begin(), logits.end());
+        for (const auto& [id, bias] : p_.logit_bias)
+            if (id >= 0 && static_cast<size_t>(id) < biased_.size()) biased_[static_cast<size_t>(id)] += bias;
+        logits = biased_;
+    }
     if (p_.temperature <= 0.0f) return allowed ? argmax_allowed(logits, *allowed) : argmax(logits);
     if (allowed) {
         cand_.clear();

@@ -1,10 +1,11 @@
 // Token sampling: greedy, temperature, top-k, top-p (nucleus), min-p, seeded and reproducible.
-// Order as llama.cpp's default chain: top-k -> top-p -> min-p -> temperature -> draw.
+// Order as llama.cpp's default chain: logit bias -> top-k -> top-p -> min-p -> temperature -> draw.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace nitro {
@@ -15,6 +16,8 @@ struct SamplerParams {
     float top_p = 1.0f;        ///< >= 1: disabled
     float min_p = 0.0f;        ///< <= 0: disabled
     uint64_t seed = 0;
+    /// Added to a token's logit before anything else (OpenAI's and llama.cpp's logit_bias): (token, bias).
+    std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 /// A token and its probability.
@@ -37,6 +40,7 @@ private:
     SamplerParams p_;
     std::mt19937_64 rng_;
     std::vector<TokenProb> cand_;
+    std::vector<float> biased_;  ///< the logits with logit_bias added
 };
 
 /// Index of the largest logit (ties: lowest id).

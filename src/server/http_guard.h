@@ -72,7 +72,8 @@ PeerState peer_state(int fd);
 bool write_probe(int fd, std::string_view bytes);
 
 /// The socket of the connection a request arrived on, found by its local and remote ports
-/// (cpp-httplib 0.11 does not hand the socket to handlers). -1 if not found.
+/// (cpp-httplib 0.11 does not hand the socket to handlers). -1 if not found. The server's own
+/// handlers use current_connection_socket() (http_conn.h), which needs no scan of /proc.
 int find_connection_socket(const std::string& remote_addr, int remote_port, int local_port);
 
 /// Host and port as a URL authority: IPv6 addresses in brackets ("[::1]:8080").

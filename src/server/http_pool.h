@@ -1,9 +1,8 @@
-// The thread pool cpp-httplib serves connections on: `min_threads` always ready, more started
-// when every thread is busy (up to `max_threads` connections at once), the extra ones ending
-// after `idle` without work. A connection holds its thread while its request waits or streams,
-// and while it sits idle between keep-alive requests, so a fixed pool lets a burst of clients
-// (or of idle sockets) shut out everyone else, /health included; this one only does so at
-// `max_threads`.
+// The thread pool requests are served on (ConnectionGate, http_conn.h): `min_threads` always
+// ready, more started when every thread is busy (up to `max_threads` requests at once), the extra
+// ones ending after `idle` without work. A request holds its thread while it waits or streams, so
+// a fixed pool lets a burst of clients shut out everyone else, /health included; this one only
+// does so at `max_threads`. (Connections waiting for a request head hold no thread.)
 #pragma once
 
 #include <httplib.h>

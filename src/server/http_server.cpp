@@ -4,6 +4,7 @@
 #include "grammar/response_constraint.h"
 #include "server/chat_completion.h"
 #include "server/completion.h"
+#include "server/http_conn.h"
 #include "server/http_guard.h"
 #include "server/http_pool.h"
 #include "server/openai_schema.h"
@@ -13,6 +14,7 @@
 #include <httplib.h>
 
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -110,6 +112,7 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 void send_error(httplib::Response& res, const ApiError& e) {
     res.status = e.status;
+    if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
     res.set_content(dump(e.to_json()), "application/json");
 }
 
@@ -220,8 +223,10 @@ const char* reason_phrase(int status) {
         case 401: return "Unauthorized";
         case 403: return "Forbidden";
         case 404: return "Not Found";
+        case 408: return "Request Timeout";
         case 413: return "Payload Too Large";
         case 415: return "Unsupported Media Type";
+        case 429: return "Too Many Requests";
         case 500: return "Internal Server Error";
         case 503: return "Service Unavailable";
         default: return "Status";
@@ -279,11 +284,20 @@ bool client_gone(int fd, bool& probed, Probe probe) {
 struct HttpServer::Impl {
     ServerContext ctx;
     ServerOptions opt;
-    httplib::Server svr;
+    GatedServer svr;
+    std::unique_ptr<ConnectionGate> gate;  ///< the connections (after svr: destroyed first, its workers use svr)
     int64_t created = 0;
 
     std::once_flag vocab_once;
     std::shared_ptr<const grammar::VocabIndex> vocab_index;  ///< built at the first response_format request
+    std::shared_ptr<grammar::MemoryBudget> grammar_budget;   ///< response_format grammars' memory
+
+    ParseLimits parse_limits() const {
+        ParseLimits lim;
+        lim.grammar_budget = grammar_budget.get();
+        lim.n_vocab = ctx.model->n_vocab();
+        return lim;
+    }
 
     /// The generation of each response being written, for its log line (server/request_log.h):
     /// added by run_job, taken by the logger cpp-httplib calls once the response is written.
@@ -311,6 +325,8 @@ struct HttpServer::Impl {
         go.end_of_generation = ctx.scheduler->end_of_generation();
         try {
             grammar::add_response_program(*rf.grammar, rf.root, ctx.tokenizer->vocab(), go);
+        } catch (const grammar::GrammarMemoryError& e) {
+            grammar_memory_error(e);
         } catch (const Error& e) {
             bad_request("response_format", e.what(), "unsupported_parameter");
         }
@@ -388,7 +404,7 @@ struct HttpServer::Impl {
     /// so the connection stays in step; a body that cannot be read whole closes it.
     template <typename Handle>
     void with_body(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader, Handle handle) {
-        const int fd = find_connection_socket(req.remote_addr, req.remote_port, req.local_port);
+        const int fd = current_connection_socket();
         const BodyFraming framing = framing_of(req);  // valid: checked before routing
         const size_t limit = max_body_bytes();
         if (framing.content_length && *framing.content_length > limit) return answer_early(res, too_large(), true, fd);
@@ -408,7 +424,17 @@ struct HttpServer::Impl {
                 return true;
             });
             if (!ok) {
-                return answer_early(res, over ? too_large() : client_error(400, "The request body could not be read whole.", "invalid_body"),
+                const auto& lim = gate->limits();
+                const ApiError slow = client_error(
+                    408,
+                    fmt::format("The request body came too slowly ({} bytes arrived): after its first {} s it must come at {} bytes/s "
+                                "or more (nitro serve --body-timeout, --body-min-rate).",
+                                body.size(), lim.body_timeout.count() / 1000.0, lim.body_min_rate),
+                    "request_timeout");
+                return answer_early(res,
+                                    over                      ? too_large()
+                                    : current_body_too_slow() ? slow
+                                                              : client_error(400, "The request body could not be read whole.", "invalid_body"),
                                     true, fd);
             }
         }
@@ -532,7 +558,7 @@ struct HttpServer::Impl {
 
     void chat(const httplib::Request& req, httplib::Response& res, const std::string& body, int fd) {
         ctx.metrics->requests_chat++;
-        ChatRequest r = parse_chat_request(body);
+        ChatRequest r = parse_chat_request(body, parse_limits());
         check_model(r.gen.model);
         if (!ctx.chat_format) bad_request("messages", "this model's vocabulary has no known chat format; use /v1/completions", "no_chat_format");
         PreparedChat p = prepare_chat(r, *ctx.tokenizer, *ctx.chat_format, opt.chat_date);
@@ -550,6 +576,7 @@ struct HttpServer::Impl {
         cfg.model = opt.model_id;
         cfg.created = static_cast<int64_t>(std::time(nullptr));
         auto job = std::make_shared<Job>();
+        job->request_id = cfg.id;
         job->prompt = std::move(p.prompt_ids);
         job->sampling = r.gen.sampling;
         job->max_tokens = r.gen.max_tokens;
@@ -568,7 +595,7 @@ struct HttpServer::Impl {
 
     void completion(const httplib::Request& req, httplib::Response& res, const std::string& body, int fd) {
         ctx.metrics->requests_completion++;
-        CompletionRequest r = parse_completion_request(body);
+        CompletionRequest r = parse_completion_request(body, parse_limits());
         check_model(r.gen.model);
         std::vector<int32_t> ids = completion_prompt_ids(r, *ctx.tokenizer);
         check_fits(ids.size(), "prompt");
@@ -583,6 +610,7 @@ struct HttpServer::Impl {
         cfg.model = opt.model_id;
         cfg.created = static_cast<int64_t>(std::time(nullptr));
         auto job = std::make_shared<Job>();
+        job->request_id = cfg.id;
         job->prompt = std::move(ids);
         job->sampling = r.gen.sampling;
         job->max_tokens = r.gen.max_tokens < 0 ? 16 : r.gen.max_tokens;  // OpenAI's default for completions
@@ -614,7 +642,7 @@ struct HttpServer::Impl {
         // connection closed, so its body is never taken for a next request.
         svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
             const BodyFraming framing = framing_of(req);
-            auto fd = [&] { return find_connection_socket(req.remote_addr, req.remote_port, req.local_port); };
+            auto fd = [&] { return current_connection_socket(); };
             if (!framing.error.empty()) {
                 answer_early(res, client_error(400, "The request's body length is ambiguous: " + framing.error + ".", "invalid_framing"), true, fd());
                 return httplib::Server::HandlerResponse::Handled;
@@ -635,7 +663,7 @@ struct HttpServer::Impl {
         // socket is answered with our own writes, since cpp-httplib would write nothing.
         svr.set_post_routing_handler([](const httplib::Request& req, httplib::Response& res) {
             if (res.content_provider_ || req.method == "HEAD") return;  // streams and closing answers write their own way
-            const int fd = find_connection_socket(req.remote_addr, req.remote_port, req.local_port);
+            const int fd = current_connection_socket();
             if (peer_state(fd) == PeerState::HALF_CLOSED) send_raw_response(fd, res);
         });
         svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) { log_request(req, res); });
@@ -667,6 +695,8 @@ struct HttpServer::Impl {
                 e.code = "unknown_url";
             } else if (res.status == 413) {
                 e = too_large();
+            } else if (req.method.empty()) {  // (the connection front refuses malformed heads before they get here)
+                e.message = fmt::format("HTTP {}: the request could not be parsed.", res.status);
             } else {
                 e.message = fmt::format("HTTP {} for {} {}", res.status, req.method, req.path);
             }
@@ -702,14 +732,60 @@ struct HttpServer::Impl {
     }
 };
 
+namespace {
+
+/// The connection limits of `opt`, with the total cap kept below the file descriptors the process
+/// may open (raising its soft limit to the hard one first, as servers commonly do).
+ConnectionLimits connection_limits(const ServerOptions& opt) {
+    auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000.0)); };
+    if (!(opt.header_timeout_s > 0)) fail("--header-timeout must be above 0 s, got {}", opt.header_timeout_s);
+    if (!(opt.body_timeout_s > 0)) fail("--body-timeout must be above 0 s, got {}", opt.body_timeout_s);
+    if (!(opt.body_min_rate >= 0)) fail("--body-min-rate must be 0 or more bytes/s, got {}", opt.body_min_rate);
+    if (opt.max_connections < 1) fail("--max-connections must be at least 1, got {}", opt.max_connections);
+    if (opt.max_connections_per_client < 0) fail("--max-connections-per-client must be 0 (no cap) or more, got {}", opt.max_connections_per_client);
+    ConnectionLimits lim;
+    lim.header_timeout = ms(opt.header_timeout_s);
+    lim.body_timeout = ms(opt.body_timeout_s);
+    lim.body_min_rate = opt.body_min_rate;
+    lim.max_connections_per_client = static_cast<size_t>(opt.max_connections_per_client);
+    rlimit rl{};
+    size_t fds = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+            getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        fds = rl.rlim_cur == RLIM_INFINITY ? size_t{1} << 20 : static_cast<size_t>(rl.rlim_cur);
+    }
+    // Room for the model's files, the trace, stdio and the listening socket.
+    const size_t room = fds > 128 ? fds - 64 : fds / 2;
+    lim.max_connections = std::min(static_cast<size_t>(opt.max_connections), room);
+    return lim;
+}
+
+}  // namespace
+
 HttpServer::HttpServer(ServerContext ctx, ServerOptions opt) : impl_(std::make_unique<Impl>()), opt_(std::move(opt)) {
     if (opt_.model_id.empty()) opt_.model_id = file_stem(ctx.model->path());
     if (!(opt_.max_body_mib > 0)) fail("--max-body-size must be above 0 MiB, got {}", opt_.max_body_mib);
+    const ConnectionLimits limits = connection_limits(opt_);
+    opt_.max_connections = static_cast<int>(limits.max_connections);
     impl_->ctx = ctx;
     impl_->opt = opt_;
     impl_->created = static_cast<int64_t>(std::time(nullptr));
+    if (!(opt_.grammar_memory_mib > 0)) fail("--grammar-memory must be above 0 MiB, got {}", opt_.grammar_memory_mib);
+    if (!(opt_.grammar_memory_total_mib >= opt_.grammar_memory_mib))
+        fail("--grammar-memory-total ({} MiB) must be at least --grammar-memory ({} MiB)", opt_.grammar_memory_total_mib, opt_.grammar_memory_mib);
+    impl_->grammar_budget = std::make_shared<grammar::MemoryBudget>(static_cast<size_t>(opt_.grammar_memory_total_mib * 1048576.0),
+                                                                    static_cast<size_t>(opt_.grammar_memory_mib * 1048576.0));
     const size_t n = static_cast<size_t>(std::max(2, opt_.http_threads));
-    impl_->svr.new_task_queue = [n] { return new ElasticThreadPool(n, 4 * n); };
+    Impl* impl = impl_.get();
+    impl_->gate = std::make_unique<ConnectionGate>(
+        limits, *ctx.metrics,
+        [impl](httplib::Stream& s, bool close_connection, bool& closed) { return impl->svr.serve_request(s, close_connection, closed); },
+        impl_->svr.keep_alive_max_count(), n, 4 * n);
+    impl_->svr.set_gate(impl_->gate.get());
     impl_->svr.set_payload_max_length(impl_->max_body_bytes());
     impl_->svr.set_tcp_nodelay(true);
     // cpp-httplib's default socket options add SO_REUSEPORT, which lets a second server bind a
@@ -720,6 +796,17 @@ HttpServer::HttpServer(ServerContext ctx, ServerOptions opt) : impl_(std::make_u
         ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof yes);
     });
     impl_->routes();
+    // The grammars' memory in /metrics (the collector keeps the budget alive with it).
+    std::shared_ptr<grammar::MemoryBudget> budget = impl_->grammar_budget;
+    ctx.metrics->add_collector([budget](std::string& out) {
+        out += fmt::format("# HELP nitro_grammar_memory_bytes Memory of the response_format grammars of requests in progress, bytes "
+                           "(limit --grammar-memory-total).\n# TYPE nitro_grammar_memory_bytes gauge\nnitro_grammar_memory_bytes {}\n",
+                           budget->in_use());
+        out += fmt::format("# HELP nitro_grammar_memory_refused_total Requests answered 429 because the grammars in progress held "
+                           "--grammar-memory-total.\n# TYPE nitro_grammar_memory_refused_total counter\n"
+                           "nitro_grammar_memory_refused_total {}\n",
+                           budget->refused_busy());
+    });
 }
 
 HttpServer::~HttpServer() = default;
@@ -732,11 +819,15 @@ int HttpServer::bind() {
     } else if (!impl_->svr.bind_to_port(opt_.host, port)) {
         fail("cannot bind {}:{} (in use, or not an address of this machine)", opt_.host, port);
     }
+    impl_->svr.set_backlog(std::max(128, opt_.max_connections));  // (the kernel caps it at net.core.somaxconn)
     return port;
 }
 
-void HttpServer::run() { impl_->svr.listen_after_bind(); }
+void HttpServer::run() {
+    impl_->svr.listen_after_bind();
+    impl_->gate->shutdown();  // the requests being served finish; idle connections close
+}
 
-void HttpServer::stop() { impl_->svr.stop(); }
+void HttpServer::stop() { impl_->svr.halt(); }
 
 }  // namespace nitro::server

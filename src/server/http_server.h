@@ -8,6 +8,10 @@
 // the client goes away the job is cancelled (dropped from the queue, or stopped at the next prompt
 // chunk / decode step).
 //
+// Connections reach cpp-httplib's parser through the connection front (http_conn.h): no thread
+// for a connection waiting for its request head, a deadline for the whole head, a body-rate
+// floor, caps on connections (all and per client address), pipelined requests in order.
+//
 // Every request is answered on a connection that stays in step: the POST routes read their body
 // themselves (any Content-Type, up to --max-body-size) before answering, even a 401; a request
 // whose body is not read (too large, unknown route, a GET with a body, ambiguous framing) is
@@ -35,6 +39,18 @@ struct ServerOptions {
     std::string chat_date;    ///< gpt-oss template date, YYYY-MM-DD ("" = today)
     int http_threads = 32;    ///< HTTP threads kept ready; up to 4x as many start under load
     double max_body_mib = 16; ///< request bodies above this many MiB are answered 413
+    // Slow and idle clients (http_conn.h): the whole request head within header_timeout_s (408
+    // after), a body at body_min_rate bytes/s or more once body_timeout_s has passed, and at most
+    // max_connections open (max_connections_per_client from one IP address; 0 = no per-client cap).
+    double header_timeout_s = 20;
+    double body_timeout_s = 20;
+    double body_min_rate = 500;
+    int max_connections = 1024;
+    int max_connections_per_client = 64;
+    /// Memory of response_format grammars (grammar/grammar_budget.h): one request's (a 400
+    /// beyond) and all requests' in progress together (a 429 beyond), MiB.
+    double grammar_memory_mib = 64;
+    double grammar_memory_total_mib = 512;
     /// Tokens of reasoning a JSON response_format request may take before its answer, unless it
     /// says (reasoning_budget_tokens): -1 unlimited, 0 none (llama.cpp's --reasoning-budget).
     int64_t reasoning_budget = -1;
@@ -68,6 +84,8 @@ public:
     /// Stops accepting and returns from run() (thread-safe).
     void stop();
     const std::string& model_id() const { return opt_.model_id; }
+    /// The options in force (max_connections lowered to what the file-descriptor limit allows).
+    const ServerOptions& options() const { return opt_; }
 
 private:
     struct Impl;

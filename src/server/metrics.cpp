@@ -46,6 +46,18 @@ std::string Metrics::render() const {
     family(out, "nitro_grammar_mask_seconds_total", "counter",
            "Time computing response_format token masks and advancing the grammar (sampling not included), seconds.",
            grammar_mask_us.load() / 1e6);
+    family(out, "nitro_http_connections", "gauge", "HTTP connections open.", http_connections_open.load());
+    family(out, "nitro_http_connections_waiting", "gauge",
+           "HTTP connections waiting for a request head (new or kept alive; they hold no thread).", http_connections_waiting.load());
+    family(out, "nitro_http_connections_accepted_total", "counter", "HTTP connections accepted.", http_connections_accepted.load());
+    out += "# HELP nitro_http_connections_refused_total HTTP connections answered 503 at a cap (--max-connections, "
+           "--max-connections-per-client).\n# TYPE nitro_http_connections_refused_total counter\n";
+    out += fmt::format("nitro_http_connections_refused_total{{cap=\"total\"}} {}\n", http_refused_total_cap.load());
+    out += fmt::format("nitro_http_connections_refused_total{{cap=\"per_client\"}} {}\n", http_refused_client_cap.load());
+    out += "# HELP nitro_http_timeouts_total HTTP connections closed for a request head not whole by --header-timeout, or a "
+           "body under --body-min-rate.\n# TYPE nitro_http_timeouts_total counter\n";
+    out += fmt::format("nitro_http_timeouts_total{{phase=\"head\"}} {}\n", http_head_timeouts.load());
+    out += fmt::format("nitro_http_timeouts_total{{phase=\"body\"}} {}\n", http_body_too_slow.load());
     family(out, "nitro_queue_length", "gauge", "Requests waiting for the model.", queue_length.load());
     family(out, "nitro_requests_active", "gauge", "Requests being processed by the model.", active.load());
     std::lock_guard<std::mutex> lk(mu_);

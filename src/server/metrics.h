@@ -33,6 +33,12 @@ public:
     /// Grammar-constrained sampling (response_format): tokens sampled under a mask, and the time
     /// spent making the masks and advancing the grammar (not the sampling), microseconds.
     std::atomic<uint64_t> grammar_masks{0}, grammar_mask_us{0};
+    // HTTP connections (http_conn.h): open and waiting for a request head (gauges), accepted,
+    // refused at a cap, closed for a head or a body too slow (counters).
+    std::atomic<int64_t> http_connections_open{0}, http_connections_waiting{0};
+    std::atomic<uint64_t> http_connections_accepted{0};
+    std::atomic<uint64_t> http_refused_total_cap{0}, http_refused_client_cap{0};
+    std::atomic<uint64_t> http_head_timeouts{0}, http_body_too_slow{0};
     // Gauges.
     std::atomic<int64_t> queue_length{0};
     std::atomic<int64_t> active{0};

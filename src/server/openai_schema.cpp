@@ -121,14 +121,55 @@ void check_tool_name(const std::string& name, const std::string& param) {
                     "invalid_value");
 }
 
+/// OpenAI's logit_bias: {"TOKEN_ID": BIAS, ...}, biases in [-100, 100] added to the logits.
+void parse_logit_bias(const json& lb, int64_t n_vocab, SamplerParams& sp) {
+    if (!lb.is_object()) wrong_type("logit_bias", lb, "an object mapping token ids to biases");
+    constexpr size_t kMaxEntries = 1024;
+    if (lb.size() > kMaxEntries)
+        bad_request("logit_bias", fmt::format("'logit_bias' may hold at most {} tokens, got {}", kMaxEntries, lb.size()), "invalid_value");
+    for (const auto& [key, v] : lb.items()) {
+        const std::string param = "logit_bias." + key.substr(0, 40);
+        const bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+        const int64_t id = digits ? std::stoll(key) : -1;
+        if (id < 0 || id > std::numeric_limits<int32_t>::max() || (n_vocab > 0 && id >= n_vocab))
+            bad_request(param,
+                        n_vocab > 0 ? fmt::format("'logit_bias' key '{}' is not a token id of this model (0..{})", key.substr(0, 40), n_vocab - 1)
+                                    : fmt::format("'logit_bias' key '{}' is not a token id", key.substr(0, 40)),
+                        "invalid_value");
+        if (!v.is_number()) wrong_type(param, v, "a number");
+        const double b = v.get<double>();
+        if (!std::isfinite(b) || b < -100.0 || b > 100.0)
+            bad_request(param, fmt::format("'logit_bias' values must be between -100 and 100, got {} for token {}", v.dump(), id), "invalid_value");
+        sp.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+    }
+}
+
+}  // namespace
+
+void grammar_memory_error(const grammar::GrammarMemoryError& e) {
+    ApiError a;
+    a.status = e.busy ? 429 : 400;
+    a.type = e.busy ? "server_error" : "invalid_request_error";
+    a.message = std::string("response_format: ") + e.what();
+    a.param = e.busy ? "" : "response_format";
+    a.code = e.busy ? "grammar_memory_busy" : "schema_too_large";
+    throw ApiException(std::move(a));
+}
+
+namespace {
+
 /// OpenAI's response_format, with the schema compiled (SchemaError -> 400 naming the keyword).
-ResponseFormat parse_response_format(const json& rf) {
+ResponseFormat parse_response_format(const json& rf, const ParseLimits& limits) {
     ResponseFormat out;
     if (!rf.is_object()) wrong_type("response_format", rf, "an object");
     auto type = get_string(rf, "type");
     if (!type) bad_request("response_format.type", "'response_format.type' is required ('text', 'json_object' or 'json_schema')", "missing_required_parameter");
     if (*type == "text") return out;
-    out.grammar = std::make_shared<grammar::Grammar>();
+    try {
+        out.grammar = std::make_shared<grammar::Grammar>(std::make_unique<grammar::MemoryLease>(limits.grammar_budget));
+    } catch (const grammar::GrammarMemoryError& e) {
+        grammar_memory_error(e);
+    }
     if (*type == "json_object") {
         out.type = ResponseFormat::Type::JSON_OBJECT;
         out.root = grammar::kAnyObject;
@@ -154,11 +195,13 @@ ResponseFormat parse_response_format(const json& rf) {
     } catch (const grammar::SchemaError& e) {
         bad_request("response_format.json_schema.schema", std::string("response_format.json_schema.schema: ") + e.what(),
                     e.unsupported ? "unsupported_schema" : "invalid_schema");
+    } catch (const grammar::GrammarMemoryError& e) {
+        grammar_memory_error(e);
     }
     return out;
 }
 
-void parse_generation(const json& j, GenerationRequest& g, bool chat) {
+void parse_generation(const json& j, GenerationRequest& g, bool chat, const ParseLimits& limits) {
     // OpenAI's defaults: temperature 1, no top-k, a fresh seed per request unless one is given.
     g.sampling.temperature = 1.0f;
     g.sampling.top_k = 0;
@@ -177,6 +220,7 @@ void parse_generation(const json& j, GenerationRequest& g, bool chat) {
     for (const char* pen : {"frequency_penalty", "presence_penalty"})
         if (auto v = get_number(j, pen, -2.0, 2.0); v && *v != 0.0)
             bad_request(pen, fmt::format("'{}' is not supported by this server (only 0)", pen), "unsupported_parameter");
+    if (const json* lb = opt_field(j, "logit_bias")) parse_logit_bias(*lb, limits.n_vocab, g.sampling);
 
     if (const json* s = opt_field(j, "stop")) {
         if (s->is_string()) {
@@ -198,7 +242,7 @@ void parse_generation(const json& j, GenerationRequest& g, bool chat) {
         g.ignore_eos = *v;
     }
     if (auto v = get_string(j, "debug_scripted_output")) g.scripted_output = *v;
-    if (const json* rf = opt_field(j, "response_format")) g.response_format = parse_response_format(*rf);
+    if (const json* rf = opt_field(j, "response_format")) g.response_format = parse_response_format(*rf, limits);
     for (const char* key : {"reasoning_budget_tokens", "thinking_budget_tokens"})
         if (auto v = get_int(j, key, -1, std::numeric_limits<int32_t>::max())) {
             if (!g.response_format.json())
@@ -238,6 +282,7 @@ json normalize_tool_call(const json& c, const std::string& where) {
     if (!fn || !fn->is_object()) bad_request(where + ".function", fmt::format("'{}.function' must be an object", where), "invalid_value");
     auto name = get_string(*fn, "name");
     if (!name || name->empty()) bad_request(where + ".function.name", fmt::format("'{}.function.name' is required", where), "missing_required_parameter");
+    check_tool_name(*name, where + ".function.name");  // printed into the prompt like the names in 'tools'
     json out = {{"id", c.value("id", std::string())}, {"type", "function"}, {"function", {{"name", *name}}}};
     const json* args = opt_field(*fn, "arguments");
     if (!args) out["function"]["arguments"] = "{}";
@@ -335,10 +380,10 @@ std::string content_text(const json& content, const std::string& param) {
     return text;
 }
 
-ChatRequest parse_chat_request(const std::string& body) {
+ChatRequest parse_chat_request(const std::string& body, const ParseLimits& limits) {
     const json j = parse_body(body);
     ChatRequest r;
-    parse_generation(j, r.gen, true);
+    parse_generation(j, r.gen, true, limits);
     r.messages = parse_messages(j);
     r.tools = parse_tools(j);
     if (const json* tc = opt_field(j, "tool_choice")) {
@@ -384,10 +429,10 @@ ChatRequest parse_chat_request(const std::string& body) {
     return r;
 }
 
-CompletionRequest parse_completion_request(const std::string& body) {
+CompletionRequest parse_completion_request(const std::string& body, const ParseLimits& limits) {
     const json j = parse_body(body);
     CompletionRequest r;
-    parse_generation(j, r.gen, false);
+    parse_generation(j, r.gen, false, limits);
     const json* p = opt_field(j, "prompt");
     if (!p) bad_request("prompt", "Missing required parameter: 'prompt'.", "missing_required_parameter");
     if (p->is_string()) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "grammar/grammar.h"
+#include "grammar/grammar_budget.h"
 #include "runtime/sampler.h"
 
 #include <nlohmann/json.hpp>
@@ -44,6 +45,10 @@ public:
 
 /// 400 invalid_request_error naming `param`.
 [[noreturn]] void bad_request(const std::string& param, const std::string& message, const std::string& code = "");
+
+/// A response_format grammar past its memory budget: 400 `schema_too_large` for a schema too
+/// large for one request, 429 `grammar_memory_busy` while other requests hold the total.
+[[noreturn]] void grammar_memory_error(const grammar::GrammarMemoryError& e);
 
 /// response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
 /// "json_schema": {"name", "schema", "strict", "description"}}. JSON formats are enforced by
@@ -102,10 +107,19 @@ struct CompletionRequest {
     bool echo = false;               ///< prepend the prompt text to the output
 };
 
+/// What the parsers may take from the server.
+struct ParseLimits {
+    /// response_format grammars are charged to it (a 400 past its per-request limit, a 429 past
+    /// its total); null: not limited.
+    grammar::MemoryBudget* grammar_budget = nullptr;
+    /// Tokens of the vocabulary (logit_bias keys must be below); 0: not checked.
+    int64_t n_vocab = 0;
+};
+
 /// Parses and validates a /v1/chat/completions body. Throws ApiException.
-ChatRequest parse_chat_request(const std::string& body);
+ChatRequest parse_chat_request(const std::string& body, const ParseLimits& limits = {});
 /// Parses and validates a /v1/completions body. Throws ApiException.
-CompletionRequest parse_completion_request(const std::string& body);
+CompletionRequest parse_completion_request(const std::string& body, const ParseLimits& limits = {});
 
 /// The text of a message `content`: a string, or an array of {"type":"text","text":...} parts
 /// (joined), or null (""). Throws ApiException naming `param` for anything else.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 namespace nitro::server {
@@ -398,7 +399,7 @@ bool Scheduler::emit(Slot& slot) {
             job.constraint->allowed_tokens(slot.allowed);
             us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
             s.id = slot.sampler->sample(logits, &slot.allowed);
-            if (s.id < 0) throw Error("the response format allows no token at this point (this is a bug in the grammar engine)");
+            if (s.id < 0) throw Error("internal error in the grammar engine: the response format allows no token at this point");
             t0 = Clock::now();
             job.constraint->accept(s.id);
             us += std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -567,6 +568,12 @@ void Scheduler::finish(Slot& slot, FinishCause cause, const std::string& error) 
     }
     std::shared_ptr<Job> job = std::move(slot.job);
     slot.clear_job();
+    // An engine or grammar failure is a fault of the server (bad requests are refused before
+    // they queue): say which request hit it.
+    if (cause == FinishCause::ERROR)
+        std::fprintf(stderr, "nitro serve: request %s (job %llu) failed after %lld tokens: %s\n",
+                     job->request_id.empty() ? "-" : job->request_id.c_str(), static_cast<unsigned long long>(job->id),
+                     static_cast<long long>(st.n_generated), error.c_str());
     live_->on_finish(st, cause == FinishCause::CANCELLED ? "cancelled"
                          : cause == FinishCause::ERROR   ? "error"
                          : cause == FinishCause::LENGTH  ? "length"

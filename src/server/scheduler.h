@@ -100,6 +100,8 @@ struct Job {
     std::unique_ptr<TokenConstraint> constraint;
     std::shared_ptr<TokenSink> sink;
     std::atomic<bool> cancelled{false};
+    /// The request's id as the client sees it ("chatcmpl-..."), for the log line of a failure.
+    std::string request_id;
 
     // Set by the scheduler.
     uint64_t id = 0;

@@ -72,7 +72,7 @@ std::pair<size_t, int32_t> Tokenizer::find_added(std::string_view text, size_t f
             if (!parse_special && control) continue;
             const std::string_view t = vocab_.text(id);
             if (rest.size() >= t.size() && rest.compare(0, t.size(), t) == 0) {
-                if (control && ranges && !inside(*ranges, i, t.size())) continue;
+                if (ranges && !inside(*ranges, i, t.size())) continue;  // request text: plain, whatever it spells
                 return {i, id};
             }
         }

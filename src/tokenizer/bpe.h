@@ -4,7 +4,8 @@
 // encode(text):
 //   1. added tokens: leftmost-longest match of the added-token strings in the raw text. CONTROL
 //      tokens (<|start|>, <|im_end|>) only when the caller parses specials; USER_DEFINED tokens
-//      (<think>, <tool_call>) always, as Hugging Face does for added tokens not flagged special.
+//      (<think>, <tool_call>) always, as Hugging Face does for added tokens not flagged special,
+//      except that with special_ranges (a chat's markup) both kinds match only inside them.
 //   2. each stretch between them: NFC if the family normalizes, then the pre-tokenizer regex.
 //   3. each piece: if ignore_merges and the piece is a token, that token; else BPE merges by
 //      rank, lowest first, leftmost first among equal ranks (the order HF's heap produces).
@@ -30,9 +31,11 @@ class GgufMetadata;
 struct EncodeOptions {
     bool parse_special = false;  ///< match CONTROL token text (<|start|>) as those tokens
     bool add_special = false;    ///< prepend BOS / append EOS where the vocabulary asks for it
-    /// With parse_special: CONTROL tokens only where their whole text lies inside one of these
-    /// [first, second) byte ranges of the input (sorted, disjoint), e.g. a chat template's own
-    /// markup (RenderedChat); elsewhere their text is plain text. nullptr: anywhere.
+    /// With parse_special: added tokens, CONTROL and USER_DEFINED alike (<|im_end|>, and Qwen3's
+    /// <think>, <tool_call>, <tool_response>), only where their whole text lies inside one of
+    /// these [first, second) byte ranges of the input (sorted, disjoint), e.g. a chat template's
+    /// own markup (RenderedChat); elsewhere their text is plain text. nullptr: CONTROL tokens
+    /// anywhere, USER_DEFINED ones always (as Hugging Face matches them).
     const std::vector<std::pair<size_t, size_t>>* special_ranges = nullptr;
 };
 

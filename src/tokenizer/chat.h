@@ -67,7 +67,8 @@ struct ChatOptions {
 
 /// A rendered conversation, and which of its bytes the template wrote itself.
 ///
-/// Only the template's own markup may become control tokens (<|start|>, <|message|>, <|im_end|>):
+/// Only the template's own markup may become control tokens (<|start|>, <|message|>, <|im_end|>)
+/// or Qwen3's added tags (<think>, <tool_call>, <tool_response>):
 /// text that came from the request (message content, reasoning, tool names, descriptions and
 /// schemas, tool results, template options) is tokenized as plain text even when it spells a
 /// control token, so a message cannot forge a turn (`<|end|><|start|>system<|message|>...`).
@@ -94,9 +95,10 @@ RenderedChat render_chat_marked(ChatFormat format, const nlohmann::ordered_json&
 std::string render_chat(ChatFormat format, const nlohmann::ordered_json& messages,
                         const nlohmann::ordered_json& tools, const ChatOptions& opt);
 
-/// Token ids of a rendered chat: control tokens only inside its markup ranges, USER_DEFINED
-/// added tokens (Qwen3's <think>, <tool_call>) wherever their text is, as Hugging Face and
-/// llama.cpp match them; no BOS/EOS (the templates write their own).
+/// Token ids of a rendered chat: added tokens, control (<|im_start|>) and USER_DEFINED (Qwen3's
+/// <think>, <tool_call>, <tool_response>) alike, only inside its markup ranges, so message text
+/// cannot forge a tool result or a reasoning block either (Hugging Face and llama.cpp would match
+/// the USER_DEFINED ones in text too); no BOS/EOS (the templates write their own).
 std::vector<int32_t> encode_chat(const Tokenizer& tok, const RenderedChat& chat);
 
 /// Deepest nesting of arrays/objects accepted where request JSON is parsed or copied (the body

@@ -10,9 +10,9 @@
 // No tag text reaches content or reasoning. A tag where it has no meaning (</think> or <think>
 // in the answer, </tool_call> outside a call, any but </think> inside reasoning) is dropped, the
 // text around it kept. A call whose JSON is malformed gives its text, without the tags, as
-// content. A call cut by the end of the output gives the call with the arguments written so far
-// when `{"name": "NAME", "arguments": ` is complete (as a harmony call cut in its arguments
-// does), else nothing; both with a warning.
+// content. A call cut by the end of the output gives the call when its name and its arguments'
+// JSON value are whole (only `}` or `</tool_call>` is missing; the arguments are that value), else
+// nothing; both with a warning.
 #include "tokenizer/chat_parse.h"
 
 #include "core/error.h"
@@ -74,8 +74,24 @@ size_t string_end(std::string_view s, size_t i) {
     return std::string_view::npos;
 }
 
-/// A cut tool call: `{"name": "NAME", "arguments": REST` (any whitespace) gives NAME and REST
-/// (trailing whitespace dropped); anything else false.
+size_t skip_value(std::string_view s, size_t i);
+
+/// The JSON value at the start of `s` when it is whole and valid, else "": `{"city": "Paris"}}`
+/// (the value and the call's own closing brace) gives `{"city": "Paris"}`. A number or word is
+/// whole only when something follows it (the output may have ended inside it).
+std::string whole_json_value(std::string_view s) {
+    if (s.empty()) return "";
+    const size_t end = skip_value(s, 0);
+    if (end > s.size()) return "";
+    const std::string_view v = s.substr(0, end);
+    if (!parse_json_bounded(v)) return "";
+    const bool delimited = v.back() == '}' || v.back() == ']' || v.back() == '"';
+    if (!delimited && end == s.size()) return "";
+    return std::string(v);
+}
+
+/// A cut tool call: `{"name": "NAME", "arguments": REST` (any whitespace) gives NAME and the
+/// arguments' JSON when REST starts with a whole value (else ""); anything else false.
 bool cut_call_parts(std::string_view b, std::string& name, std::string& args) {
     size_t i = 0;
     auto ws = [&] { while (i < b.size() && is_space(b[i])) ++i; };
@@ -95,14 +111,13 @@ bool cut_call_parts(std::string_view b, std::string& name, std::string& args) {
     i = end;
     if (!lit(",") || !lit("\"arguments\"") || !lit(":")) return false;
     ws();
-    std::string_view rest = b.substr(i);
-    while (!rest.empty() && is_space(rest.back())) rest.remove_suffix(1);
     name = n.get<std::string>();
-    args = without_tags(rest);
+    args = whole_json_value(without_tags(b.substr(i)));
     return true;
 }
 
-/// Skips one JSON value of already-validated JSON text starting at `i`; returns the end.
+/// Skips one JSON value starting at `i`; returns its end (past s.size() when a string or a
+/// container is not closed). The text must be valid JSON for the end to be the value's end.
 size_t skip_value(std::string_view s, size_t i) {
     if (s[i] == '"') {
         for (++i; i < s.size() && s[i] != '"'; ++i)
@@ -116,7 +131,7 @@ size_t skip_value(std::string_view s, size_t i) {
             if (s[i] == '{' || s[i] == '[') ++depth;
             if (s[i] == '}' || s[i] == ']') if (--depth == 0) return i + 1;
         }
-        return i;
+        return s.size() + 1;  // not closed
     }
     while (i < s.size() && s[i] != ',' && s[i] != '}' && s[i] != ']' && !is_space(s[i])) ++i;
     return i;
@@ -305,7 +320,9 @@ private:
         after_tool_ = true;
     }
 
-    /// The output ended inside <tool_call>: the call so far when its name is complete, else nothing.
+    /// The output ended inside <tool_call>: the call when its name and arguments are whole (only
+    /// the closing brace or tag is missing), else nothing: a call's arguments are valid JSON or
+    /// there is no call.
     void cut_tool_call(const std::string& body) {
         const int seen = n_calls_seen_++;
         std::string name, args;
@@ -313,7 +330,11 @@ private:
             warn("tool call " + std::to_string(seen) + ": output ended before its name was complete; dropped");
             return;
         }
-        warn("tool call " + std::to_string(seen) + ": output ended before </tool_call>; its arguments are incomplete");
+        if (args.empty()) {
+            warn("tool call " + std::to_string(seen) + " (" + name + "): output ended inside its arguments; dropped");
+            return;
+        }
+        warn("tool call " + std::to_string(seen) + ": output ended before </tool_call>; its arguments are whole");
         ChatDelta d = make_delta(ChatDelta::Kind::TOOL_CALL_BEGIN, std::move(args));
         d.tool_index = static_cast<int>(msg_.tool_calls.size());
         d.id = "call_" + std::to_string(d.tool_index);

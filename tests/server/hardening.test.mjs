@@ -10,7 +10,7 @@ import http from 'node:http';
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
-import { startServer, collectChatStream, sleep, NITRO, GPTOSS, API_KEY } from './helpers.mjs';
+import { startServer, collectChatStream, sleep, raw, NITRO, GPTOSS, API_KEY } from './helpers.mjs';
 
 const run = promisify(execFile);
 const MODEL = 'tiny-gptoss-mxfp4';
@@ -26,56 +26,6 @@ after(async () => {
   assert.equal(await open.stop(), 0);
   assert.equal(await keyed.stop(), 0);
 });
-
-/** Parses the HTTP/1.1 responses in `buf` (Content-Length or chunked bodies). */
-function parseResponses(buf) {
-  const out = [];
-  let s = buf.toString('latin1');
-  while (s.startsWith('HTTP/1.1 ')) {
-    const end = s.indexOf('\r\n\r\n');
-    if (end < 0) break;
-    const lines = s.slice(0, end).split('\r\n');
-    const status = Number(lines[0].split(' ')[1]);
-    const headers = {};
-    for (const l of lines.slice(1)) { const i = l.indexOf(':'); headers[l.slice(0, i).toLowerCase()] = l.slice(i + 1).trim(); }
-    s = s.slice(end + 4);
-    let body = '';
-    if (status >= 100 && status < 200) { out.push({ status, headers, body }); continue; }
-    if (headers['transfer-encoding'] === 'chunked') {
-      for (;;) {
-        const le = s.indexOf('\r\n');
-        if (le < 0) break;
-        const n = parseInt(s.slice(0, le), 16);
-        body += s.slice(le + 2, le + 2 + n);
-        s = s.slice(le + 2 + n + 2);
-        if (n === 0) break;
-      }
-    } else {
-      const n = Number(headers['content-length'] ?? 0);
-      body = s.slice(0, n);
-      s = s.slice(n);
-    }
-    out.push({ status, headers, body: Buffer.from(body, 'latin1').toString('utf8') });
-  }
-  return { responses: out, rest: s };
-}
-
-/** Opens a socket, runs `script(sock, received)` and returns the responses read until the
- *  server closes or `idleMs` passes without data. */
-async function raw(port, script, idleMs = 1500) {
-  const sock = net.connect(port, '127.0.0.1');
-  await new Promise((r, j) => { sock.once('connect', r); sock.once('error', j); });
-  const chunks = [];
-  let closed = false;
-  let last = Date.now();
-  sock.on('data', (d) => { chunks.push(d); last = Date.now(); });
-  sock.on('close', () => { closed = true; });
-  sock.on('error', () => {});
-  await script(sock, () => parseResponses(Buffer.concat(chunks)).responses);
-  while (!closed && Date.now() - last < idleMs) await sleep(20);
-  sock.destroy();
-  return { ...parseResponses(Buffer.concat(chunks)), closed };
-}
 
 const waitFor = async (pred, ms = 10000) => { const t0 = Date.now(); while (!pred() && Date.now() - t0 < ms) await sleep(10); };
 

@@ -1,6 +1,7 @@
 // Shared helpers of the client tests: start `nitro serve` on 127.0.0.1 (any free port) with a
 // fixture model, stop it, read /metrics, and run the nitro CLI for reference outputs.
 import { spawn, execFileSync } from 'node:child_process';
+import net from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -96,3 +97,53 @@ export async function collectChatStream(stream) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Parses the HTTP/1.1 responses in `buf` (Content-Length or chunked bodies). */
+export function parseResponses(buf) {
+  const out = [];
+  let s = buf.toString('latin1');
+  while (s.startsWith('HTTP/1.1 ')) {
+    const end = s.indexOf('\r\n\r\n');
+    if (end < 0) break;
+    const lines = s.slice(0, end).split('\r\n');
+    const status = Number(lines[0].split(' ')[1]);
+    const headers = {};
+    for (const l of lines.slice(1)) { const i = l.indexOf(':'); headers[l.slice(0, i).toLowerCase()] = l.slice(i + 1).trim(); }
+    s = s.slice(end + 4);
+    let body = '';
+    if (status >= 100 && status < 200) { out.push({ status, headers, body }); continue; }
+    if (headers['transfer-encoding'] === 'chunked') {
+      for (;;) {
+        const le = s.indexOf('\r\n');
+        if (le < 0) break;
+        const n = parseInt(s.slice(0, le), 16);
+        body += s.slice(le + 2, le + 2 + n);
+        s = s.slice(le + 2 + n + 2);
+        if (n === 0) break;
+      }
+    } else {
+      const n = Number(headers['content-length'] ?? 0);
+      body = s.slice(0, n);
+      s = s.slice(n);
+    }
+    out.push({ status, headers, body: Buffer.from(body, 'latin1').toString('utf8') });
+  }
+  return { responses: out, rest: s };
+}
+
+/** Opens a socket, runs `script(sock, received)` and returns the responses read until the
+ *  server closes or `idleMs` passes without data. */
+export async function raw(port, script, idleMs = 1500) {
+  const sock = net.connect(port, '127.0.0.1');
+  await new Promise((r, j) => { sock.once('connect', r); sock.once('error', j); });
+  const chunks = [];
+  let closed = false;
+  let last = Date.now();
+  sock.on('data', (d) => { chunks.push(d); last = Date.now(); });
+  sock.on('close', () => { closed = true; });
+  sock.on('error', () => {});
+  await script(sock, () => parseResponses(Buffer.concat(chunks)).responses);
+  while (!closed && Date.now() - last < idleMs) await sleep(20);
+  sock.destroy();
+  return { ...parseResponses(Buffer.concat(chunks)), closed };
+}

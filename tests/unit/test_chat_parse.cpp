@@ -318,13 +318,30 @@ TEST(ChatParseQwen, TruncatedOutputGivesWhatWasProducedWithoutTags) {
     EXPECT_EQ(m.content, "Answer text");
     EXPECT_TRUE(m.tool_calls.empty());
     EXPECT_EQ(m.warnings.size(), 1u);
-    // Cut inside the arguments: the call with the arguments so far, as harmony gives it.
+    // Cut inside the arguments: no call (its arguments would not be JSON; issue 50).
     m = parse_all_ways(ChatFormat::CHATML, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Os");
     EXPECT_EQ(m.content, "");
-    ASSERT_EQ(m.tool_calls.size(), 1u);
-    EXPECT_EQ(m.tool_calls[0].name, "get_weather");
-    EXPECT_EQ(m.tool_calls[0].arguments, "{\"city\": \"Os");
+    EXPECT_TRUE(m.tool_calls.empty());
     EXPECT_EQ(m.warnings.size(), 1u);
+    // Cut after the arguments (issue 50: they came out as `{"city": "Paris"}}`, the call's own
+    // brace included): the call, with exactly the arguments' JSON, at every cut that keeps them whole.
+    const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    const size_t args_end = call.find("}}") + 1;
+    for (size_t cut = call.find("arguments"); cut < call.size(); ++cut) {
+        m = parse_all_ways(ChatFormat::CHATML, call.substr(0, cut));
+        if (cut < args_end) {
+            EXPECT_TRUE(m.tool_calls.empty()) << call.substr(0, cut);
+            continue;
+        }
+        ASSERT_EQ(m.tool_calls.size(), 1u) << call.substr(0, cut);
+        EXPECT_EQ(m.tool_calls[0].arguments, "{\"city\": \"Paris\"}") << call.substr(0, cut);
+        EXPECT_EQ(m.content, "");
+    }
+    // A number or word at the very end may be cut inside itself: no call; with more after it, whole.
+    EXPECT_TRUE(parse_all_ways(ChatFormat::CHATML, "<tool_call>\n{\"name\": \"f\", \"arguments\": 12").tool_calls.empty());
+    m = parse_all_ways(ChatFormat::CHATML, "<tool_call>\n{\"name\": \"f\", \"arguments\": 12}");
+    ASSERT_EQ(m.tool_calls.size(), 1u);
+    EXPECT_EQ(m.tool_calls[0].arguments, "12");
     m = parse_all_ways(ChatFormat::CHATML, "Ends with a partial tag <tool");
     EXPECT_EQ(m.content, "Ends with a partial tag <tool");
 }

@@ -428,5 +428,53 @@ TEST(ServerScheduler, PrefixReuseGivesTheSameTokensAsAFreshSession) {
     EXPECT_EQ(third->ids, ref->ids);
 }
 
+TEST(ServerScheduler, AGrammarFaultIsLoggedWithTheRequestIdAndEndsTheJobWithAnError) {
+    // Issue 50: a grammar failure mid-generation was a 500 with nothing logged. A constraint that
+    // allows nothing after two tokens stands in for a fault the schema checks did not foresee.
+    struct DeadEnd : TokenConstraint {
+        int n = 0;
+        void allowed_tokens(std::vector<uint64_t>& allowed) override {
+            allowed.assign(200, n < 2 ? ~uint64_t{0} : 0);
+        }
+        void accept(int32_t) override { ++n; }
+    };
+    struct Finish : TokenSink {
+        FinishCause cause{};
+        std::string error;
+        int64_t tokens = 0;
+        std::promise<void> done;
+        bool on_token(const TokenStep&) override { return ++tokens, true; }
+        void on_finish(FinishCause c, const JobStats&, const std::string& e) override {
+            cause = c;
+            error = e;
+            done.set_value();
+        }
+    };
+    Model model(test::fixture_for("qwen3"));
+    const Tokenizer& tok = tokenizer_for("qwen3");
+    SchedulerOptions so;
+    so.session.n_ctx = 128;
+    so.session.n_threads = 2;
+    so.end_of_generation = end_of_generation_tokens(model, tok);
+    Metrics m;
+    Scheduler sched(model, so, m);
+    auto sink = std::make_shared<Finish>();
+    auto job = std::make_shared<Job>();
+    job->prompt = ids_of(tok, "Hello there");
+    job->max_tokens = 10;
+    job->constraint = std::make_unique<DeadEnd>();
+    job->request_id = "chatcmpl-test123";
+    job->sink = sink;
+    testing::internal::CaptureStderr();
+    sched.submit(job);
+    sink->done.get_future().wait();
+    const std::string log = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(sink->cause, FinishCause::ERROR);
+    EXPECT_EQ(sink->tokens, 2);
+    EXPECT_NE(sink->error.find("allows no token"), std::string::npos) << sink->error;
+    EXPECT_NE(log.find("request chatcmpl-test123"), std::string::npos) << log;
+    EXPECT_NE(log.find("failed after 2 tokens"), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace nitro::server
