@@ -17,7 +17,7 @@ const char* tensor_id_name(TensorId id) {
         "token_embd",         "output_norm",        "output",          "attn_norm",          "attn_q",
         "attn_q_bias",        "attn_k",             "attn_k_bias",     "attn_v",             "attn_v_bias",
         "attn_output",        "attn_output_bias",   "attn_q_norm",     "attn_k_norm",        "attn_sinks",
-        "ffn_norm",           "ffn_gate_inp",       "ffn_gate_inp_bias", "ffn_gate_exps",    "ffn_up_exps",
+        "ffn_norm",           "ffn_gate_inp",       "ffn_gate_inp_bias", "ffn_exp_probs_b", "ffn_gate_exps",    "ffn_up_exps",
         "ffn_down_exps",      "ffn_gate_exps_bias", "ffn_up_exps_bias", "ffn_down_exps_bias", "ffn_gate_inp_shexp",
         "ffn_gate_shexp",     "ffn_up_shexp",       "ffn_down_shexp",  "ffn_gate",           "ffn_up",
         "ffn_down",           "attn_qkv",           "attn_gate",

@@ -47,6 +47,7 @@ enum class TensorId : uint8_t {
     ffn_norm,            ///< [n_embd] the norm before the FFN (GGUF ffn_norm, or post_attention_norm)
     ffn_gate_inp,        ///< [n_embd, n_expert] router
     ffn_gate_inp_bias,   ///< [n_expert] router bias (added to the logits)
+    ffn_exp_probs_b,     ///< [n_expert] score-correction bias (GGUF exp_probs_b.bias): added to the scores to select, not in the weights
     ffn_gate_exps,       ///< [n_embd, n_ff_exp, n_expert]
     ffn_up_exps,         ///< [n_embd, n_ff_exp, n_expert]
     ffn_down_exps,       ///< [n_ff_exp, n_embd, n_expert]

@@ -108,6 +108,25 @@ ModelHparams read_hparams(const GgufMetadata& m) {
             fail("{}: {}attention.recurrent_layers has {} entries but the model has {} layers", m.source, a,
                  h.recurrent_layers.size(), h.n_layer - h.n_layer_nextn);
     }
+    h.n_layer_dense_lead = m.get_int(a + "leading_dense_block_count").value_or(0);
+    h.expert_gating_func = m.get_int(a + "expert_gating_func").value_or(0);
+    if (h.expert_gating_func < 0 || h.expert_gating_func > 3)
+        fail("{}: {}expert_gating_func = {} is not a llama.cpp gating function (1 softmax, 2 sigmoid, 3 softmax_weight)", m.source,
+             a, h.expert_gating_func);
+    if (m.find(a + "expert_weights_norm")) {
+        const auto b = m.get_bool(a + "expert_weights_norm");
+        if (!b) fail("{}: metadata key '{}expert_weights_norm' must be a boolean", m.source, a);
+        h.expert_weights_norm = *b;
+    }
+    h.expert_weights_scale = real("expert_weights_scale", 0, false);
+    h.expert_group_count = m.get_int(a + "expert_group_count").value_or(0);
+    h.expert_group_used_count = m.get_int(a + "expert_group_used_count").value_or(0);
+    if (h.expert_group_count < 0 || h.expert_group_used_count < 0 ||
+        (h.expert_group_count > 0 && (h.expert_group_used_count > h.expert_group_count || h.expert_group_used_count == 0)))
+        fail("{}: {}expert_group_used_count = {} with expert_group_count = {} is inconsistent", m.source, a,
+             h.expert_group_used_count, h.expert_group_count);
+    if (h.n_layer_dense_lead < 0 || h.n_layer_dense_lead > h.n_layer - h.n_layer_nextn)
+        fail("{}: {}leading_dense_block_count = {} must be in [0, {}]", m.source, a, h.n_layer_dense_lead, h.n_layer - h.n_layer_nextn);
     h.n_layer -= h.n_layer_nextn;  // MTP blocks follow the trunk; the forward pass does not run them
     if (m.find(a + "rope.dimension_sections")) {
         const GgufArray* arr = m.get_array(a + "rope.dimension_sections");
@@ -148,6 +167,14 @@ void write_hparams(GgufMetadata& m, const ModelHparams& hp) {
     m.set(a + "attention.key_length", static_cast<uint32_t>(hp.head_dim));
     m.set(a + "attention.value_length", static_cast<uint32_t>(hp.head_dim_v));
     m.set(a + "expert_feed_forward_length", static_cast<uint32_t>(hp.n_ff_exp));
+    if (hp.n_layer_dense_lead > 0) m.set(a + "leading_dense_block_count", static_cast<uint32_t>(hp.n_layer_dense_lead));
+    if (hp.expert_gating_func > 0) m.set(a + "expert_gating_func", static_cast<uint32_t>(hp.expert_gating_func));
+    if (hp.expert_weights_norm) m.set(a + "expert_weights_norm", true);
+    if (hp.expert_weights_scale > 0) m.set(a + "expert_weights_scale", static_cast<float>(hp.expert_weights_scale));
+    if (hp.expert_group_count > 0) {
+        m.set(a + "expert_group_count", static_cast<uint32_t>(hp.expert_group_count));
+        m.set(a + "expert_group_used_count", static_cast<uint32_t>(hp.expert_group_used_count));
+    }
     if (hp.rope_scaling == "yarn") {
         m.set(a + "rope.scaling.type", hp.rope_scaling);
         m.set(a + "rope.scaling.factor", static_cast<float>(hp.rope_scaling_factor));

@@ -49,6 +49,13 @@ struct ModelHparams {
     /// {arch}.attention.recurrent_layers: per layer, nonzero = Gated DeltaNet (empty: from the interval).
     std::vector<uint8_t> recurrent_layers;
     int64_t n_layer_nextn = 0;            ///< {arch}.nextn_predict_layers: MTP blocks after the trunk (not run), included in block_count
+    /// MoE routing beyond the defaults (llama.cpp LLM_KV_EXPERT_*; DeepSeek-V2/V3, Kimi-K2, GLM-4.5):
+    int64_t n_layer_dense_lead = 0;       ///< {arch}.leading_dense_block_count: first layers with a dense FFN
+    int64_t expert_gating_func = 0;       ///< {arch}.expert_gating_func: 0 absent, 1 softmax, 2 sigmoid (llama_expert_gating_func_type)
+    bool expert_weights_norm = false;     ///< {arch}.expert_weights_norm: divide the selected weights by their sum
+    double expert_weights_scale = 0;      ///< {arch}.expert_weights_scale: routed_scaling_factor (0: absent, i.e. 1)
+    int64_t expert_group_count = 0;       ///< {arch}.expert_group_count: n_group of group-limited routing (0: absent)
+    int64_t expert_group_used_count = 0;  ///< {arch}.expert_group_used_count: topk_group
     /// {arch}.rope.dimension_sections: M-RoPE sections (qwen35moe: [11, 11, 10, 0]); empty when absent.
     std::vector<int32_t> rope_sections;
 };

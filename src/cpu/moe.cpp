@@ -23,30 +23,67 @@ uint64_t ExpertWeights::expert_bytes() const {
     return one(gate) + one(up) + one(down);
 }
 
-void route(float* logits, const float* bias, int64_t n, int64_t X, int K, MoeGating gating, int32_t* ids, float* weights,
-           float* margin) {
-    for (int64_t i = 0; i < n; ++i) {
-        float* lg = logits + i * X;
-        if (bias) add(lg, bias, X);
-        int32_t* sel = ids + i * K;
-        float* w = weights + i * K;
-        float m;
-        if (gating == MoeGating::SoftmaxSelected) {
-            top_k(lg, X, K, sel);
-            m = top_k_margin(lg, X, K, sel);
-            for (int j = 0; j < K; ++j) w[j] = lg[sel[j]];
-            softmax(w, K);
-        } else {
-            softmax(lg, X);
-            top_k(lg, X, K, sel);
-            // in logit units: log(p_k / p_best_unselected)
-            const float pm = top_k_margin(lg, X, K, sel);
-            m = std::isinf(pm) ? pm : std::log(lg[sel[K - 1]]) - std::log(lg[sel[K - 1]] - pm);
+namespace {
+
+/// The experts of the best topk_group groups of s (a group scores the sum of its two best values,
+/// the better one first; ties to the lower group and the lower id) stay, the others become -inf.
+void keep_best_groups(float* s, int64_t X, int n_group, int topk_group) {
+    const int64_t gs = X / n_group;
+    float group_score[kMaxExpertGroups];
+    for (int g = 0; g < n_group; ++g) {
+        int32_t best2[2];
+        top_k(s + g * gs, gs, 2, best2);
+        group_score[g] = s[g * gs + best2[0]] + s[g * gs + best2[1]];
+    }
+    int32_t keep[kMaxExpertGroups];
+    top_k(group_score, n_group, topk_group, keep);
+    for (int g = 0; g < n_group; ++g)
+        if (std::find(keep, keep + topk_group, g) == keep + topk_group) std::fill(s + g * gs, s + (g + 1) * gs, -INFINITY);
+}
+
+}  // namespace
+
+void route(const RouteArgs& a) {
+    const GatingSpec& g = a.gating;
+    const int64_t X = a.n_expert;
+    const int K = a.k;
+    // Plain softmax gatings keep their margin in nats (the arithmetic of the first two gatings).
+    const bool plain = !g.score_bias && g.n_group <= 1;
+    std::vector<float> biased(plain ? 0 : static_cast<size_t>(X));
+    for (int64_t i = 0; i < a.n; ++i) {
+        float* lg = a.logits + i * X;  // becomes the scores
+        if (a.logit_bias) add(lg, a.logit_bias, X);
+        if (!g.weights_from_logits) {
+            if (g.score == GatingSpec::Score::Softmax) softmax(lg, X);
+            else
+                for (int64_t e = 0; e < X; ++e) lg[e] = 1.0f / (1.0f + std::exp(-lg[e]));
+        }
+        const float* sel_from = lg;  // what the selection ranks: the scores, + the bias, groups kept
+        if (!plain) {
+            std::copy(lg, lg + X, biased.data());
+            if (g.score_bias) add(biased.data(), a.score_bias, X);
+            if (g.n_group > 1) keep_best_groups(biased.data(), X, g.n_group, g.topk_group);
+            sel_from = biased.data();
+        }
+        int32_t* sel = a.ids + i * K;
+        float* w = a.weights + i * K;
+        top_k(sel_from, X, K, sel);
+        const float m = top_k_margin(sel_from, X, K, sel);
+        for (int j = 0; j < K; ++j) w[j] = lg[sel[j]];
+        if (g.weights_from_logits) softmax(w, K);
+        if (g.norm_weights) {
             float sum = 0.f;
-            for (int j = 0; j < K; ++j) sum += (w[j] = lg[sel[j]]);
+            for (int j = 0; j < K; ++j) sum += w[j];
+            sum = std::max(sum, kMinWeightsSum);
             for (int j = 0; j < K; ++j) w[j] /= sum;
         }
-        if (margin) margin[i] = m;
+        if (g.weights_scale != 1.0f)
+            for (int j = 0; j < K; ++j) w[j] *= g.weights_scale;
+        if (a.margin) {
+            // softmax scores: log(p_k / p_best_unselected), the margin of the logits
+            const bool nats = plain && g.score == GatingSpec::Score::Softmax && !g.weights_from_logits;
+            a.margin[i] = nats && !std::isinf(m) ? std::log(lg[sel[K - 1]]) - std::log(lg[sel[K - 1]] - m) : m;
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 // moe_ffn takes "which experts are resident elsewhere" as input and returns the partial sum of
 // the others, so CPU-only (nothing resident) and hybrid (the GPU holds some experts) are the same
 // code. Math: llama.cpp build_moe_ffn (src/llama-graph.cpp) with the gating and activation of the
-// architecture (ops/moe.h MoeGating, FfnAct).
+// architecture (ops/moe.h GatingSpec, RouteArgs, FfnAct).
 #pragma once
 
 #include "cpu/matmul.h"
@@ -34,13 +34,9 @@ struct ExpertWeights {
     uint64_t expert_bytes() const;
 };
 
-/// Router of n tokens: logits [n, n_expert] (+ bias [n_expert]) -> ids [n, k] and weights [n, k]
-/// in router order, and margin [n] (may be null): the logit of the last selected expert minus the
-/// best unselected one, in logit units (nats) for both gatings. `logits` is used as scratch.
-/// SoftmaxSelected (gpt-oss): top-k on the logits, softmax over the k. SoftmaxAll (qwen3moe):
-/// softmax over all, top-k, renormalised. Ties go to the lower expert id.
-void route(float* logits, const float* bias, int64_t n, int64_t n_expert, int k, MoeGating gating, int32_t* ids,
-           float* weights, float* margin);
+/// The router of a.n tokens (ops/moe.h RouteArgs says what it computes); a.logits are used as
+/// scratch. The reference cuda::route is tested against.
+void route(const RouteArgs& a);
 
 /// Counters of one moe_ffn call.
 struct MoeStats {

@@ -258,8 +258,8 @@ __global__ void __launch_bounds__(kGemvThreads)
 template <int NPL>
 __global__ void __launch_bounds__(kGemvThreads)
     router_top_k_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int n_pieces, const float* __restrict__ x,
-                        float* logits, const float* __restrict__ bias, int X, int K, int softmax_all, RouteOut o,
-                        uint32_t* counter) {
+                        float* logits, const float* __restrict__ logit_bias, const float* __restrict__ score_bias, int X,
+                        int K, GatingSpec g, RouteOut o, uint32_t* counter) {
     pdl_begin();
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     const int r = blockIdx.x;
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    if (warp == 0) route_token<NPL>(logits, bias, 0, X, K, softmax_all, o);  // (route_token reads through L2)
+    if (warp == 0) route_token<NPL>(logits, logit_bias, score_bias, 0, X, K, g, o);  // (route_token reads through L2)
     if (threadIdx.x == 0) *counter = 0;  // every block has taken its ticket
 }
 
@@ -612,17 +612,20 @@ void matmul(cudaStream_t s, const DWeight& w, const float* x, int64_t n_tok, int
     }
 }
 
-bool router_top_k(cudaStream_t s, const DWeight& w, const float* x, float* logits, const float* bias, int K,
-                  bool softmax_all, int32_t* ids, float* wout, float* margin, const RouterHostOut* host, uint32_t* counter) {
+bool router_top_k(cudaStream_t s, const DWeight& w, const float* x, const RouteArgs& a, const RouterHostOut* host,
+                  uint32_t* counter) {
     const int64_t X = w.n_rows;
-    if (w.type != GgmlType::F32 || X > kSplitRowsMax || X > 32 * kMaxExpertsPerLane || !counter || K < 1 || K > 32 || K > X)
+    if (w.type != GgmlType::F32 || X > kSplitRowsMax || X > 32 * kMaxExpertsPerLane || !counter || a.n != 1 || a.k < 1 ||
+        a.k > 32 || a.k > X)
         return false;
+    if (a.n_expert != X) cfail("router_top_k: the router has {} rows for {} experts", X, a.n_expert);
     check_weight(w, "router");
-    const RouteOut o{ids, wout, margin, host ? host->ids : nullptr, host ? host->w : nullptr, host ? host->margin : nullptr,
-                     host ? host->ready : nullptr, host ? host->step : nullptr, host ? host->t_ns : nullptr};
+    check_route(a);
+    const RouteOut o = route_out(a, host);
     with_lanes_per_expert(X, [&]<int NPL>() {
         launch_pdl(s, static_cast<unsigned>(X), kGemvThreads, 0, router_top_k_kernel<NPL>, w.data, w.row_bytes,
-                   static_cast<int>(w.ne0 / 4), x, logits, bias, static_cast<int>(X), K, softmax_all ? 1 : 0, o, counter);
+                   static_cast<int>(w.ne0 / 4), x, a.logits, a.logit_bias, a.score_bias, static_cast<int>(X), a.k, a.gating, o,
+                   counter);
     });
     NITRO_CUDA_LAUNCH_CHECK();
     return true;

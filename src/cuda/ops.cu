@@ -351,13 +351,13 @@ namespace {
 
 /// One warp per token (route.cuh's route_token).
 template <int NPL>
-__global__ void route_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int n, int X, int K,
-                             int softmax_all, RouteOut o) {
+__global__ void route_kernel(const float* __restrict__ logits, const float* __restrict__ logit_bias,
+                             const float* __restrict__ score_bias, int n, int X, int K, GatingSpec g, RouteOut o) {
     pdl_begin();
     const int warp = threadIdx.x / kWarp;
     const int t = blockIdx.x * (blockDim.x / kWarp) + warp;
     if (t >= n) return;
-    route_token<NPL>(logits + static_cast<int64_t>(t) * X, bias, t, X, K, softmax_all, o);
+    route_token<NPL>(logits + static_cast<int64_t>(t) * X, logit_bias, score_bias, t, X, K, g, o);
 }
 
 __global__ void wait_flag_kernel(const volatile uint32_t* flag, const uint32_t* __restrict__ step, uint64_t* t_ns) {
@@ -379,17 +379,30 @@ void wait_flag(cudaStream_t s, const volatile uint32_t* flag, const uint32_t* st
     NITRO_CUDA_LAUNCH_CHECK();
 }
 
-void top_k_route(cudaStream_t s, const float* logits, const float* bias, int64_t n, int64_t X, int K, bool softmax_all,
-                 int32_t* ids, float* w, float* margin, const RouterHostOut* host) {
+void check_route(const RouteArgs& a) {
+    const int64_t X = a.n_expert;
+    const int K = a.k;
     if (X > 32 * kMaxExpertsPerLane) cfail("CUDA router: {} experts (at most {} supported)", X, 32 * kMaxExpertsPerLane);
-    if (K > 32 || K > X) cfail("CUDA router: {} experts used of {} (at most 32)", K, X);
-    if (host && host->ready && n != 1) cfail("CUDA router: the host ready flag is for single-token steps");
+    if (K < 1 || K > 32 || K > X) cfail("CUDA router: {} experts used of {} (at most 32)", K, X);
+    if (const std::string why = gating_problem(a.gating, X, K); !why.empty()) cfail("CUDA router: {}", why);
+    if (a.gating.score_bias != (a.score_bias != nullptr))
+        cfail("CUDA router: the gating {} a score bias but {} was given", a.gating.score_bias ? "takes" : "takes no",
+              a.score_bias ? "one" : "none");
+}
+
+RouteOut route_out(const RouteArgs& a, const RouterHostOut* host) {
+    return RouteOut{a.ids, a.weights, a.margin, host ? host->ids : nullptr, host ? host->w : nullptr, host ? host->margin : nullptr,
+                    host ? host->ready : nullptr, host ? host->step : nullptr, host ? host->t_ns : nullptr};
+}
+
+void route(cudaStream_t s, const RouteArgs& a, const RouterHostOut* host) {
+    check_route(a);
+    if (host && host->ready && a.n != 1) cfail("CUDA router: the host ready flag is for single-token steps");
     constexpr int kWarpsPerBlock = 4;
-    const RouteOut o{ids, w, margin, host ? host->ids : nullptr, host ? host->w : nullptr, host ? host->margin : nullptr,
-                     host ? host->ready : nullptr, host ? host->step : nullptr, host ? host->t_ns : nullptr};
-    with_lanes_per_expert(X, [&]<int NPL>() {
-        launch_pdl(s, ceil_div(n, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, route_kernel<NPL>, logits, bias,
-                   static_cast<int>(n), static_cast<int>(X), K, softmax_all ? 1 : 0, o);
+    const RouteOut o = route_out(a, host);
+    with_lanes_per_expert(a.n_expert, [&]<int NPL>() {
+        launch_pdl(s, ceil_div(a.n, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0, route_kernel<NPL>, a.logits, a.logit_bias,
+                   a.score_bias, static_cast<int>(a.n), static_cast<int>(a.n_expert), a.k, a.gating, o);
     });
     NITRO_CUDA_LAUNCH_CHECK();
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cpu/ops.h"
+#include "ops/moe.h"
 #include "ops/gpu_limits.h"
 #include "quant/types.h"
 
@@ -189,15 +190,12 @@ void dequantize_f16(cudaStream_t s, const DWeight& w, int64_t r0, int64_t n, uin
 /// f32 copy of rows [r0, r0 + n) of w into out.
 void dequantize_f32(cudaStream_t s, const DWeight& w, int64_t r0, int64_t n, float* out);
 
-/// The router (llama.cpp build_moe_ffn): logits [n, X] (+ bias) -> ids [n, K], weights [n, K].
-/// SoftmaxSelected (gpt-oss): top-k on logits, softmax over the k. SoftmaxAll (qwen3): softmax
-/// over all, top-k, renormalise. Ties go to the lower expert id.
-/// host_ids / host_w / host_ready (optional, mapped pinned memory): the results are also written
-/// there, then a system fence, then *host_ready = *step (so a CPU thread polling host_ready sees
-/// complete ids and weights without a copy or a stream synchronisation).
-/// margin (optional, device [n]): the selection margin of each token, as cpu::route computes it
-/// (logit of the last selected expert minus the best unselected one, in logit units).
-/// host->t_ns (optional): the GPU's %globaltimer (ns) when the flag was set.
+/// The router (llama.cpp build_moe_ffn), cpu::route's arithmetic on the device: a.logits (device
+/// [n, X]) -> a.ids, a.weights, a.margin (device; ops/moe.h RouteArgs says what they hold).
+/// host (optional, mapped pinned memory): the results are also written there, then a system fence,
+/// then *host->ready = *host->step (so a CPU thread polling ready sees complete ids and weights
+/// without a copy or a stream synchronisation); host->t_ns (optional): the GPU's %globaltimer (ns)
+/// when the flag was set.
 struct RouterHostOut {
     int32_t* ids = nullptr;
     float* w = nullptr;
@@ -206,17 +204,16 @@ struct RouterHostOut {
     const uint32_t* step = nullptr;  ///< device
     uint64_t* t_ns = nullptr;
 };
-void top_k_route(cudaStream_t s, const float* logits, const float* bias, int64_t n, int64_t X, int K, bool softmax_all,
-                 int32_t* ids, float* w, float* margin, const RouterHostOut* host);
+void route(cudaStream_t s, const RouteArgs& a, const RouterHostOut* host);
 
-/// One decode token's router: logits [X] = x W^T (w: the f32 router matrix, X rows of x's length,
-/// the block-per-row GEMV of matmul: the same logits bits), then top_k_route's selection (the same
+/// One decode token's router: a.logits [X] = x W^T (w: the f32 router matrix, X rows of x's length,
+/// the block-per-row GEMV of matmul: the same logits bits), then route's selection (the same
 /// arithmetic, route.cuh) in the grid's last block to finish, so the two are one launch. counter:
 /// a device uint32, 0 between launches (the last block sets it back). Returns false and launches
-/// nothing unless w is F32 with at most 1,024 rows of at most 512 experts (the caller then runs
-/// matmul and top_k_route).
-bool router_top_k(cudaStream_t s, const DWeight& w, const float* x, float* logits, const float* bias, int K,
-                  bool softmax_all, int32_t* ids, float* wout, float* margin, const RouterHostOut* host, uint32_t* counter);
+/// nothing unless w is F32 with at most 1,024 rows of at most 512 experts and a.n is 1 (the caller
+/// then runs matmul and route).
+bool router_top_k(cudaStream_t s, const DWeight& w, const float* x, const RouteArgs& a, const RouterHostOut* host,
+                  uint32_t* counter);
 
 /// A device-side wait: one thread spins until *flag (mapped pinned host memory, written by a CPU
 /// thread) reaches *step (device), so the kernels after it see what the CPU wrote before setting

@@ -1,9 +1,10 @@
-// The router's top-k of one token (cpu::route's arithmetic, bit for bit), shared by
-// top_k_route's kernel (ops.cu) and the decode router GEMV that routes in its last block
+// The router of one token (cpu::route's arithmetic: every gating of ops/moe.h GatingSpec), shared
+// by route's kernel (ops.cu) and the decode router GEMV that routes in its last block
 // (router_top_k, matmul.cu).
 #pragma once
 
 #include "cuda/common.cuh"
+#include "ops/moe.h"
 
 #include <cstdint>
 
@@ -43,20 +44,70 @@ struct RouteOut {
     uint64_t* host_t;
 };
 
-/// Routes token t, one whole warp: lg = its X router logits (read through L2, __ldcg: another
-/// block of the same grid may have written them), + bias; lane j holds the scores of experts j,
-/// j + 32, ... (NPL of them, NPL * 32 >= X); the k-th selection ends in lane k's registers (no
-/// per-thread arrays: they went to local memory), and the weights are summed in selection order
-/// as cpu::route (cpu/moe.cpp) sums them.
+/// The best value and its expert id over the lanes' experts e with lo <= e < hi (e < X), skipping
+/// `skip`; ties to the lower id (cpu::top_k). Every lane gets the result.
 template <int NPL>
-__device__ __forceinline__ void route_token(const float* lg, const float* __restrict__ bias, int t, int X, int K,
-                                            int softmax_all, const RouteOut& o) {
+__device__ __forceinline__ void best_in_range(const float (&v)[NPL], int X, int lo, int hi, int skip, float& bv, int& bi) {
     const int lane = threadIdx.x % kWarp;
+    bv = -INFINITY;
+    bi = 0x7fffffff;
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) {
+        const int e = lane + 32 * i;
+        if (e < X && e >= lo && e < hi && e != skip && (v[i] > bv || (v[i] == bv && e < bi))) {
+            bv = v[i];
+            bi = e;
+        }
+    }
+    warp_argmax(bv, bi);
+}
+
+/// Group-limited selection (cpu/moe.cpp keep_best_groups): a group scores the sum of its two best
+/// values, the topk_group best groups keep their experts, the others' values become -inf.
+template <int NPL>
+__device__ __forceinline__ void keep_best_groups(float (&v)[NPL], int X, int n_group, int topk_group) {
+    const int lane = threadIdx.x % kWarp;
+    const int gs = X / n_group;
+    float gscore = -INFINITY;  // lane g: group g's score
+    for (int g = 0; g < n_group; ++g) {
+        float b1, b2;
+        int i1, i2;
+        best_in_range<NPL>(v, X, g * gs, (g + 1) * gs, -1, b1, i1);
+        best_in_range<NPL>(v, X, g * gs, (g + 1) * gs, i1, b2, i2);
+        if (lane == g) gscore = b1 + b2;
+    }
+    uint32_t keep = 0;
+    for (int r = 0; r < topk_group; ++r) {
+        float bv = lane < n_group ? gscore : -INFINITY;
+        int bi = lane < n_group ? lane : 0x7fffffff;
+        warp_argmax(bv, bi);
+        keep |= 1u << bi;
+        if (lane == bi) gscore = -INFINITY;
+    }
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) {
+        const int e = lane + 32 * i;
+        if (e < X && !((keep >> (e / gs)) & 1u)) v[i] = -INFINITY;
+    }
+}
+
+/// Routes token t, one whole warp, as cpu::route (cpu/moe.cpp) does (ops/moe.h RouteArgs): lg = its
+/// X router logits (read through L2, __ldcg: another block of the same grid may have written them),
+/// + logit_bias; lane j holds the scores of experts j, j + 32, ... (NPL of them, NPL * 32 >= X); the
+/// k-th selection ends in lane k's registers (no per-thread arrays: they went to local memory), and
+/// the weights are summed in selection order as cpu::route sums them.
+template <int NPL>
+__device__ __forceinline__ void route_token(const float* lg, const float* __restrict__ logit_bias,
+                                            const float* __restrict__ score_bias, int t, int X, int K, const GatingSpec& g,
+                                            const RouteOut& o) {
+    const int lane = threadIdx.x % kWarp;
+    const bool softmax_all = !g.weights_from_logits && g.score == GatingSpec::Score::Softmax;
+    const bool plain = !g.score_bias && g.n_group <= 1;
     float v[NPL];
 #pragma unroll
     for (int i = 0; i < NPL; ++i) {
         const int e = lane + 32 * i;
-        v[i] = e < X ? __ldcg(lg + e) + (bias ? bias[e] : 0.f) : -INFINITY;
+        v[i] = e < X ? __ldcg(lg + e) + (logit_bias ? logit_bias[e] : 0.f) : -INFINITY;
     }
     if (softmax_all) {  // cpu::softmax: float exp, double sum, multiply by (float)(1/sum)
         float m = -INFINITY;
@@ -76,29 +127,46 @@ __device__ __forceinline__ void route_token(const float* lg, const float* __rest
 #pragma unroll
         for (int i = 0; i < NPL; ++i)
             if (lane + 32 * i < X) v[i] *= inv;
-    }
-    // top-k: K rounds of a warp arg-max; ties to the lower id (cpu::top_k). Lane k keeps round k's.
-    float sel = -INFINITY;
-    int sel_id = 0;
-    for (int k = 0; k < K; ++k) {
-        float bv = -INFINITY;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < NPL; ++i) {
-            const int e = lane + 32 * i;
-            if (e < X && (v[i] > bv || (v[i] == bv && e < bi))) {
-                bv = v[i];
-                bi = e;
-            }
-        }
-        warp_argmax(bv, bi);
-        if (lane == k) {
-            sel = bv;
-            sel_id = bi;
-        }
+    } else if (!g.weights_from_logits) {  // sigmoid scores
 #pragma unroll
         for (int i = 0; i < NPL; ++i)
-            if (lane + 32 * i == bi) v[i] = -INFINITY;
+            if (lane + 32 * i < X) v[i] = 1.0f / (1.0f + expf(-v[i]));
+    }
+    // p: the scores the weights come from; v: what the selection ranks (+ score_bias, groups kept)
+    float p[NPL];
+#pragma unroll
+    for (int i = 0; i < NPL; ++i) p[i] = v[i];
+    if (!plain) {
+        if (score_bias) {
+#pragma unroll
+            for (int i = 0; i < NPL; ++i) {
+                const int e = lane + 32 * i;
+                if (e < X) v[i] += score_bias[e];
+            }
+        }
+        if (g.n_group > 1) keep_best_groups<NPL>(v, X, g.n_group, g.topk_group);
+    }
+    // top-k: K rounds of a warp arg-max; ties to the lower id (cpu::top_k). Lane k keeps round k's
+    // ranked value (sel), its score (sel_p) and id.
+    float sel = -INFINITY, sel_p = 0.f;
+    int sel_id = 0;
+    for (int k = 0; k < K; ++k) {
+        float bv;
+        int bi;
+        best_in_range<NPL>(v, X, 0, X, -1, bv, bi);
+        float pv = 0.f;
+#pragma unroll
+        for (int i = 0; i < NPL; ++i)
+            if (lane + 32 * i == bi) {
+                pv = p[i];
+                v[i] = -INFINITY;
+            }
+        pv = __shfl_sync(0xffffffffu, pv, bi % kWarp);
+        if (lane == k) {
+            sel = bv;
+            sel_p = pv;
+            sel_id = bi;
+        }
     }
     // The best unselected value: the margin of the selection (cpu::top_k_margin).
     float next = -INFINITY;
@@ -107,22 +175,24 @@ __device__ __forceinline__ void route_token(const float* lg, const float* __rest
         if (lane + 32 * i < X) next = fmaxf(next, v[i]);
     next = warp_max(next);
     // The weights, every lane summing the selections in order (the same sum in every lane).
-    float w;
-    if (softmax_all) {  // renormalise the selected probabilities
-        float sum = 0.f;
-        for (int k = 0; k < K; ++k) sum += __shfl_sync(0xffffffffu, sel, k);
-        w = sel / sum;
-    } else {  // softmax over the selected logits
+    float w = sel_p;
+    if (g.weights_from_logits) {  // softmax over the selected logits
         float m = -INFINITY;
-        for (int k = 0; k < K; ++k) m = fmaxf(m, __shfl_sync(0xffffffffu, sel, k));
-        const float e = lane < K ? expf(sel - m) : 0.f;
+        for (int k = 0; k < K; ++k) m = fmaxf(m, __shfl_sync(0xffffffffu, sel_p, k));
+        const float e = lane < K ? expf(sel_p - m) : 0.f;
         double sum = 0.0;
         for (int k = 0; k < K; ++k) sum += __shfl_sync(0xffffffffu, e, k);
         w = e * static_cast<float>(1.0 / sum);
     }
+    if (g.norm_weights) {
+        float sum = 0.f;
+        for (int k = 0; k < K; ++k) sum += __shfl_sync(0xffffffffu, w, k);
+        w = w / fmaxf(sum, kMinWeightsSum);
+    }
+    if (g.weights_scale != 1.0f) w *= g.weights_scale;
     const float last = __shfl_sync(0xffffffffu, sel, K - 1);
     if (lane == 0) {
-        const float mg = K >= X ? INFINITY : softmax_all ? logf(last) - logf(next) : last - next;
+        const float mg = K >= X ? INFINITY : plain && softmax_all ? logf(last) - logf(next) : last - next;
         if (o.margin) o.margin[t] = mg;
         if (o.host_margin) o.host_margin[t] = mg;
     }
@@ -143,6 +213,13 @@ __device__ __forceinline__ void route_token(const float* lg, const float* __rest
         }
     }
 }
+
+struct RouterHostOut;  // ops.h
+/// Throws (naming what) unless the CUDA router can run a: at most 512 experts, 32 used, a gating
+/// it implements with the score bias it asks for (ops.cu).
+void check_route(const RouteArgs& a);
+/// Where route_token writes a's results (and host's copies, when given).
+RouteOut route_out(const RouteArgs& a, const RouterHostOut* host);
 
 /// Calls f.template operator()<NPL>() with NPL = ceil(X / 32) rounded up to a power of two, the
 /// route_token instance for X experts (X <= 32 * kMaxExpertsPerLane, checked by the callers).

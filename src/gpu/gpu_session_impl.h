@@ -525,7 +525,17 @@ struct GpuSession::Impl {
     }
     void route(int il, const ChunkArgs& c) {
         Layer& D = layers[static_cast<size_t>(il)];
-        const bool softmax_all = spec.moe_gating == MoeGating::SoftmaxAll;
+        RouteArgs ra;
+        ra.logits = router;
+        ra.logit_bias = D.f32(T::ffn_gate_inp_bias);
+        ra.score_bias = D.f32(T::ffn_exp_probs_b);
+        ra.n = c.n;
+        ra.n_expert = X;
+        ra.k = static_cast<int>(K);
+        ra.gating = spec.gating;
+        ra.ids = d_ids;
+        ra.weights = d_w;
+        ra.margin = d_margin;
         RouterHostOut ho;
         if (single && host_router()) {
             ho.ids = D.rd_ids;
@@ -536,16 +546,13 @@ struct GpuSession::Impl {
             ho.t_ns = D.td_route;
         }
         // A decode step: the router product and its top-k in one launch (router_top_k), where it applies
-        if (single && !replay &&
-            router_top_k(s, D[T::ffn_gate_inp], h, router, D.f32(T::ffn_gate_inp_bias), static_cast<int>(K), softmax_all, d_ids, d_w, d_margin,
-                         host_router() ? &ho : nullptr, d_route_counter))
+        if (single && !replay && router_top_k(s, D[T::ffn_gate_inp], h, ra, host_router() ? &ho : nullptr, d_route_counter))
             return;
         matmul(s, D[T::ffn_gate_inp], h, c.n, E, router, X, nullptr, false, &gemm);
         if (replay)
             NITRO_CUDA_CHECK(cudaMemcpyAsync(router, h_replay + il * c.n * X, static_cast<size_t>(c.n * X) * 4,
                                              cudaMemcpyHostToDevice, s));
-        top_k_route(s, router, D.f32(T::ffn_gate_inp_bias), c.n, X, static_cast<int>(K), softmax_all, d_ids, d_w, d_margin,
-                    single && host_router() ? &ho : nullptr);
+        cuda::route(s, ra, single && host_router() ? &ho : nullptr);
         if (single) return;
         // Multi-token chunk: ids to the host when the CPU computes some experts or for route events
         // (one host synchronisation per layer); GPU-only layers group by expert on the device.

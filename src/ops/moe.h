@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace nitro {
 
@@ -41,11 +42,49 @@ struct GatingSpec {
     }
 };
 
-/// The two gatings the kernels of this build implement, as they name them.
-enum class MoeGating {
-    SoftmaxAll,       ///< softmax over all experts, top-k, then renormalise the k weights (qwen3moe)
-    SoftmaxSelected,  ///< top-k on the logits, softmax over the k selected logits (gpt-oss)
+/// One router call, the same struct for cpu::route and cuda::route / cuda::router_top_k (llama.cpp
+/// build_moe_ffn): logits [n, n_expert] (+ logit_bias) -> scores (gating.score) -> the top k of
+/// scores + score_bias (within the best topk_group groups when n_group > 1), ties to the lower id ->
+/// ids [n, k] and weights [n, k] in selection order (the unbiased scores of the selected experts,
+/// or the softmax over their logits; normalised; scaled) and margin [n] (may be null): how far the
+/// last selected expert is ahead of the best one left out, in logit units (nats) for softmax
+/// gatings without a score bias or groups, else in units of the biased scores. Experts of groups
+/// left out do not count as left out for the margin.
+struct RouteArgs {
+    float* logits = nullptr;            ///< [n, n_expert]; cpu::route uses them as scratch, router_top_k writes them
+    const float* logit_bias = nullptr;  ///< [n_expert] ffn_gate_inp.bias, added to the logits (gpt-oss); may be null
+    const float* score_bias = nullptr;  ///< [n_expert] ffn_exp_probs_b (gating.score_bias): added to the scores to select
+    int64_t n = 0;                      ///< tokens
+    int64_t n_expert = 0;
+    int k = 0;                          ///< n_expert_used
+    GatingSpec gating;
+    int32_t* ids = nullptr;             ///< [n, k]
+    float* weights = nullptr;           ///< [n, k]
+    float* margin = nullptr;            ///< [n], or null
 };
+
+/// llama.cpp clamps the sum of the selected weights from below before normalising by it.
+inline constexpr float kMinWeightsSum = 6.103515625e-5f;
+/// Expert groups a router kernel handles (a lane each in the CUDA router's warp).
+inline constexpr int kMaxExpertGroups = 32;
+
+/// Why a router of n_expert experts with k used cannot run `g` (empty: it can): groups that do not
+/// divide the experts, fewer than 2 experts a group (a group scores the sum of its best two), too
+/// few experts in the kept groups for k.
+inline std::string gating_problem(const GatingSpec& g, int64_t n_expert, int k) {
+    if (g.weights_from_logits && (g.score != GatingSpec::Score::Softmax || g.score_bias || g.n_group > 1))
+        return "weights from the logits (softmax over the selected) go with plain softmax selection only";
+    if (g.n_group < 1 || g.topk_group < 1 || g.topk_group > g.n_group) return "expert_group_used_count must be in [1, expert_group_count]";
+    if (g.n_group > 1) {
+        if (g.n_group > kMaxExpertGroups) return "at most 32 expert groups are supported";
+        if (n_expert % g.n_group != 0) return "expert_group_count must divide expert_count";
+        if (n_expert / g.n_group < 2) return "every expert group needs at least 2 experts (a group scores its best two)";
+        if (static_cast<int64_t>(g.topk_group) * (n_expert / g.n_group) < k)
+            return "the kept expert groups hold fewer experts than expert_used_count";
+    }
+    if (!(g.weights_scale > 0.0f)) return "expert_weights_scale must be > 0";
+    return {};
+}
 
 /// Activation of the expert FFN.
 enum class FfnAct {

@@ -54,13 +54,10 @@ ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t
     s.attn_sinks = cfg.attn_sinks;
     s.expert_bias = cfg.expert_bias;
     s.gating = cfg.gating;
-    const GatingSpec& g = cfg.gating;
-    const bool plain = g.score == GatingSpec::Score::Softmax && !g.score_bias && g.n_group <= 1 && g.weights_scale == 1.0f;
-    if (plain && g.weights_from_logits && !g.norm_weights) s.moe_gating = MoeGating::SoftmaxSelected;
-    else if (plain && !g.weights_from_logits && g.norm_weights) s.moe_gating = MoeGating::SoftmaxAll;
-    else fail("{}: this build's router kernels implement softmax gating only (the model's is {} scores{}{})", hp.arch,
-              g.score == GatingSpec::Score::Sigmoid ? "sigmoid" : "softmax", g.score_bias ? " with a score bias" : "",
-              g.n_group > 1 ? ", expert groups" : "");
+    if (const std::string why = gating_problem(cfg.gating, hp.n_expert, static_cast<int>(hp.n_expert_used)); hp.n_expert > 0 && !why.empty())
+        fail("{}: the router of this model cannot run: {} (expert_count {}, expert_used_count {}, expert_group_count {}, "
+             "expert_group_used_count {})",
+             hp.arch, why, hp.n_expert, hp.n_expert_used, cfg.gating.n_group, cfg.gating.topk_group);
     s.act = cfg.act;
     s.attn_gate = cfg.attn_output_gate;
     s.shared_expert = cfg.shared_expert_gated;

@@ -68,9 +68,6 @@ struct ModelSpec {
     /// True when some layer is a DeltaNet layer (the executor holds a recurrent state per sequence).
     bool has_recurrent() const { return ssm.n_v_heads > 0; }
     GatingSpec gating;     ///< the router (ops/moe.h)
-    /// The gating as the kernels of this build name it (make_model_spec refuses a gating they
-    /// do not implement).
-    MoeGating moe_gating = MoeGating::SoftmaxAll;
     FfnAct act = FfnAct::Swiglu;
     /// gpt-oss clamped SwiGLU constants (ggml_swiglu_oai): alpha, limit.
     float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;

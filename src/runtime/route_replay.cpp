@@ -115,6 +115,13 @@ void RouteReplay::init(const Trace& t, const Model& model) {
         fail("replay trace {}: routing of {} layers x {} experts, top-{}, but {} has {} layers x {} experts, top-{}", name_,
              h.n_layer, h.n_expert, h.n_expert_used, model.path(), hp.n_layer, hp.n_expert, hp.n_expert_used);
     if (t.size() == 0) fail("replay trace {}: no records", name_);
+    // The replay writes router logits that make a softmax router choose the trace's experts; a
+    // sigmoid router with a score bias or expert groups would choose by other values.
+    const GatingSpec g = model.arch().config(hp).gating;
+    if (g.score != GatingSpec::Score::Softmax || g.score_bias || g.n_group > 1)
+        fail("replay trace {}: route replay drives softmax routers; {} routes by {} scores{}{}, which it cannot replay", name_,
+             hp.arch, g.score == GatingSpec::Score::Sigmoid ? "sigmoid" : "softmax", g.score_bias ? " with a score bias" : "",
+             g.n_group > 1 ? " in expert groups" : "");
     n_layer_ = static_cast<int>(h.n_layer);
     n_expert_ = static_cast<int>(h.n_expert);
     k_ = static_cast<int>(h.n_expert_used);

@@ -298,8 +298,18 @@ void Session::route(int il, const ChunkArgs& c) {
     s.sel.resize(static_cast<size_t>(n * K));
     s.sel_w.resize(static_cast<size_t>(n * K));
     s.margin.resize(static_cast<size_t>(n));
-    cpu::route(s.router.data(), f32(L[T::ffn_gate_inp_bias]), n, X, static_cast<int>(K), spec_.moe_gating, s.sel.data(), s.sel_w.data(),
-               s.margin.data());
+    RouteArgs ra;
+    ra.logits = s.router.data();
+    ra.logit_bias = f32(L[T::ffn_gate_inp_bias]);
+    ra.score_bias = f32(L[T::ffn_exp_probs_b]);
+    ra.n = n;
+    ra.n_expert = X;
+    ra.k = static_cast<int>(K);
+    ra.gating = spec_.gating;
+    ra.ids = s.sel.data();
+    ra.weights = s.sel_w.data();
+    ra.margin = s.margin.data();
+    cpu::route(ra);
     if (has_route_callback())
         for (int64_t i = 0; i < n; ++i)
             route_event(RouteEvent{c.pos_of(i), il, c.prefill_of(i),

@@ -17,6 +17,7 @@
 //     arithmetic (cpu::matmul, ref_moe on rounded inputs): 2e-5 / 1e-4 as above, where the
 //     unrounded products are ~7e-3 away (the discriminating bound).
 #include "cpu/matmul.h"
+#include "cpu/moe.h"
 #include "cpu/ops.h"
 #include "core/fp16.h"
 #include "core/error.h"
@@ -982,37 +983,75 @@ TEST(CudaAttentionDecodeKnob, EnvironmentAndOverride) {
     EXPECT_FALSE(attn_decode_flash());  // the default: the per-query kernel
 }
 
+namespace {
+
+/// The gatings of every architecture: gpt-oss, qwen3moe, GLM-4.5 (sigmoid, score bias, normalised,
+/// scaled) and DeepSeek-V3 (the same in 8 groups of which 4 are kept; 4 of 2 for fewer experts).
+struct RouterCase {
+    const char* name;
+    GatingSpec g;
+    bool logit_bias;
+};
+std::vector<RouterCase> router_cases(int64_t X) {
+    GatingSpec sig;
+    sig.score = GatingSpec::Score::Sigmoid;
+    sig.score_bias = true;
+    sig.norm_weights = true;
+    sig.weights_scale = 2.5f;
+    GatingSpec grouped = sig;
+    grouped.n_group = X >= 256 ? 8 : 4;
+    grouped.topk_group = X >= 256 ? 4 : 2;
+    GatingSpec plain_sigmoid;  // no bias, no groups, not normalised (margins in score units)
+    plain_sigmoid.score = GatingSpec::Score::Sigmoid;
+    return {{"gpt-oss", GatingSpec::softmax_selected(), true},
+            {"qwen3moe", GatingSpec::softmax_all_normalized(), false},
+            {"glm4moe", sig, false},
+            {"deepseek-v3", grouped, false},
+            {"sigmoid", plain_sigmoid, false}};
+}
+
+}  // namespace
+
 TEST_F(CudaOps, FusedDecodeRouterEqualsMatmulThenTopKBitForBit) {
     // router_top_k: the router product and the top-k in one launch (the last block routes). Its
-    // logits, ids, weights and margins must be exactly those of matmul then top_k_route (which
-    // RouterMatchesCpuTopK checks against the CPU), at every lane count of the top-k, with and
-    // without a router bias; a second launch proves the block counter went back to 0.
-    for (bool softmax_all : {false, true})
-        for (auto [X, K, E] : {std::tuple<int, int, int>{32, 4, 2880}, {128, 8, 2048}, {512, 10, 2048}, {60, 4, 512}}) {
-            SCOPED_TRACE("X=" + std::to_string(X) + " K=" + std::to_string(K) + " softmax_all=" + std::to_string(softmax_all));
+    // logits, ids, weights and margins must be exactly those of matmul then route (which
+    // RouterMatchesCpuRoute checks against the CPU), at every lane count of the top-k and every
+    // gating; a second launch proves the block counter went back to 0.
+    for (auto [X, K, E] : {std::tuple<int, int, int>{32, 4, 2880}, {128, 8, 2048}, {512, 10, 2048}, {64, 4, 512}, {256, 8, 1024}})
+        for (const RouterCase& rc : router_cases(X)) {
+            SCOPED_TRACE("X=" + std::to_string(X) + " K=" + std::to_string(K) + " gating " + rc.name);
             const HostWeight hw = make_weight(GgmlType::F32, E, X, 0.5f);
             const DWeight dw = dev_weight(*ctx, hw);
             float* x = to_dev(*ctx, randn(static_cast<size_t>(E)));
-            float* db = softmax_all ? nullptr : to_dev(*ctx, randn(static_cast<size_t>(X), 0.1f));
+            float* db = rc.logit_bias ? to_dev(*ctx, randn(static_cast<size_t>(X), 0.1f)) : nullptr;
+            float* dsb = rc.g.score_bias ? to_dev(*ctx, randn(static_cast<size_t>(X), 0.05f)) : nullptr;
             uint32_t* counter = ctx->alloc_n<uint32_t>(1, "counter");
             NITRO_CUDA_CHECK(cudaMemset(counter, 0, 4));
             struct Out { std::vector<float> lg, w, mg; std::vector<int32_t> ids; };
             auto run = [&](bool fused) {
-                float* lg = ctx->alloc_n<float>(static_cast<size_t>(X), "logits");
-                int32_t* ids = ctx->alloc_n<int32_t>(static_cast<size_t>(K), "ids");
-                float* w = ctx->alloc_n<float>(static_cast<size_t>(K), "w");
-                float* mg = ctx->alloc_n<float>(1, "margin");
-                poison(lg, static_cast<size_t>(X));
-                poison(ids, static_cast<size_t>(K));
+                RouteArgs a;
+                a.logits = ctx->alloc_n<float>(static_cast<size_t>(X), "logits");
+                a.logit_bias = db;
+                a.score_bias = dsb;
+                a.n = 1;
+                a.n_expert = X;
+                a.k = K;
+                a.gating = rc.g;
+                a.ids = ctx->alloc_n<int32_t>(static_cast<size_t>(K), "ids");
+                a.weights = ctx->alloc_n<float>(static_cast<size_t>(K), "w");
+                a.margin = ctx->alloc_n<float>(1, "margin");
+                poison(a.logits, static_cast<size_t>(X));
+                poison(a.ids, static_cast<size_t>(K));
                 if (fused) {
-                    EXPECT_TRUE(router_top_k(ctx->compute(), dw, x, lg, db, K, softmax_all, ids, w, mg, nullptr, counter));
+                    EXPECT_TRUE(router_top_k(ctx->compute(), dw, x, a, nullptr, counter));
                 } else {
-                    matmul(ctx->compute(), dw, x, 1, E, lg, X, nullptr, false, nullptr);
-                    top_k_route(ctx->compute(), lg, db, 1, X, K, softmax_all, ids, w, mg, nullptr);
+                    matmul(ctx->compute(), dw, x, 1, E, a.logits, X, nullptr, false, nullptr);
+                    cuda::route(ctx->compute(), a, nullptr);
                 }
-                Out o{to_host(lg, static_cast<size_t>(X)), to_host(w, static_cast<size_t>(K)), to_host(mg, 1),
-                      to_host(ids, static_cast<size_t>(K))};
-                for (void* p : {static_cast<void*>(lg), static_cast<void*>(ids), static_cast<void*>(w), static_cast<void*>(mg)})
+                Out o{to_host(a.logits, static_cast<size_t>(X)), to_host(a.weights, static_cast<size_t>(K)), to_host(a.margin, 1),
+                      to_host(a.ids, static_cast<size_t>(K))};
+                for (void* p : {static_cast<void*>(a.logits), static_cast<void*>(a.ids), static_cast<void*>(a.weights),
+                                static_cast<void*>(a.margin)})
                     ctx->alloc().free(p);
                 return o;
             };
@@ -1024,65 +1063,72 @@ TEST_F(CudaOps, FusedDecodeRouterEqualsMatmulThenTopKBitForBit) {
                 EXPECT_EQ(std::memcmp(o->mg.data(), ref.mg.data(), 4), 0) << "margin";
             }
             EXPECT_EQ(to_host(counter, 1)[0], 0u);
-            for (void* p : {static_cast<void*>(x), static_cast<void*>(db), static_cast<void*>(counter),
+            for (void* p : {static_cast<void*>(x), static_cast<void*>(db), static_cast<void*>(dsb), static_cast<void*>(counter),
                             static_cast<void*>(const_cast<uint8_t*>(dw.data))})
                 if (p) ctx->alloc().free(p);
         }
     // Not this path: a quantized router, or more rows than a launch of blocks per row takes.
     const HostWeight q = make_weight(GgmlType::Q8_0, 512, 64);
     const DWeight dq = dev_weight(*ctx, q);
-    EXPECT_FALSE(router_top_k(ctx->compute(), dq, nullptr, nullptr, nullptr, 4, false, nullptr, nullptr, nullptr, nullptr,
-                              reinterpret_cast<uint32_t*>(1)));
+    RouteArgs none;
+    none.n = 1;
+    none.n_expert = 64;
+    none.k = 4;
+    EXPECT_FALSE(router_top_k(ctx->compute(), dq, nullptr, none, nullptr, reinterpret_cast<uint32_t*>(1)));
     ctx->alloc().free(const_cast<uint8_t*>(dq.data));
 }
 
-TEST_F(CudaOps, RouterMatchesCpuTopK) {
-    for (bool softmax_all : {false, true})
-        for (auto [X, K] : {std::pair<int, int>{32, 4}, {128, 8}, {16, 4}, {64, 6}, {256, 8}, {512, 10}}) {
+TEST_F(CudaOps, RouterMatchesCpuRoute) {
+    // cuda::route against the engine's own CPU op with the same RouteArgs, for every gating: the same
+    // experts in the same order, weights and margins within float rounding of the exponentials.
+    for (auto [X, K] : {std::pair<int, int>{32, 4}, {128, 8}, {16, 4}, {64, 6}, {256, 8}, {512, 10}})
+        for (const RouterCase& rc : router_cases(X)) {
+            SCOPED_TRACE("X=" + std::to_string(X) + " K=" + std::to_string(K) + " gating " + rc.name);
             const int64_t n = 37;
             auto lg = randn(static_cast<size_t>(n * X));
             auto bias = randn(static_cast<size_t>(X), 0.1f);
+            auto score_bias = randn(static_cast<size_t>(X), 0.05f);
             // a forced tie: expert 3 and 5 equal and largest for token 0
             lg[3] = lg[5] = 10.f;
             bias[5] = bias[3];  // still a tie after the gpt-oss router bias
-            float* dl = to_dev(*ctx, lg);
-            float* db = to_dev(*ctx, bias);
-            int32_t* ids = ctx->alloc_n<int32_t>(static_cast<size_t>(n * K), "ids");
-            float* w = ctx->alloc_n<float>(static_cast<size_t>(n * K), "w");
-            float* mg = ctx->alloc_n<float>(static_cast<size_t>(n), "margins");
-            poison(ids, static_cast<size_t>(n * K));
-            poison(w, static_cast<size_t>(n * K));
-            top_k_route(ctx->compute(), dl, softmax_all ? nullptr : db, n, X, K, softmax_all, ids, w, mg, nullptr);
-            auto gi = to_host(ids, static_cast<size_t>(n * K));
-            auto gw = to_host(w, static_cast<size_t>(n * K));
-            auto gm = to_host(mg, static_cast<size_t>(n));
-            std::vector<float> rw, rm;
-            for (int64_t t = 0; t < n; ++t) {
-                std::vector<float> l(lg.begin() + t * X, lg.begin() + (t + 1) * X);
-                if (!softmax_all) for (int e = 0; e < X; ++e) l[e] += bias[e];
-                std::vector<int32_t> sel(K);
-                std::vector<float> ww(K);
-                if (!softmax_all) {
-                    cpu::top_k(l.data(), X, K, sel.data());
-                    rm.push_back(cpu::top_k_margin(l.data(), X, K, sel.data()));
-                    for (int j = 0; j < K; ++j) ww[j] = l[sel[j]];
-                    cpu::softmax(ww.data(), K);
-                } else {
-                    cpu::softmax(l.data(), X);
-                    cpu::top_k(l.data(), X, K, sel.data());
-                    const float pm = cpu::top_k_margin(l.data(), X, K, sel.data());
-                    rm.push_back(std::log(l[sel[K - 1]]) - std::log(l[sel[K - 1]] - pm));
-                    float s = 0;
-                    for (int j = 0; j < K; ++j) s += (ww[j] = l[sel[j]]);
-                    for (int j = 0; j < K; ++j) ww[j] /= s;
-                }
-                for (int j = 0; j < K; ++j) ASSERT_EQ(gi[t * K + j], sel[j]) << "token " << t << " rank " << j;
-                rw.insert(rw.end(), ww.begin(), ww.end());
-            }
+            score_bias[5] = score_bias[3];
+            RouteArgs a;
+            a.logits = to_dev(*ctx, lg);
+            a.logit_bias = rc.logit_bias ? to_dev(*ctx, bias) : nullptr;
+            a.score_bias = rc.g.score_bias ? to_dev(*ctx, score_bias) : nullptr;
+            a.n = n;
+            a.n_expert = X;
+            a.k = K;
+            a.gating = rc.g;
+            a.ids = ctx->alloc_n<int32_t>(static_cast<size_t>(n * K), "ids");
+            a.weights = ctx->alloc_n<float>(static_cast<size_t>(n * K), "w");
+            a.margin = ctx->alloc_n<float>(static_cast<size_t>(n), "margins");
+            poison(a.ids, static_cast<size_t>(n * K));
+            poison(a.weights, static_cast<size_t>(n * K));
+            cuda::route(ctx->compute(), a, nullptr);
+            auto gi = to_host(a.ids, static_cast<size_t>(n * K));
+            auto gw = to_host(a.weights, static_cast<size_t>(n * K));
+            auto gm = to_host(a.margin, static_cast<size_t>(n));
+            std::vector<int32_t> ri(static_cast<size_t>(n * K));
+            std::vector<float> rw(static_cast<size_t>(n * K)), rm(static_cast<size_t>(n));
+            RouteArgs c = a;
+            c.logits = lg.data();
+            c.logit_bias = rc.logit_bias ? bias.data() : nullptr;
+            c.score_bias = rc.g.score_bias ? score_bias.data() : nullptr;
+            c.ids = ri.data();
+            c.weights = rw.data();
+            c.margin = rm.data();
+            cpu::route(c);
+            for (int64_t t = 0; t < n; ++t)
+                for (int j = 0; j < K; ++j) ASSERT_EQ(gi[t * K + j], ri[t * K + j]) << "token " << t << " rank " << j;
             EXPECT_EQ(gi[0], 3) << "ties go to the lower id";
             EXPECT_LT(nerr(gw, rw), 1e-5);
-            for (int64_t t = 0; t < n; ++t)  // the router margin, as cpu::route computes it
+            for (int64_t t = 0; t < n; ++t)
                 EXPECT_NEAR(gm[t], rm[t], 1e-4f * std::max(1.0f, std::abs(rm[t]))) << "token " << t;
+            for (const void* p : {static_cast<const void*>(a.logits), static_cast<const void*>(a.logit_bias),
+                                  static_cast<const void*>(a.score_bias), static_cast<const void*>(a.ids),
+                                  static_cast<const void*>(a.weights), static_cast<const void*>(a.margin)})
+                if (p) ctx->alloc().free(const_cast<void*>(p));
         }
 }
 
@@ -1102,7 +1148,15 @@ TEST_F(CudaOps, RouterWritesPinnedHostOutputsAndReadyFlag) {
     ho.w = reinterpret_cast<float*>(static_cast<uint8_t*>(dev) + K * 4);
     ho.ready = reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(dev) + K * 8);
     ho.step = dstep;
-    top_k_route(ctx->compute(), dl, nullptr, 1, X, K, false, ids, w, nullptr, &ho);
+    RouteArgs a;
+    a.logits = dl;
+    a.n = 1;
+    a.n_expert = X;
+    a.k = K;
+    a.gating = GatingSpec::softmax_selected();
+    a.ids = ids;
+    a.weights = w;
+    cuda::route(ctx->compute(), a, &ho);
     // poll the flag as a CPU worker would: no stream synchronisation
     volatile uint32_t* ready = reinterpret_cast<volatile uint32_t*>(host + K * 8);
     for (int spin = 0; spin < 100000000 && *ready != 77; ++spin) {
