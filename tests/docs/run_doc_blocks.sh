@@ -93,7 +93,7 @@ start_server() {
            || echo $((20000 + RANDOM % 20000)))
     "$nitro" serve --host 127.0.0.1 --port "$port" -t 2 > "$work/server.log" 2>&1 &
     server_pid=$!
-    for _ in $(seq 1 300); do
+    for _ in $(seq 1 600); do
         curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && return 0
         kill -0 "$server_pid" 2>/dev/null || break
         sleep 0.1
