@@ -48,6 +48,7 @@ ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t
     s.rope.ext_factor = hp.rope_scaling == "yarn" ? 1.0f : 0.0f;
     s.rope.beta_fast = static_cast<float>(hp.rope_yarn_beta_fast);
     s.rope.beta_slow = static_cast<float>(hp.rope_yarn_beta_slow);
+    if (s.rope.ext_factor != 0.0f) set_yarn_corr_dims(s.rope, cfg.rope_yarn_truncate);
 
     s.attn_bias = cfg.attn_bias;
     s.qk_norm = cfg.qk_norm;
