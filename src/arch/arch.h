@@ -195,6 +195,9 @@ struct ArchConfig {
     /// section takes the token's position, so it rotates as NEOX as long as no rotated pair falls to
     /// the fourth (vision) section (checked at load).
     bool rope_imrope = false;
+    /// YaRN's correction range rounded to whole rotated pairs (ggml always; transformers unless the
+    /// config says truncate false, as gpt-oss's does): ops/rope.h set_yarn_corr_dims.
+    bool rope_yarn_truncate = true;
     std::vector<LayerShape> layers;  ///< the layer plan, [n_layer]
 
     bool recurrent() const;   ///< some layer is a Gated DeltaNet layer

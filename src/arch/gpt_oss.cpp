@@ -57,6 +57,7 @@ ArchConfig gptoss_config(const ModelHparams& hp) {
     c.attn_sinks = true;
     c.expert_bias = true;
     c.gating = GatingSpec::softmax_selected();
+    c.rope_yarn_truncate = false;  // config.json rope_scaling.truncate: false (transformers, OpenAI gpt_oss/torch)
     c.act = FfnAct::SwigluOai;
     const int64_t period = hp.sliding_window > 0 ? (hp.swa_period > 0 ? hp.swa_period : 2) : 0;
     for (int64_t il = 0; il < hp.n_layer; ++il) {

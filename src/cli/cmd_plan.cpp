@@ -1,6 +1,7 @@
 // nitro plan [-m MODEL] --vram-budget GiB [-c CTX] [-u UBATCH] [placement flags] [--json]
 // nitro plan --synth [ARCH:]PRESET[:TYPE] --vram-budget GiB ...   (a preset's shape, no file needed)
 // Prints where every tensor and expert would live, without a GPU (runtime/placement.h).
+#include "arch/arch.h"
 #include "arch/summary.h"
 #include "arch/synth.h"
 #include "cli/commands.h"
@@ -32,9 +33,40 @@ struct PlanCli {
     EngineCli engine;
     double dram_gbps = 50.0;
     double runtime_mib = 700;
-    bool json = false, layers = false;
+    bool json = false, layers = false, ctx_ladder = false;
     LlamaCompat compat;
 };
+
+/// The context ladder of issue 46 (4K to 256K, and the model's own limit): what each context costs
+/// in VRAM and how many expert slots it leaves, for the same budget and options.
+struct LadderStep {
+    int64_t n_ctx = 0;
+    bool fits = false;
+    Plan plan;
+    std::string why;  ///< the plan's error when it does not fit
+};
+
+std::vector<LadderStep> context_ladder(const ModelLayout& layout, int64_t max_ctx, const PlacementOptions& po) {
+    std::vector<int64_t> steps;
+    for (int64_t c : {4096, 16384, 32768, 65536, 131072, 262144})
+        if (c < max_ctx) steps.push_back(c);
+    steps.push_back(max_ctx);
+    std::vector<LadderStep> out;
+    for (int64_t c : steps) {
+        LadderStep st;
+        st.n_ctx = c;
+        ModelLayout l = layout;
+        set_context(l.spec, c);
+        try {
+            st.plan = plan_placement(l, po);
+            st.fits = true;
+        } catch (const Error& e) {
+            st.why = e.what();
+        }
+        out.push_back(std::move(st));
+    }
+    return out;
+}
 
 /// "[ARCH:]PRESET[:TYPE]" -> a layout: "gpt-oss-120b", "gpt-oss:gpt-oss-120b:q4_k", "qwen3moe:tiny".
 ModelLayout synth_from_arg(const std::string& arg, const SessionOptions& so) {
@@ -45,8 +77,7 @@ ModelLayout synth_from_arg(const std::string& arg, const SessionOptions& so) {
         if (c == std::string::npos) break;
         start = c + 1;
     }
-    const std::string archs[] = {"gpt-oss", "qwen3moe", "qwen3next", "qwen35moe"};
-    const bool with_arch = parts.size() >= 2 && std::find(std::begin(archs), std::end(archs), parts[0]) != std::end(archs);
+    const bool with_arch = parts.size() >= 2 && find_arch(parts[0]) != nullptr;
     if (parts.size() > 3 || (parts.size() == 3 && !with_arch))
         fail("--synth '{}': expected [ARCH:]PRESET[:TYPE], e.g. gpt-oss-120b or gpt-oss:gpt-oss-120b:mxfp4", arg);
     const auto [arch, preset] = synth_arch_preset(with_arch ? parts[0] + ":" + parts[1] : parts[0], "--synth");
@@ -60,22 +91,71 @@ ModelLayout synth_from_arg(const std::string& arg, const SessionOptions& so) {
     return synth_layout(arch, preset, t, so);
 }
 
+int print_ladder(const ModelLayout& layout, const std::vector<LadderStep>& ladder, bool json) {
+    if (json) {
+        nlohmann::json j = nlohmann::json::array();
+        for (const LadderStep& st : ladder) {
+            nlohmann::json e{{"n_ctx", st.n_ctx}, {"fits", st.fits}};
+            if (st.fits) {
+                e["kv_bytes"] = st.plan.kv_bytes;
+                e["compute_bytes"] = st.plan.compute_bytes;
+                e["n_resident"] = st.plan.n_resident();
+                e["n_experts"] = st.plan.n_experts();
+                e["slots_bytes"] = st.plan.slots_bytes;
+                e["mode"] = st.plan.mode();
+            } else {
+                e["error"] = st.why;
+            }
+            j.push_back(e);
+        }
+        std::puts(nlohmann::json{{"model", layout.description}, {"ladder", j}}.dump(1).c_str());
+        return 0;
+    }
+    std::printf("context ladder of %s (K/V F16; the same budget, -u and --parallel at every step)\n", layout.description.c_str());
+    std::printf("  %9s  %10s  %10s  %22s  %s\n", "-c", "KV cache", "buffers", "expert slots", "mode");
+    for (const LadderStep& st : ladder) {
+        if (!st.fits) {
+            std::printf("  %9lld  does not fit: %s\n", static_cast<long long>(st.n_ctx), st.why.c_str());
+            continue;
+        }
+        const Plan& p = st.plan;
+        const std::string slots = fmt::format("{} of {} ({:.1f}%)", p.n_resident(), p.n_experts(),
+                                              100.0 * static_cast<double>(p.n_resident()) / std::max<int64_t>(1, p.n_experts()));
+        std::printf("  %9lld  %6.0f MiB  %6.0f MiB  %22s  %s\n", static_cast<long long>(st.n_ctx), p.kv_bytes / kMiB,
+                    p.compute_bytes / kMiB, slots.c_str(), p.mode().c_str());
+    }
+    return 0;
+}
+
 int run_plan(const PlanCli& o) {
     if (!o.model.empty() && !o.synth.empty())
         fail("nitro plan: give a model (-m FILE or -hf REPO) or a preset (--synth [ARCH:]PRESET[:TYPE]), not both");
     std::unique_ptr<Model> model;
     ModelLayout layout;
+    // The layout at the model's own context limit (the training context), for the ladder and to
+    // say when -c is past it.
+    SessionOptions widest = o.session;
+    widest.n_ctx = int64_t{1} << 40;
+    ModelLayout at_limit;
     if (o.synth.empty()) {
         model = std::make_unique<Model>(o.model.empty() ? default_model_path() : o.model);  // the embedded model, as nitro run
         layout = model_layout(*model, make_model_spec(*model, o.session));
+        at_limit = model_layout(*model, make_model_spec(*model, widest));
     } else {
         layout = synth_from_arg(o.synth, o.session);
+        at_limit = synth_from_arg(o.synth, widest);
     }
+    // A model without a training context in its file: the ladder stops at 256K.
+    const int64_t max_ctx = at_limit.spec.n_ctx < (int64_t{1} << 40) ? at_limit.spec.n_ctx : 262144;
+    if (layout.spec.n_ctx < o.session.n_ctx)
+        std::fprintf(stderr, "note: -c %lld is past the model's training context; planned at -c %lld (its context_length)\n",
+                     static_cast<long long>(o.session.n_ctx), static_cast<long long>(layout.spec.n_ctx));
     const ModelSpec& sp = layout.spec;
     HotSet hot;
     if (!o.engine.gpu.hot_set.empty()) hot = read_hot_set(o.engine.gpu.hot_set, sp.n_layer, sp.n_expert);
     const PlacementOptions po = placement_options(o.engine.gpu, o.engine.gpu.vram_budget_gib, static_cast<uint64_t>(o.runtime_mib * kMiB),
                                                   o.engine.gpu.hot_set.empty() ? nullptr : &hot);
+    if (o.ctx_ladder) return print_ladder(layout, context_ladder(layout, max_ctx, po), o.json);
     const Plan p = plan_placement(layout, po);
 
     // CALCULATED decode floor of the CPU side: its expert bytes per token over the DRAM bandwidth.
@@ -172,6 +252,9 @@ Action add_plan(CLI::App& app) {
         ->check(number_in(0.0, 1.0e7));
     sub->add_flag("--layers", o->layers, "List the resident expert ids of every layer");
     sub->add_flag("--json", o->json, "Print the plan as JSON");
+    sub->add_flag("--ctx-ladder", o->ctx_ladder,
+                  "For contexts of 4K, 16K, 32K, 64K, 128K, 256K and the model's limit: the K/V cache, buffers and the expert "
+                  "slots left at this budget (or why a context does not fit)");
     return [o]() {
         if (!o->hf.empty() && !o->synth.empty()) fail("nitro plan: -hf and --synth name two models: give one of them");
         resolve_hf_model(o->hf, o->model);

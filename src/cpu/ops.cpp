@@ -24,11 +24,6 @@ void add(float* x, const float* b, int64_t n) {
 
 namespace {
 
-float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
-    return static_cast<float>(n_dims) * std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2.0f * 3.14159265358979323846f)) /
-           (2.0f * std::log(base));
-}
-
 float yarn_ramp(float low, float high, int i0) {
     const float y = (static_cast<float>(i0 / 2) - low) / std::max(0.001f, high - low);
     return 1.0f - std::min(1.0f, std::max(0.0f, y));
@@ -38,20 +33,13 @@ float yarn_ramp(float low, float high, int i0) {
 
 void rope_cache(const RopeParams& p, int64_t pos, float* cache) {
     const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
-    float corr[2] = {0.f, 0.f};
-    if (p.ext_factor != 0.0f) {
-        const float start = std::floor(yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base));
-        const float end = std::ceil(yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base));
-        corr[0] = std::max(0.0f, start);
-        corr[1] = std::min(static_cast<float>(p.n_rot - 1), end);
-    }
     float theta_extrap = static_cast<float>(pos);
     for (int i0 = 0; i0 < p.n_rot; i0 += 2) {
         const float theta_interp = p.freq_scale * theta_extrap;
         float theta = theta_interp;
         float mscale = p.attn_factor;
         if (p.ext_factor != 0.0f) {
-            const float ramp_mix = yarn_ramp(corr[0], corr[1], i0) * p.ext_factor;
+            const float ramp_mix = yarn_ramp(p.corr_low, p.corr_high, i0) * p.ext_factor;
             theta = theta_interp * (1 - ramp_mix) + theta_extrap * ramp_mix;
             mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
         }

@@ -274,11 +274,6 @@ __global__ void qk_rope_kv_kernel(float* __restrict__ q, float* __restrict__ k, 
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) kc[i] = __float2half_rn(x[i]);
 }
 
-float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
-    return static_cast<float>(n_dims) * std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2.0f * 3.14159265358979323846f)) /
-           (2.0f * std::log(base));
-}
-
 __global__ void kv_store_kernel(const float* __restrict__ src, int64_t n_tok, int64_t dim, __half* __restrict__ cache,
                                 int64_t capacity, const int32_t* __restrict__ pos0) {
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -300,10 +295,8 @@ RopeDev rope_dev(const RopeParams& p) {
     d.ext_factor = p.ext_factor;
     d.mscale = p.attn_factor;
     if (p.ext_factor != 0.0f) {
-        const float start = std::floor(yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_fast, p.freq_base));
-        const float end = std::ceil(yarn_corr_dim(p.n_rot, p.n_ctx_orig, p.beta_slow, p.freq_base));
-        d.corr0 = std::max(0.0f, start);
-        d.corr1 = std::min(static_cast<float>(p.n_rot - 1), end);
+        d.corr0 = p.corr_low;
+        d.corr1 = p.corr_high;
         d.mscale = p.attn_factor * (1.0f + 0.1f * std::log(1.0f / p.freq_scale));
     }
     return d;

@@ -48,6 +48,7 @@ ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t
     s.rope.ext_factor = hp.rope_scaling == "yarn" ? 1.0f : 0.0f;
     s.rope.beta_fast = static_cast<float>(hp.rope_yarn_beta_fast);
     s.rope.beta_slow = static_cast<float>(hp.rope_yarn_beta_slow);
+    if (s.rope.ext_factor != 0.0f) set_yarn_corr_dims(s.rope, cfg.rope_yarn_truncate);
 
     s.attn_bias = cfg.attn_bias;
     s.qk_norm = cfg.qk_norm;
@@ -79,13 +80,18 @@ ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t
         ls.ffn = shape.ffn;
         ls.n_expert = shape.ffn == FfnKind::Moe ? hp.n_expert : 0;
         ls.window = shape.swa ? hp.sliding_window : 0;
-        ls.kv_capacity = ls.kind == LayerKind::DeltaNet ? 0
-                         : ls.window > 0                ? std::min(s.n_ctx, ls.window + s.n_ubatch - 1)
-                                                        : s.n_ctx;
         if (ls.ffn == FfnKind::Dense) s.n_ff = hp.n_ff;
         s.layers.push_back(ls);
     }
+    set_context(s, s.n_ctx);
     return s;
+}
+
+void set_context(ModelSpec& s, int64_t n_ctx) {
+    s.n_ctx = n_ctx;
+    s.n_ubatch = std::min(s.n_ubatch, n_ctx);
+    for (LayerSpec& ls : s.layers)
+        ls.kv_capacity = ls.kind == LayerKind::DeltaNet ? 0 : ls.window > 0 ? std::min(n_ctx, ls.window + s.n_ubatch - 1) : n_ctx;
 }
 
 void check_eval(const ModelSpec& spec, int64_t n_past, std::span<const int32_t> tokens) {

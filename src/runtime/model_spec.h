@@ -89,6 +89,12 @@ ModelSpec make_model_spec(const ModelHparams& hp, const ArchConfig& cfg, int64_t
 
 /// The checks every engine makes before evaluating `tokens` at positions n_past..: at least one
 /// token, every id in [0, n_vocab), n_past + n <= n_ctx. Throws nitro::Error with both numbers.
+/// Sets spec's context to n_ctx tokens (capped at nothing: the caller caps it at the training
+/// context where it should) and every layer's K/V capacity from it: n_ctx, or window + n_ubatch - 1
+/// for sliding-window layers, 0 for DeltaNet layers; n_ubatch is capped at n_ctx. The one place that
+/// rule is written (make_model_spec, the plan's context ladder).
+void set_context(ModelSpec& spec, int64_t n_ctx);
+
 void check_eval(const ModelSpec& spec, int64_t n_past, std::span<const int32_t> tokens);
 
 }  // namespace nitro

@@ -278,6 +278,49 @@ ModelLayout synth_layout(const std::string& arch_name, const std::string& preset
     return l;
 }
 
+uint64_t kv_cache_bytes(const ModelSpec& spec) {
+    // K/V: F16 keys and values at each layer's capacity, plus the slot tables.
+    // Every part is one arena on the GPU (DeviceAllocator::begin_arena): pieces 256-byte aligned,
+    // the whole rounded once to the driver's pages.
+    const auto align = [](uint64_t b) { return (std::max<uint64_t>(b, 1) + 255) / 256 * 256; };
+    // Every sequence (--parallel) has its own K/V region and recurrent state.
+    uint64_t kv = 0;  // K, V and the slot table of every layer
+    const uint64_t n_seq = static_cast<uint64_t>(std::max<int64_t>(1, spec.n_seq));
+    for (const LayerSpec& L : spec.layers) {
+        kv += align(n_seq * static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_k()) * 2) +
+              align(n_seq * static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_v()) * 2) +
+              align(static_cast<uint64_t>(spec.n_expert) * 4);
+        if (L.kind == LayerKind::DeltaNet)  // its recurrent state (F32 conv and delta-rule state) instead
+            kv += align(n_seq * static_cast<uint64_t>(spec.ssm.conv_state_size()) * 4) +
+                  align(n_seq * static_cast<uint64_t>(spec.ssm.delta_state_size()) * 4);
+    }
+    return vram_alloc_size(kv);
+}
+
+namespace {
+
+/// What a plan needs before any expert slot: the dense core, the K/V cache, the buffers, the runtime.
+uint64_t fixed_bytes(const Plan& p) { return p.dense_bytes + p.expert_biases_bytes + p.kv_bytes + p.compute_bytes + p.overhead_bytes; }
+
+}  // namespace
+
+int64_t largest_fitting_context(const ModelSpec& spec, uint64_t dense_bytes, const PlacementOptions& opt) {
+    const uint64_t budget = static_cast<uint64_t>(opt.vram_budget_gib * kGiB);
+    auto fits = [&](int64_t n_ctx) {
+        ModelSpec s = spec;
+        set_context(s, n_ctx);
+        return dense_bytes + kv_cache_bytes(s) + gpu_compute_bytes(s) + opt.runtime_overhead_bytes <= budget;
+    };
+    if (!fits(1)) return 0;
+    int64_t lo = 1, hi = spec.n_ctx;  // fits(lo); the answer is below hi unless hi fits
+    if (fits(hi)) return hi;
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo;
+}
+
 Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     const ModelSpec& spec = layout.spec;
     if (!(opt.vram_budget_gib > 0)) fail("a VRAM budget is needed to plan a placement (--vram-budget GiB)");
@@ -293,23 +336,10 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     p.n_expert_used = spec.n_expert_used;
     p.overhead_bytes = opt.runtime_overhead_bytes;
     p.compute_bytes = gpu_compute_bytes(spec);
-    // K/V: F16 keys and values at each layer's capacity, plus the slot tables.
-    // Every part is one arena on the GPU (DeviceAllocator::begin_arena): pieces 256-byte aligned,
-    // the whole rounded once to the driver's pages.
+    p.kv_bytes = kv_cache_bytes(spec);
+    // Every part is one arena on the GPU: pieces 256-byte aligned, the whole rounded once.
     const auto align = [](uint64_t b) { return (std::max<uint64_t>(b, 1) + 255) / 256 * 256; };
     const auto rnd = [](uint64_t b) { return vram_alloc_size(b); };
-    // Every sequence (--parallel) has its own K/V region and recurrent state.
-    uint64_t kv = 0;  // K, V and the slot table of every layer
-    const uint64_t n_seq = static_cast<uint64_t>(std::max<int64_t>(1, spec.n_seq));
-    for (const LayerSpec& L : spec.layers) {
-        kv += align(n_seq * static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_k()) * 2) +
-              align(n_seq * static_cast<uint64_t>(L.kv_capacity) * static_cast<uint64_t>(spec.n_v()) * 2) +
-              align(static_cast<uint64_t>(spec.n_expert) * 4);
-        if (L.kind == LayerKind::DeltaNet)  // its recurrent state (F32 conv and delta-rule state) instead
-            kv += align(n_seq * static_cast<uint64_t>(spec.ssm.conv_state_size()) * 4) +
-                  align(n_seq * static_cast<uint64_t>(spec.ssm.delta_state_size()) * 4);
-    }
-    p.kv_bytes = rnd(kv);
 
     // Dense core and expert sizes; overrides checked against every name.
     std::vector<std::regex> res;
@@ -342,13 +372,21 @@ Plan plan_placement(const ModelLayout& layout, const PlacementOptions& opt) {
     const uint64_t pool_rounding = static_cast<uint64_t>(n_moe) * 3 * 256 + (2ull << 20);
 
     // The fixed part must fit.
-    const uint64_t fixed = p.dense_bytes + p.expert_biases_bytes + p.kv_bytes + p.compute_bytes + p.overhead_bytes;
-    if (fixed > p.budget_bytes)
+    const uint64_t fixed = fixed_bytes(p);
+    if (fixed > p.budget_bytes) {
+        // Name the largest context this budget holds with the rest unchanged, when there is one.
+        const int64_t fits = largest_fitting_context(spec, p.dense_bytes + p.expert_biases_bytes, opt);
+        const std::string hint =
+            fits > 0 ? fmt::format("; the largest context that fits this budget is -c {} (with -u {}, --parallel {})", fits,
+                                   std::min(spec.n_ubatch, fits), spec.n_seq)
+                     : "; no context fits: the dense core, buffers and runtime alone exceed the budget";
         fail("--vram-budget {:.2f} GiB is too small: the dense core needs {:.0f} MiB, the K/V cache {:.0f} MiB (-c {} x {} "
              "sequence(s)), buffers for -u {} tokens {:.0f} MiB, the CUDA runtime {:.0f} MiB: {:.0f} MiB in all, {:.0f} MiB "
-             "short (lower -c, -u or --parallel, or raise the budget)",
+             "short (lower -c, -u or --parallel, or raise the budget){}",
              opt.vram_budget_gib, (p.dense_bytes + p.expert_biases_bytes) / kMiB, p.kv_bytes / kMiB, spec.n_ctx,
-             spec.n_seq, spec.n_ubatch, p.compute_bytes / kMiB, p.overhead_bytes / kMiB, fixed / kMiB, (fixed - p.budget_bytes) / kMiB);
+             spec.n_seq, spec.n_ubatch, p.compute_bytes / kMiB, p.overhead_bytes / kMiB, fixed / kMiB, (fixed - p.budget_bytes) / kMiB,
+             hint);
+    }
     uint64_t avail = p.budget_bytes - fixed > pool_rounding ? p.budget_bytes - fixed - pool_rounding : 0;
 
     // Per layer: forced to the CPU, forced to the GPU, or free for the residency source.

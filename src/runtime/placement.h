@@ -219,4 +219,12 @@ PrefillGroupSizes prefill_group_sizes(const ModelSpec& spec, int64_t tokens);
 /// gpu_scratch_sizes(spec).bytes().
 uint64_t gpu_compute_bytes(const ModelSpec& spec);
 
+/// Bytes of the GPU's K/V cache for spec (F16 keys and values at each layer's capacity for every
+/// sequence, the slot tables, DeltaNet recurrent state; one arena, rounded as allocated).
+uint64_t kv_cache_bytes(const ModelSpec& spec);
+
+/// The largest context (<= spec.n_ctx) whose K/V cache, buffers and runtime fit opt's budget beside
+/// dense_bytes of dense core, with spec's n_ubatch (capped at the context) and sequences; 0: none.
+int64_t largest_fitting_context(const ModelSpec& spec, uint64_t dense_bytes, const PlacementOptions& opt);
+
 }  // namespace nitro

@@ -530,6 +530,7 @@ TEST_F(CudaOps, RopeMatchesCpuIncludingYarn) {
         int64_t heads = 64, hd = 64;
         if (variant == 0) {  // gpt-oss: YaRN x32 from 4096
             p.n_rot = 64; p.freq_base = 150000; p.freq_scale = 1.f / 32; p.ext_factor = 1; p.n_ctx_orig = 4096;
+            set_yarn_corr_dims(p, false);
         } else {  // qwen3
             heads = 32; hd = 128; p.n_rot = 128; p.freq_base = 1e6f;
         }
@@ -562,7 +563,7 @@ TEST_F(CudaOps, FusedQkNormRopeKvStoreEqualsTheSeparateOpsBitForBit) {
             RopeParams p;
             p.n_rot = c.n_rot;
             p.freq_base = c.yarn ? 150000.f : 1e6f;
-            if (c.yarn) p.freq_scale = 1.f / 32, p.ext_factor = 1, p.n_ctx_orig = 4096;
+            if (c.yarn) p.freq_scale = 1.f / 32, p.ext_factor = 1, p.n_ctx_orig = 4096, set_yarn_corr_dims(p, false);
             const int64_t nq = c.H * c.hd, nk = c.Hkv * c.hd, nv = nk, cap = 48;
             auto q = randn(static_cast<size_t>(n * nq)), k = randn(static_cast<size_t>(n * nk)), v = randn(static_cast<size_t>(n * nv));
             auto qn = randn(static_cast<size_t>(c.hd)), kn = randn(static_cast<size_t>(c.hd));

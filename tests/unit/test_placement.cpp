@@ -367,6 +367,63 @@ TEST(Placement, PlanCommandPrintsAndExportsThePlan) {
     EXPECT_NE(std::system((std::string(NITRO_BINARY) + " plan --synth gpt-oss:gpt-oss-120b --vram-budget 1 >/dev/null 2>&1").c_str()), 0);
 }
 
+TEST(Placement, TooSmallABudgetNamesTheLargestContextThatFits) {
+    // qwen3-30b-a3b at -c 40960 does not fit 5 GiB. Its K/V costs 48 layers x (4 + 4 heads x 128)
+    // x 2 bytes = 98,304 bytes per position (CALCULATED by hand), so the largest context is what is
+    // left of the budget after the dense core, buffers and runtime over that, within the 2 MiB page
+    // rounding of the arena (21 positions) and the compute buffers' dependence on the context.
+    SessionOptions so;
+    so.n_ctx = 40960;
+    const ModelLayout L = synth_layout("qwen3moe", "qwen3-30b-a3b", GgmlType::Q8_0, so);
+    const std::string e = error_of([&] { plan_placement(L, budget(5)); });
+    const size_t at = e.find("the largest context that fits this budget is -c ");
+    ASSERT_NE(at, std::string::npos) << e;
+    const int64_t fits = std::stoll(e.substr(at + std::string("the largest context that fits this budget is -c ").size()));
+    const Plan big = plan_placement(L, budget(100));  // the same dense core and runtime, everything fitting
+    const double left = 5 * kGiB - static_cast<double>(big.dense_bytes + big.expert_biases_bytes + big.compute_bytes + big.overhead_bytes);
+    EXPECT_NEAR(static_cast<double>(fits), left / 98304.0, 64) << e;
+    // The answer is exact: that context plans, one more position does not.
+    SessionOptions at_fit = so;
+    at_fit.n_ctx = fits;
+    EXPECT_NO_THROW(plan_placement(synth_layout("qwen3moe", "qwen3-30b-a3b", GgmlType::Q8_0, at_fit), budget(5)));
+    at_fit.n_ctx = fits + 1;
+    EXPECT_THROW(plan_placement(synth_layout("qwen3moe", "qwen3-30b-a3b", GgmlType::Q8_0, at_fit), budget(5)), Error);
+    // A budget below the dense core says that no context fits.
+    EXPECT_NE(error_of([&] { plan_placement(L, budget(2)); }).find("no context fits"), std::string::npos);
+}
+
+TEST(Placement, SetContextGivesSlidingLayersTheirWindow) {
+    // gpt-oss-120b at -c 16384 -u 512: the sliding layers keep 128 + 512 - 1 = 639 positions, the
+    // others 16384; kv_cache_bytes is 18 x (16,384 + 639) x 2,048 bytes plus 36 slot tables of 512
+    // bytes, rounded up to 2 MiB (CALCULATED by hand: 627,554,304 -> 629,145,600 bytes).
+    ModelLayout L = gptoss120b();
+    set_context(L.spec, 16384);
+    int64_t full = 0, sliding = 0;
+    for (const LayerSpec& ls : L.spec.layers) (ls.window > 0 ? sliding : full) += ls.kv_capacity;
+    EXPECT_EQ(full, 18 * 16384);
+    EXPECT_EQ(sliding, 18 * 639);
+    EXPECT_EQ(kv_cache_bytes(L.spec), 629145600u);
+}
+
+TEST(Placement, PlanCommandPrintsTheContextLadder) {
+    const std::string out = test::run_command(std::string(NITRO_BINARY) +
+                                              " plan --synth gpt-oss-120b --vram-budget 12 --ctx-ladder --json");
+    const nlohmann::json j = nlohmann::json::parse(out).at("ladder");
+    ASSERT_EQ(j.size(), 5u);  // 4K, 16K, 32K, 64K, and gpt-oss's limit of 131,072
+    std::vector<int64_t> ctx;
+    for (const auto& e : j) ctx.push_back(e.at("n_ctx").get<int64_t>());
+    EXPECT_EQ(ctx, (std::vector<int64_t>{4096, 16384, 32768, 65536, 131072})) << out;
+    // Each step matches the plan made at that context, and longer contexts leave fewer slots.
+    for (const auto& e : j) {
+        SessionOptions so;
+        so.n_ctx = e.at("n_ctx").get<int64_t>();
+        const Plan p = plan_placement(synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, so), budget(12));
+        EXPECT_EQ(e.at("kv_bytes").get<uint64_t>(), p.kv_bytes);
+        EXPECT_EQ(e.at("n_resident").get<int64_t>(), p.n_resident());
+    }
+    EXPECT_GT(j[0].at("n_resident").get<int64_t>(), j[4].at("n_resident").get<int64_t>());
+}
+
 // The decode attention's split room, by hand: one split per 128 keys, at least 1, at most 64.
 TEST(Placement, AttentionMaxSplitIsOnePer128KeysUpTo64) {
     EXPECT_EQ(attention_max_split(1), 1);
