@@ -12,6 +12,8 @@
 #include "gpu/gpu_session.h"
 #include "cuda_test_util.h"
 #include "model_compare.h"
+#include "ops/gpu_limits.h"
+#include "runtime/placement.h"
 #include "runtime/default_model.h"
 #include "sim/replay.h"
 #include "trace/model_header.h"
@@ -40,8 +42,16 @@ double budget_for_slots(const Model& model, const SessionOptions& so, double per
     cuda::GpuSession probe(model, so, big);
     const Plan& all = probe.plan();
     const uint64_t fixed = all.dense_bytes + all.expert_biases_bytes + all.kv_bytes + all.compute_bytes + all.overhead_bytes;
+    // When some expert stays off the GPU the plan first reserves the prompt-staging slots
+    // (PlacementOptions::prefill_stage_slots, each one expert's three matrices 256-byte aligned, and
+    // the prompt's expert table, one arena): leave room for them, or a budget meant for one slot
+    // per layer holds none (the plan at 8 GiB has every expert resident, so no staging to read).
+    const uint64_t X = static_cast<uint64_t>(model.hp().n_expert);
+    const uint64_t staging = vram_alloc_size(static_cast<uint64_t>(PlacementOptions{}.prefill_stage_slots) *
+                                                 (all.expert_bytes + 3 * 256) +
+                                             (X * 4 + 255) / 256 * 256);
     const double experts = per_layer * static_cast<double>(all.n_layer);
-    const double bytes = static_cast<double>(fixed) + static_cast<double>(all.n_layer * 3 * 256 + (2 << 20)) +
+    const double bytes = static_cast<double>(fixed + staging) + static_cast<double>(all.n_layer * 3 * 256 + (2 << 20)) +
                          (experts + 0.5) * static_cast<double>(all.expert_bytes);
     return bytes / kGiB;
 }

@@ -1089,10 +1089,12 @@ TEST_F(CudaOps, RouterMatchesCpuRoute) {
             auto lg = randn(static_cast<size_t>(n * X));
             auto bias = randn(static_cast<size_t>(X), 0.1f);
             auto score_bias = randn(static_cast<size_t>(X), 0.05f);
-            // a forced tie: expert 3 and 5 equal and largest for token 0
+            // a forced tie: expert 3 and 5 equal and largest for token 0 (with a score bias the two
+            // get the largest bias too, or another expert's sigmoid + bias may pass theirs; their
+            // group is then the best)
             lg[3] = lg[5] = 10.f;
             bias[5] = bias[3];  // still a tie after the gpt-oss router bias
-            score_bias[5] = score_bias[3];
+            score_bias[3] = score_bias[5] = 1.0f;
             RouteArgs a;
             a.logits = to_dev(*ctx, lg);
             a.logit_bias = rc.logit_bias ? to_dev(*ctx, bias) : nullptr;
