@@ -147,7 +147,7 @@ int run_plan(const PlanCli& o) {
     }
     // A model without a training context in its file: the ladder stops at 256K.
     const int64_t max_ctx = at_limit.spec.n_ctx < (int64_t{1} << 40) ? at_limit.spec.n_ctx : 262144;
-    if (layout.spec.n_ctx < o.session.n_ctx)
+    if (layout.spec.n_ctx < o.session.n_ctx && !o.json)  // (--json: n_ctx says it; a script reads stdout and stderr alike)
         std::fprintf(stderr, "note: -c %lld is past the model's training context; planned at -c %lld (its context_length)\n",
                      static_cast<long long>(o.session.n_ctx), static_cast<long long>(layout.spec.n_ctx));
     const ModelSpec& sp = layout.spec;
