@@ -12,7 +12,8 @@
 //   3. three sequences in one engine (--parallel): interleaved prompt rows of different lengths in
 //      one batch, then 4 rounds of one decode row per sequence in one batch, a truncation of
 //      sequence 1 and a last batch.
-// --resident F (hybrid): the VRAM budget is chosen so that about F of the experts are resident.
+// --resident F (hybrid): the VRAM budget is chosen so that about F of the experts are resident;
+// residency is frozen at the plan's (no adaptive admissions), so a hybrid run is reproducible.
 // Prints one line per scenario with the number of logits and their FNV-1a hash.
 #include "core/error.h"
 #include "runtime/engine.h"
@@ -85,6 +86,11 @@ std::unique_ptr<Engine> engine(const Model& m, const SessionOptions& so, EngineM
     GpuOptions go;
     go.progress = false;
     go.mode = mode;
+    // Frozen residency: adaptive admissions land when their copies complete, so which experts the
+    // GPU computes at a step (and so the last bits of the logits) can differ from run to run; the
+    // plan's residency alone is the same every run. (Before: the device run of 2026-12-08 saw the
+    // hybrid decode of one tiny model differ between an old and a new build with admissions on.)
+    go.adapt.refresh_every = 0;
 #ifdef NITRO_HAS_CUDA
     if (mode == EngineMode::Hybrid) go.vram_budget_gib = budget_for(m, so, resident);
 #else
