@@ -109,7 +109,10 @@ std::vector<int32_t> chat_ids(const json& messages) {
 /// Greedy continuation of `ids` by a fresh `nitro run`: {ids, text}.
 json run_greedy(const std::vector<int32_t>& ids) {
     std::string list;
-    for (int32_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+    for (int32_t id : ids) {  // (appends: GCC 12 warns -Wrestrict on "literal" + std::string&&)
+        if (!list.empty()) list += ',';
+        list += std::to_string(id);
+    }
     return json::parse(test::run_command(std::string(NITRO_BINARY) + " run -m " + kModel + " -t 2 --temp 0 --json -n " +
                                          std::to_string(kReplyTokens) + " --prompt-ids " + list));
 }
