@@ -77,17 +77,23 @@ void expect_rope_matches(const RopeParams& rope, const RefRope& ref, std::initia
     }
 }
 
-TEST(RopeLong, GptOssYarnUpTo131072MatchesTransformers) {
-    SessionOptions so;
-    so.n_ctx = 131072;
-    const ModelSpec spec = synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, so).spec;
+/// gpt-oss's rope_scaling (config.json): YaRN x32 from 4,096 positions, theta 150,000, 64 dims.
+RefRope gptoss_rope(bool truncate) {
     RefRope r;
     r.n_rot = 64;
     r.base = 150000;
     r.factor = 32;
     r.orig_ctx = 4096;
     r.yarn = true;
-    r.truncate = false;  // gpt-oss's config.json
+    r.truncate = truncate;
+    return r;
+}
+
+TEST(RopeLong, GptOssYarnUpTo131072MatchesTransformers) {
+    SessionOptions so;
+    so.n_ctx = 131072;
+    const ModelSpec spec = synth_layout("gpt-oss", "gpt-oss-120b", GgmlType::MXFP4, so).spec;
+    const RefRope r = gptoss_rope(false);  // gpt-oss's config.json says truncate false
     EXPECT_NEAR(spec.rope.corr_low, 8.0928, 1e-3);   // vLLM #28244 quotes 8.0928 and 17.3980
     EXPECT_NEAR(spec.rope.corr_high, 17.3980, 1e-3);
     expect_rope_matches(spec.rope, r, {0, 1, 4095, 4096, 32768, 65535, 131071});
@@ -96,15 +102,7 @@ TEST(RopeLong, GptOssYarnUpTo131072MatchesTransformers) {
 TEST(RopeLong, RoundedYarnRangeWouldMissGptOssByRadiansAtLongPositions) {
     // Why gpt-oss's truncate flag matters (llama.cpp rounds the range to 8 and 18): the angle of
     // pair 12 at position 131,071 moves by whole radians between the two ranges.
-    RefRope exact;
-    exact.n_rot = 64;
-    exact.base = 150000;
-    exact.factor = 32;
-    exact.orig_ctx = 4096;
-    exact.yarn = true;
-    exact.truncate = false;
-    RefRope rounded = exact;
-    rounded.truncate = true;
+    const RefRope exact = gptoss_rope(false), rounded = gptoss_rope(true);
     double af = 0;
     const double d = 131071.0 * std::abs(ref_inv_freq(exact, &af)[12] - ref_inv_freq(rounded, &af)[12]);
     EXPECT_GT(d, 1.0);
